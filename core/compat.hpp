@@ -1,0 +1,68 @@
+#pragma once
+// The one place where Kokkos version differences live. joule builds against Kokkos 3.4 (Debian's
+// trilinos source) and 4.x/5.x (what GH200 users have); everything else in joule uses only the
+// names defined here or API that exists unchanged in all of them.
+#include <KokkosBlas3_gemm.hpp>
+#include <KokkosKernels_config.h>
+#include <Kokkos_Core.hpp>
+
+#include <string>
+#include <utility>
+
+#ifndef KOKKOS_VERSION
+#error "joule needs KOKKOS_VERSION (Kokkos 3.4 or newer)"
+#endif
+#if KOKKOS_VERSION < 30400
+#error "joule needs Kokkos 3.4 or newer"
+#endif
+
+namespace joule::math {
+// Math functions moved from Kokkos::Experimental:: to Kokkos:: in 3.7.
+#if KOKKOS_VERSION >= 30700
+using Kokkos::exp;
+using Kokkos::fabs;
+using Kokkos::log;
+using Kokkos::sqrt;
+using Kokkos::tanh;
+#else
+using Kokkos::Experimental::exp;
+using Kokkos::Experimental::fabs;
+using Kokkos::Experimental::log;
+using Kokkos::Experimental::sqrt;
+using Kokkos::Experimental::tanh;
+#endif
+}  // namespace joule::math
+
+namespace joule::compat {
+
+// View<...>::HostMirror is deprecated in 5.x and View<...>::host_mirror_type is not what
+// create_mirror_view returns in 3.4: name the mirror type by what create_mirror_view returns.
+template <class View>
+using host_mirror_t = decltype(Kokkos::create_mirror_view(std::declval<View const&>()));
+
+// Kokkos::Profiling::ScopedRegion exists from 4.1 on; this is the same thing for every version.
+class ScopedRegion {
+ public:
+  explicit ScopedRegion(std::string const& name) { Kokkos::Profiling::pushRegion(name); }
+  ~ScopedRegion() { Kokkos::Profiling::popRegion(); }
+  ScopedRegion(ScopedRegion const&) = delete;
+  ScopedRegion& operator=(ScopedRegion const&) = delete;
+};
+
+// KokkosBlas::gemm takes an execution space instance from Kokkos-Kernels 3.7 on (the version
+// macro itself only exists from then). Before, gemm runs on the default instance of the views'
+// space: fence the caller's instance first so the ordering is the same.
+template <class ExecutionSpace, class A, class B, class C>
+void gemm(ExecutionSpace const& space, char const* trans_a, char const* trans_b,
+          typename C::const_value_type alpha, A const& a, B const& b,
+          typename C::const_value_type beta, C const& c) {
+#if defined(KOKKOSKERNELS_VERSION) && KOKKOSKERNELS_VERSION >= 30700
+  KokkosBlas::gemm(space, trans_a, trans_b, alpha, a, b, beta, c);
+#else
+  space.fence();
+  KokkosBlas::gemm(trans_a, trans_b, alpha, a, b, beta, c);
+  typename C::execution_space().fence();
+#endif
+}
+
+}  // namespace joule::compat

@@ -1,0 +1,128 @@
+#pragma once
+// Fused multi-head attention, flash-style.
+//
+//   qkv  [B*S, 3C]  rows = tokens; columns [0,C) queries, [C,2C) keys, [2C,3C) values, each split
+//                   into H heads of hd = C/H columns (PyTorch's qkv.split(C) then view(B,S,H,hd))
+//   out  [B*S, C]   softmax(q k^T / sqrt(hd) + mask) v, heads side by side
+//   lse  [B*H, S]   log-sum-exp of each score row, saved for the backward pass
+//
+// The forward pass is tiled over keys with an online softmax: no S x S matrix is ever formed.
+// The backward pass recomputes the probabilities tile by tile from lse and runs as two
+// race-free kernels (one owns dK/dV of a key tile, one owns dQ of a query tile), so it needs no
+// atomics and gives the same bits every run.
+//
+// Masks: every mode is "query i sees keys [0, key_end(i))", key_end(i) = min(S, max(i+1, p)):
+//   none       p = S
+//   causal     p = 0
+//   prefix(n)  p = n: the first n tokens (the image) see each other freely; every later token
+//              sees everything before it and itself; image tokens never see text.
+#include "core/ops/detail/attention_kernels.hpp"
+#include "core/tensor.hpp"
+
+#include <string>
+
+namespace joule {
+
+class AttentionMask {
+ public:
+  static AttentionMask none() { return AttentionMask(Kind::none, 0); }
+  static AttentionMask causal() { return AttentionMask(Kind::causal, 0); }
+  static AttentionMask prefix(int n_prefix) {
+    require(n_prefix >= 0, "AttentionMask", "prefix length must be >= 0");
+    return AttentionMask(Kind::prefix, n_prefix);
+  }
+  // The open prefix p for a sequence of length seq_len (see above).
+  int open_prefix(int seq_len) const {
+    switch (kind_) {
+      case Kind::none: return seq_len;
+      case Kind::causal: return 0;
+      case Kind::prefix: return n_prefix_ < seq_len ? n_prefix_ : seq_len;
+    }
+    return 0;
+  }
+  std::string name() const {
+    switch (kind_) {
+      case Kind::none: return "none";
+      case Kind::causal: return "causal";
+      case Kind::prefix: return "prefix(" + std::to_string(n_prefix_) + ")";
+    }
+    return "?";
+  }
+
+ private:
+  enum class Kind { none, causal, prefix };
+  AttentionMask(Kind kind, int n) : kind_(kind), n_prefix_(n) {}
+  Kind kind_;
+  int n_prefix_;
+};
+
+// Head sizes with a compiled kernel.
+inline bool attention_supports_head_dim(int hd) {
+  return hd == 16 || hd == 32 || hd == 64 || hd == 128;
+}
+
+namespace detail {
+inline AttentionShape attention_shape(char const* op, int rows, int qkv_cols, int batch,
+                                      int n_heads, AttentionMask const& mask) {
+  require(batch > 0 && n_heads > 0 && rows % batch == 0, op,
+          "qkv has " + std::to_string(rows) + " rows, not a multiple of batch " +
+              std::to_string(batch));
+  require(qkv_cols % 3 == 0 && (qkv_cols / 3) % n_heads == 0, op,
+          "qkv has " + std::to_string(qkv_cols) + " columns; expected 3*C with C divisible by " +
+              std::to_string(n_heads) + " heads");
+  AttentionShape s;
+  s.batch = batch;
+  s.seq = rows / batch;
+  s.heads = n_heads;
+  s.channels = qkv_cols / 3;
+  s.head_dim = s.channels / n_heads;
+  s.open_prefix = mask.open_prefix(s.seq);
+  require(attention_supports_head_dim(s.head_dim), op,
+          "head size " + std::to_string(s.head_dim) + " has no kernel; supported: 16, 32, 64, 128");
+  return s;
+}
+
+}  // namespace detail
+
+template <class ExecutionSpace, class Out, class Lse, class Qkv>
+void attention_forward(ExecutionSpace const& space, Out const& out, Lse const& lse, Qkv const& qkv,
+                       int batch, int n_heads, AttentionMask const& mask) {
+  auto const s = detail::attention_shape("attention_forward", qkv.extent(0), qkv.extent(1), batch,
+                                         n_heads, mask);
+  require(out.extent(0) == qkv.extent(0) && int(out.extent(1)) == s.channels &&
+              int(lse.extent(0)) == batch * n_heads && int(lse.extent(1)) == s.seq,
+          "attention_forward", "qkv " + shape_of(qkv) + ", out " + shape_of(out) + ", lse " +
+                                   shape_of(lse) + " (expected lse [B*H, S])");
+  switch (s.head_dim) {
+    case 16: detail::launch_attention_forward<16>(space, s, out, lse, qkv); break;
+    case 32: detail::launch_attention_forward<32>(space, s, out, lse, qkv); break;
+    case 64: detail::launch_attention_forward<64>(space, s, out, lse, qkv); break;
+    case 128: detail::launch_attention_forward<128>(space, s, out, lse, qkv); break;
+  }
+}
+
+// d_qkv is overwritten. delta [B*H, S] is workspace (rowsum(d_out * out) per head).
+template <class ExecutionSpace, class DQkv, class Delta, class DOut, class Qkv, class Out,
+          class Lse>
+void attention_backward(ExecutionSpace const& space, DQkv const& d_qkv, Delta const& delta,
+                        DOut const& d_out, Qkv const& qkv, Out const& out, Lse const& lse,
+                        int batch, int n_heads, AttentionMask const& mask) {
+  auto const s = detail::attention_shape("attention_backward", qkv.extent(0), qkv.extent(1), batch,
+                                         n_heads, mask);
+  require(d_qkv.extent(0) == qkv.extent(0) && d_qkv.extent(1) == qkv.extent(1) &&
+              d_out.extent(0) == out.extent(0) && d_out.extent(1) == out.extent(1) &&
+              out.extent(0) == qkv.extent(0) && int(out.extent(1)) == s.channels &&
+              delta.extent(0) == lse.extent(0) && delta.extent(1) == lse.extent(1) &&
+              int(lse.extent(0)) == batch * n_heads && int(lse.extent(1)) == s.seq,
+          "attention_backward", "qkv " + shape_of(qkv) + ", d_qkv " + shape_of(d_qkv) +
+                                    ", out " + shape_of(out) + ", d_out " + shape_of(d_out) +
+                                    ", lse " + shape_of(lse) + ", delta " + shape_of(delta));
+  switch (s.head_dim) {
+    case 16: detail::launch_attention_backward<16>(space, s, d_qkv, delta, d_out, qkv, out, lse); break;
+    case 32: detail::launch_attention_backward<32>(space, s, d_qkv, delta, d_out, qkv, out, lse); break;
+    case 64: detail::launch_attention_backward<64>(space, s, d_qkv, delta, d_out, qkv, out, lse); break;
+    case 128: detail::launch_attention_backward<128>(space, s, d_qkv, delta, d_out, qkv, out, lse); break;
+  }
+}
+
+}  // namespace joule

@@ -1,0 +1,373 @@
+#pragma once
+// Kernels behind joule::attention_forward / attention_backward (see core/ops/attention.hpp).
+//
+// Work decomposition: one team per (batch, head, tile of rows). A tile's K/V (or Q/dO) rows are
+// staged in team scratch and reused by every row of the other side. On GPUs a team has one
+// thread per row; on CPUs a team is one thread that walks its tile (the scratch tile then acts
+// as an L1/L2 cache block). Tile sizes are compile-time, from the head size and the scalar size,
+// so per-thread arrays have static bounds and team scratch stays under 32 KiB.
+#include "core/tensor.hpp"
+
+#include <cmath>
+#include <cstddef>
+
+namespace joule::detail {
+
+struct AttentionShape {
+  int batch = 0, seq = 0, heads = 0, channels = 0, head_dim = 0;
+  int open_prefix = 0;  // query i sees keys [0, min(seq, max(i + 1, open_prefix)))
+};
+
+KOKKOS_INLINE_FUNCTION int attention_key_end(int query, int seq, int open_prefix) {
+  int const e = query + 1 > open_prefix ? query + 1 : open_prefix;
+  return e < seq ? e : seq;
+}
+// First query that sees key j (every query from there on sees it too).
+KOKKOS_INLINE_FUNCTION int attention_query_begin(int key, int open_prefix) {
+  return key < open_prefix ? 0 : key;
+}
+
+// Rows per tile so that `n_tiles` tiles of [tile, HD] scalars fit in 32 KiB, between 4 and 64.
+template <class T, int HD, int NTiles>
+constexpr int attention_tile() {
+  int t = 64;
+  while (t > 4 && std::size_t(NTiles) * t * HD * sizeof(T) > 32768) t /= 2;
+  return t;
+}
+
+template <class ExecutionSpace>
+constexpr bool is_host_space() {
+  return Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
+}
+
+template <class T, class ExecutionSpace>
+using ScratchMatrix = Kokkos::View<T**, Kokkos::LayoutRight,
+                                   typename ExecutionSpace::scratch_memory_space,
+                                   Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+template <class T, class ExecutionSpace>
+using ScratchVector = Kokkos::View<T*, typename ExecutionSpace::scratch_memory_space,
+                                   Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+template <class ExecutionSpace, int HD, class Out, class Lse, class Qkv>
+struct AttentionForwardKernel {
+  using T = typename Out::non_const_value_type;
+  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using Tile2 = ScratchMatrix<T, ExecutionSpace>;
+  using Tile1 = ScratchVector<T, ExecutionSpace>;
+  static constexpr int kTile = attention_tile<T, HD, 4>();
+
+  AttentionShape s;
+  Out out;
+  Lse lse;
+  Qkv qkv;
+  T scale;
+  int row_tiles;
+
+  static std::size_t scratch_bytes() {
+    return 4 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile);
+  }
+
+  KOKKOS_FUNCTION void operator()(Member const& team) const {
+    int const row_tile = team.league_rank() % row_tiles;
+    int const bh = team.league_rank() / row_tiles;
+    int const h = bh % s.heads, b = bh / s.heads;
+    int const row0 = row_tile * kTile;
+    int const n_rows = s.seq - row0 < kTile ? s.seq - row0 : kTile;
+    int const token0 = b * s.seq;
+    int const q_col = h * HD, k_col = s.channels + h * HD, v_col = 2 * s.channels + h * HD;
+
+    Tile2 q(team.team_scratch(0), kTile, HD), o(team.team_scratch(0), kTile, HD);
+    Tile2 k(team.team_scratch(0), kTile, HD), v(team.team_scratch(0), kTile, HD);
+    Tile1 m(team.team_scratch(0), kTile), l(team.team_scratch(0), kTile);
+
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_rows), [&](int i) {
+      for (int d = 0; d < HD; ++d) {
+        q(i, d) = scale * qkv(token0 + row0 + i, q_col + d);  // pre-scaled query
+        o(i, d) = 0;
+      }
+      m(i) = T(-1e30);
+      l(i) = 0;
+    });
+    // key_end is non-decreasing in the query index: the tile's last row bounds the key loop.
+    int const key_limit = attention_key_end(row0 + n_rows - 1, s.seq, s.open_prefix);
+    for (int key0 = 0; key0 < key_limit; key0 += kTile) {
+      int const n_keys = key_limit - key0 < kTile ? key_limit - key0 : kTile;
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_keys), [&](int j) {
+        for (int d = 0; d < HD; ++d) {
+          k(j, d) = qkv(token0 + key0 + j, k_col + d);
+          v(j, d) = qkv(token0 + key0 + j, v_col + d);
+        }
+      });
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_rows), [&](int i) {
+        int const end = attention_key_end(row0 + i, s.seq, s.open_prefix) - key0;
+        int const n_valid = end < n_keys ? end : n_keys;
+        if (n_valid <= 0) return;
+        T score[kTile];
+        T tile_max = m(i);
+        for (int j = 0; j < n_valid; ++j) {
+          T dot = 0;
+          for (int d = 0; d < HD; ++d) dot += q(i, d) * k(j, d);
+          score[j] = dot;
+          tile_max = dot > tile_max ? dot : tile_max;
+        }
+        T const correction = math::exp(m(i) - tile_max);
+        T row_sum = l(i) * correction;
+        T acc[HD];
+        for (int d = 0; d < HD; ++d) acc[d] = o(i, d) * correction;
+        for (int j = 0; j < n_valid; ++j) {
+          T const p = math::exp(score[j] - tile_max);
+          row_sum += p;
+          for (int d = 0; d < HD; ++d) acc[d] += p * v(j, d);
+        }
+        for (int d = 0; d < HD; ++d) o(i, d) = acc[d];
+        m(i) = tile_max;
+        l(i) = row_sum;
+      });
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_rows), [&](int i) {
+      T const inv = T(1) / l(i);
+      for (int d = 0; d < HD; ++d) out(token0 + row0 + i, q_col + d) = o(i, d) * inv;
+      lse(bh, row0 + i) = m(i) + math::log(l(i));
+    });
+  }
+};
+
+template <int HD, class ExecutionSpace, class Out, class Lse, class Qkv>
+void launch_attention_forward(ExecutionSpace const& space, AttentionShape const& s, Out const& out,
+                              Lse const& lse, Qkv const& qkv) {
+  using Kernel = AttentionForwardKernel<ExecutionSpace, HD, Out, Lse, Qkv>;
+  using T = typename Kernel::T;
+  int const row_tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
+  Kernel kernel{s, out, lse, qkv, T(1.0 / std::sqrt(double(HD))), row_tiles};
+  int const team_size = is_host_space<ExecutionSpace>() ? 1 : Kernel::kTile;
+  Kokkos::TeamPolicy<ExecutionSpace> policy(space, s.batch * s.heads * row_tiles, team_size);
+  Kokkos::parallel_for(label("attention_forward"),
+                       policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())), kernel);
+}
+
+// delta[bh, i] = sum_d d_out[token, h*HD + d] * out[token, h*HD + d]
+template <int HD, class ExecutionSpace, class Delta, class DOut, class Out>
+void attention_delta(ExecutionSpace const& space, AttentionShape const& s, Delta const& delta,
+                     DOut const& d_out, Out const& out) {
+  using T = typename Delta::non_const_value_type;
+  int const seq = s.seq, heads = s.heads;
+  Kokkos::parallel_for(
+      label("attention_backward_delta"),
+      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0},
+                                                             {s.batch * seq, heads}),
+      KOKKOS_LAMBDA(int token, int h) {
+        T sum = 0;
+        for (int d = 0; d < HD; ++d) sum += d_out(token, h * HD + d) * out(token, h * HD + d);
+        delta((token / seq) * heads + h, token % seq) = sum;
+      });
+}
+
+// One team per (batch, head, key tile): accumulates dK and dV of its keys over all queries.
+template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
+struct AttentionBackwardKeyValueKernel {
+  using T = typename DQkv::non_const_value_type;
+  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using Tile2 = ScratchMatrix<T, ExecutionSpace>;
+  using Tile1 = ScratchVector<T, ExecutionSpace>;
+  static constexpr int kTile = attention_tile<T, HD, 6>();
+
+  AttentionShape s;
+  DQkv d_qkv;
+  Delta delta;
+  DOut d_out;
+  Qkv qkv;
+  Lse lse;
+  T scale;
+  int key_tiles;
+
+  static std::size_t scratch_bytes() {
+    return 6 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile);
+  }
+
+  KOKKOS_FUNCTION void operator()(Member const& team) const {
+    int const key_tile = team.league_rank() % key_tiles;
+    int const bh = team.league_rank() / key_tiles;
+    int const h = bh % s.heads, b = bh / s.heads;
+    int const key0 = key_tile * kTile;
+    int const n_keys = s.seq - key0 < kTile ? s.seq - key0 : kTile;
+    int const token0 = b * s.seq;
+    int const q_col = h * HD, k_col = s.channels + h * HD, v_col = 2 * s.channels + h * HD;
+
+    Tile2 k(team.team_scratch(0), kTile, HD), v(team.team_scratch(0), kTile, HD);
+    Tile2 dk(team.team_scratch(0), kTile, HD), dv(team.team_scratch(0), kTile, HD);
+    Tile2 q(team.team_scratch(0), kTile, HD), dout(team.team_scratch(0), kTile, HD);
+    Tile1 row_lse(team.team_scratch(0), kTile), row_delta(team.team_scratch(0), kTile);
+
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_keys), [&](int j) {
+      for (int d = 0; d < HD; ++d) {
+        k(j, d) = qkv(token0 + key0 + j, k_col + d);
+        v(j, d) = qkv(token0 + key0 + j, v_col + d);
+        dk(j, d) = 0;
+        dv(j, d) = 0;
+      }
+    });
+    // query_begin is non-decreasing in the key index: the tile's first key bounds the query loop.
+    int const first_query = attention_query_begin(key0, s.open_prefix);
+    for (int query0 = first_query; query0 < s.seq; query0 += kTile) {
+      int const n_queries = s.seq - query0 < kTile ? s.seq - query0 : kTile;
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_queries), [&](int i) {
+        for (int d = 0; d < HD; ++d) {
+          q(i, d) = scale * qkv(token0 + query0 + i, q_col + d);
+          dout(i, d) = d_out(token0 + query0 + i, q_col + d);
+        }
+        row_lse(i) = lse(bh, query0 + i);
+        row_delta(i) = delta(bh, query0 + i);
+      });
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_keys), [&](int j) {
+        int const key = key0 + j;
+        int const begin = attention_query_begin(key, s.open_prefix) - query0;
+        T acc_k[HD], acc_v[HD];
+        for (int d = 0; d < HD; ++d) {
+          acc_k[d] = dk(j, d);
+          acc_v[d] = dv(j, d);
+        }
+        for (int i = begin > 0 ? begin : 0; i < n_queries; ++i) {
+          T score = 0, dp = 0;
+          for (int d = 0; d < HD; ++d) {
+            score += q(i, d) * k(j, d);
+            dp += dout(i, d) * v(j, d);
+          }
+          T const p = math::exp(score - row_lse(i));
+          T const ds = p * (dp - row_delta(i));
+          for (int d = 0; d < HD; ++d) {
+            acc_v[d] += p * dout(i, d);
+            acc_k[d] += ds * q(i, d);  // q is pre-scaled: d score / d k = scale * q
+          }
+        }
+        for (int d = 0; d < HD; ++d) {
+          dk(j, d) = acc_k[d];
+          dv(j, d) = acc_v[d];
+        }
+      });
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_keys), [&](int j) {
+      for (int d = 0; d < HD; ++d) {
+        d_qkv(token0 + key0 + j, k_col + d) = dk(j, d);
+        d_qkv(token0 + key0 + j, v_col + d) = dv(j, d);
+      }
+    });
+  }
+};
+
+// One team per (batch, head, query tile): accumulates dQ of its queries over the keys they see.
+template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
+struct AttentionBackwardQueryKernel {
+  using T = typename DQkv::non_const_value_type;
+  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using Tile2 = ScratchMatrix<T, ExecutionSpace>;
+  using Tile1 = ScratchVector<T, ExecutionSpace>;
+  static constexpr int kTile = attention_tile<T, HD, 5>();
+
+  AttentionShape s;
+  DQkv d_qkv;
+  Delta delta;
+  DOut d_out;
+  Qkv qkv;
+  Lse lse;
+  T scale;
+  int row_tiles;
+
+  static std::size_t scratch_bytes() {
+    return 5 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile);
+  }
+
+  KOKKOS_FUNCTION void operator()(Member const& team) const {
+    int const row_tile = team.league_rank() % row_tiles;
+    int const bh = team.league_rank() / row_tiles;
+    int const h = bh % s.heads, b = bh / s.heads;
+    int const row0 = row_tile * kTile;
+    int const n_rows = s.seq - row0 < kTile ? s.seq - row0 : kTile;
+    int const token0 = b * s.seq;
+    int const q_col = h * HD, k_col = s.channels + h * HD, v_col = 2 * s.channels + h * HD;
+
+    Tile2 q(team.team_scratch(0), kTile, HD), dout(team.team_scratch(0), kTile, HD);
+    Tile2 dq(team.team_scratch(0), kTile, HD);
+    Tile2 k(team.team_scratch(0), kTile, HD), v(team.team_scratch(0), kTile, HD);
+    Tile1 row_lse(team.team_scratch(0), kTile), row_delta(team.team_scratch(0), kTile);
+
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_rows), [&](int i) {
+      for (int d = 0; d < HD; ++d) {
+        q(i, d) = scale * qkv(token0 + row0 + i, q_col + d);
+        dout(i, d) = d_out(token0 + row0 + i, q_col + d);
+        dq(i, d) = 0;
+      }
+      row_lse(i) = lse(bh, row0 + i);
+      row_delta(i) = delta(bh, row0 + i);
+    });
+    int const key_limit = attention_key_end(row0 + n_rows - 1, s.seq, s.open_prefix);
+    for (int key0 = 0; key0 < key_limit; key0 += kTile) {
+      int const n_keys = key_limit - key0 < kTile ? key_limit - key0 : kTile;
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_keys), [&](int j) {
+        for (int d = 0; d < HD; ++d) {
+          k(j, d) = qkv(token0 + key0 + j, k_col + d);
+          v(j, d) = qkv(token0 + key0 + j, v_col + d);
+        }
+      });
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_rows), [&](int i) {
+        int const end = attention_key_end(row0 + i, s.seq, s.open_prefix) - key0;
+        int const n_valid = end < n_keys ? end : n_keys;
+        T acc[HD];
+        for (int d = 0; d < HD; ++d) acc[d] = dq(i, d);
+        for (int j = 0; j < n_valid; ++j) {
+          T score = 0, dp = 0;
+          for (int d = 0; d < HD; ++d) {
+            score += q(i, d) * k(j, d);
+            dp += dout(i, d) * v(j, d);
+          }
+          T const ds = math::exp(score - row_lse(i)) * (dp - row_delta(i));
+          for (int d = 0; d < HD; ++d) acc[d] += ds * k(j, d);
+        }
+        for (int d = 0; d < HD; ++d) dq(i, d) = acc[d];
+      });
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_rows), [&](int i) {
+      for (int d = 0; d < HD; ++d) d_qkv(token0 + row0 + i, q_col + d) = scale * dq(i, d);
+    });
+  }
+};
+
+template <int HD, class ExecutionSpace, class DQkv, class Delta, class DOut, class Qkv, class Out,
+          class Lse>
+void launch_attention_backward(ExecutionSpace const& space, AttentionShape const& s,
+                               DQkv const& d_qkv, Delta const& delta, DOut const& d_out,
+                               Qkv const& qkv, Out const& out, Lse const& lse) {
+  attention_delta<HD>(space, s, delta, d_out, out);
+  using T = typename DQkv::non_const_value_type;
+  T const scale = T(1.0 / std::sqrt(double(HD)));
+  {
+    using Kernel = AttentionBackwardKeyValueKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>;
+    int const tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
+    Kernel kernel{s, d_qkv, delta, d_out, qkv, lse, scale, tiles};
+    int const team_size = is_host_space<ExecutionSpace>() ? 1 : Kernel::kTile;
+    Kokkos::TeamPolicy<ExecutionSpace> policy(space, s.batch * s.heads * tiles, team_size);
+    Kokkos::parallel_for(label("attention_backward_key_value"),
+                         policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())),
+                         kernel);
+  }
+  {
+    using Kernel = AttentionBackwardQueryKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>;
+    int const tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
+    Kernel kernel{s, d_qkv, delta, d_out, qkv, lse, scale, tiles};
+    int const team_size = is_host_space<ExecutionSpace>() ? 1 : Kernel::kTile;
+    Kokkos::TeamPolicy<ExecutionSpace> policy(space, s.batch * s.heads * tiles, team_size);
+    Kokkos::parallel_for(label("attention_backward_query"),
+                         policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())),
+                         kernel);
+  }
+}
+
+}  // namespace joule::detail

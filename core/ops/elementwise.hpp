@@ -1,0 +1,72 @@
+#pragma once
+// Element-wise operators on [N, C] activations: GELU (tanh form) and the residual add.
+#include "core/tensor.hpp"
+
+namespace joule {
+
+namespace detail {
+template <class ExecutionSpace>
+auto matrix_policy(ExecutionSpace const& space, int rows, int cols) {
+  return Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {rows, cols});
+}
+template <class A, class B>
+void require_same_shape(char const* op, A const& a, B const& b) {
+  require(a.extent(0) == b.extent(0) && a.extent(1) == b.extent(1), op,
+          "shapes differ: " + shape_of(a) + " vs " + shape_of(b));
+}
+}  // namespace detail
+
+// GELU, tanh approximation (PyTorch's approximate="tanh"):
+//   gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+template <class ExecutionSpace, class Out, class In>
+void gelu_forward(ExecutionSpace const& space, Out const& out, In const& x) {
+  using T = typename Out::non_const_value_type;
+  detail::require_same_shape("gelu_forward", out, x);
+  Kokkos::parallel_for(
+      label("gelu_forward"), detail::matrix_policy(space, x.extent(0), x.extent(1)),
+      KOKKOS_LAMBDA(int r, int c) {
+        T const v = x(r, c);
+        T const k = T(0.7978845608028654);  // sqrt(2/pi)
+        out(r, c) = T(0.5) * v * (T(1) + math::tanh(k * (v + T(0.044715) * v * v * v)));
+      });
+}
+
+// d_x = d_out * gelu'(x)   (overwritten)
+template <class ExecutionSpace, class DIn, class DOut, class In>
+void gelu_backward(ExecutionSpace const& space, DIn const& d_x, DOut const& d_out, In const& x) {
+  using T = typename DIn::non_const_value_type;
+  detail::require_same_shape("gelu_backward", d_x, x);
+  detail::require_same_shape("gelu_backward", d_out, x);
+  Kokkos::parallel_for(
+      label("gelu_backward"), detail::matrix_policy(space, x.extent(0), x.extent(1)),
+      KOKKOS_LAMBDA(int r, int c) {
+        T const v = x(r, c);
+        T const k = T(0.7978845608028654);
+        T const u = k * (v + T(0.044715) * v * v * v);
+        T const t = math::tanh(u);
+        T const du = k * (T(1) + T(3) * T(0.044715) * v * v);
+        d_x(r, c) = d_out(r, c) * (T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * du);
+      });
+}
+
+// out = a + b
+template <class ExecutionSpace, class Out, class A, class B>
+void residual_forward(ExecutionSpace const& space, Out const& out, A const& a, B const& b) {
+  detail::require_same_shape("residual_forward", out, a);
+  detail::require_same_shape("residual_forward", out, b);
+  Kokkos::parallel_for(
+      label("residual_forward"), detail::matrix_policy(space, out.extent(0), out.extent(1)),
+      KOKKOS_LAMBDA(int r, int c) { out(r, c) = a(r, c) + b(r, c); });
+}
+
+// A residual connection y = x + f(x) sends d_y both into f's backward and straight to x:
+// d_x += d_out (accumulated: d_x already holds what came back through f).
+template <class ExecutionSpace, class DIn, class DOut>
+void residual_backward(ExecutionSpace const& space, DIn const& d_x, DOut const& d_out) {
+  detail::require_same_shape("residual_backward", d_x, d_out);
+  Kokkos::parallel_for(
+      label("residual_backward"), detail::matrix_policy(space, d_out.extent(0), d_out.extent(1)),
+      KOKKOS_LAMBDA(int r, int c) { d_x(r, c) += d_out(r, c); });
+}
+
+}  // namespace joule

@@ -1,0 +1,145 @@
+#pragma once
+// Token embedding (gather from wte[V, C]) and learned position embedding (wpe[S_max, C]).
+// Activations are [B*S, C] with row = b * seq_len + t.
+//
+// The token-embedding backward is a scatter-add: many rows can carry the same token. Instead of
+// float atomics (non-deterministic order), the rows are bucketed by token (CSR), each bucket is
+// sorted, and one thread per (token, channel) adds its rows in ascending order: race-free on every
+// backend and bitwise reproducible.
+#include "core/ops/detail/column_sum.hpp"
+#include "core/tensor.hpp"
+
+namespace joule {
+
+// out[r, c] = wte[tokens[r], c] + wpe[r % seq_len, c]
+// Throws if a token is outside [0, V).
+template <class ExecutionSpace, class Out, class Tokens, class Wte, class Wpe>
+void embedding_forward(ExecutionSpace const& space, Out const& out, Tokens const& tokens,
+                       Wte const& wte, Wpe const& wpe, int seq_len) {
+  int const n = out.extent(0), c = out.extent(1), vocab = wte.extent(0);
+  require(int(tokens.extent(0)) == n && int(wte.extent(1)) == c && int(wpe.extent(1)) == c &&
+              seq_len > 0 && n % seq_len == 0 && int(wpe.extent(0)) >= seq_len,
+          "embedding_forward", "out " + shape_of(out) + ", tokens " + shape_of(tokens) + ", wte " +
+                                   shape_of(wte) + ", wpe " + shape_of(wpe) +
+                                   ", seq_len " + std::to_string(seq_len));
+  int bad = 0;
+  Kokkos::parallel_reduce(
+      label("embedding_check_tokens"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
+      KOKKOS_LAMBDA(int r, int& count) { count += (tokens(r) < 0 || tokens(r) >= vocab) ? 1 : 0; },
+      bad);
+  require(bad == 0, "embedding_forward",
+          std::to_string(bad) + " token(s) outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  Kokkos::parallel_for(
+      label("embedding_forward"),
+      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {n, c}),
+      KOKKOS_LAMBDA(int r, int i) { out(r, i) = wte(tokens(r), i) + wpe(r % seq_len, i); });
+}
+
+// x[r, c] += wpe[r % seq_len, c]   (image tokens: patch embedding plus position)
+template <class ExecutionSpace, class X, class Wpe>
+void position_embedding_forward(ExecutionSpace const& space, X const& x, Wpe const& wpe,
+                                int seq_len) {
+  int const n = x.extent(0), c = x.extent(1);
+  require(int(wpe.extent(1)) == c && seq_len > 0 && n % seq_len == 0 &&
+              int(wpe.extent(0)) >= seq_len,
+          "position_embedding_forward", "x " + shape_of(x) + ", wpe " + shape_of(wpe) +
+                                            ", seq_len " + std::to_string(seq_len));
+  Kokkos::parallel_for(
+      label("position_embedding_forward"),
+      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {n, c}),
+      KOKKOS_LAMBDA(int r, int i) { x(r, i) += wpe(r % seq_len, i); });
+}
+
+// d_wpe[t, c] += sum_b d_out[b * seq_len + t, c]
+template <class ExecutionSpace, class DWpe, class DOut>
+void position_embedding_backward(ExecutionSpace const& space, DWpe const& d_wpe,
+                                 DOut const& d_out, int seq_len) {
+  int const n = d_out.extent(0), c = d_out.extent(1), batch = n / seq_len;
+  require(int(d_wpe.extent(1)) == c && n % seq_len == 0 && int(d_wpe.extent(0)) >= seq_len,
+          "position_embedding_backward", "d_out " + shape_of(d_out) + ", d_wpe " + shape_of(d_wpe));
+  Kokkos::parallel_for(
+      label("position_embedding_backward"),
+      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {seq_len, c}),
+      KOKKOS_LAMBDA(int t, int i) {
+        typename DWpe::non_const_value_type sum = 0;
+        for (int b = 0; b < batch; ++b) sum += d_out(b * seq_len + t, i);
+        d_wpe(t, i) += sum;
+      });
+}
+
+namespace detail {
+// In-place heap sort of a[0..n), usable inside a kernel (no recursion, no allocation).
+template <class A>
+KOKKOS_INLINE_FUNCTION void heap_sort(A& a, int begin, int n) {
+  auto sift_down = [&](int root, int end) {
+    while (2 * root + 1 < end) {
+      int child = 2 * root + 1;
+      if (child + 1 < end && a(begin + child) < a(begin + child + 1)) ++child;
+      if (!(a(begin + root) < a(begin + child))) return;
+      auto tmp = a(begin + root);
+      a(begin + root) = a(begin + child);
+      a(begin + child) = tmp;
+      root = child;
+    }
+  };
+  for (int i = n / 2 - 1; i >= 0; --i) sift_down(i, n);
+  for (int end = n - 1; end > 0; --end) {
+    auto tmp = a(begin);
+    a(begin) = a(begin + end);
+    a(begin + end) = tmp;
+    sift_down(0, end);
+  }
+}
+}  // namespace detail
+
+// d_wte[v, c] += sum over rows r with tokens[r] == v of d_out[r, c]   (rows in ascending order)
+// d_wpe[t, c] += sum_b d_out[b * seq_len + t, c]
+template <class ExecutionSpace, class DWte, class DWpe, class DOut, class Tokens>
+void embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DWpe const& d_wpe,
+                        DOut const& d_out, Tokens const& tokens, int seq_len) {
+  using MemorySpace = typename ExecutionSpace::memory_space;
+  int const n = d_out.extent(0), c = d_out.extent(1), vocab = d_wte.extent(0);
+  require(int(tokens.extent(0)) == n && int(d_wte.extent(1)) == c, "embedding_backward",
+          "d_out " + shape_of(d_out) + ", tokens " + shape_of(tokens) + ", d_wte " + shape_of(d_wte));
+
+  // Bucket rows by token: counts -> offsets (exclusive scan) -> fill -> sort each bucket.
+  Kokkos::View<int*, MemorySpace> offsets(label("embedding_bucket_offsets"), vocab + 1);
+  Kokkos::View<int*, MemorySpace> cursor(label("embedding_bucket_cursor"), vocab);
+  Kokkos::View<int*, MemorySpace> rows(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                                          label("embedding_bucket_rows")),
+                                       n);
+  Kokkos::parallel_for(
+      label("embedding_backward_count"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
+      KOKKOS_LAMBDA(int r) { Kokkos::atomic_increment(&offsets(tokens(r) + 1)); });
+  Kokkos::parallel_scan(
+      label("embedding_backward_scan"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, vocab + 1),
+      KOKKOS_LAMBDA(int v, int& partial, bool final) {
+        partial += offsets(v);
+        if (final) offsets(v) = partial;
+      });
+  Kokkos::parallel_for(
+      label("embedding_backward_fill"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
+      KOKKOS_LAMBDA(int r) {
+        int const v = tokens(r);
+        rows(offsets(v) + Kokkos::atomic_fetch_add(&cursor(v), 1)) = r;
+      });
+  Kokkos::parallel_for(
+      label("embedding_backward_sort"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, vocab),
+      KOKKOS_LAMBDA(int v) {
+        auto rows_ = rows;
+        detail::heap_sort(rows_, offsets(v), offsets(v + 1) - offsets(v));
+      });
+  Kokkos::parallel_for(
+      label("embedding_backward_wte"),
+      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {vocab, c}),
+      KOKKOS_LAMBDA(int v, int i) {
+        int const begin = offsets(v), end = offsets(v + 1);
+        if (begin == end) return;
+        typename DWte::non_const_value_type sum = 0;
+        for (int k = begin; k < end; ++k) sum += d_out(rows(k), i);
+        d_wte(v, i) += sum;
+      });
+  position_embedding_backward(space, d_wpe, d_out, seq_len);
+}
+
+}  // namespace joule

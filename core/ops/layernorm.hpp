@@ -1,0 +1,90 @@
+#pragma once
+// LayerNorm over the last dimension: out = (x - mean) * rstd * weight + bias, per row.
+// The forward pass saves mean[N] and rstd[N] for the backward pass.
+#include "core/ops/detail/column_sum.hpp"
+#include "core/tensor.hpp"
+
+namespace joule {
+
+template <class ExecutionSpace, class Out, class Mean, class Rstd, class In, class Weight,
+          class Bias>
+void layernorm_forward(ExecutionSpace const& space, Out const& out, Mean const& mean,
+                       Rstd const& rstd, In const& x, Weight const& weight, Bias const& bias,
+                       double eps = 1e-5) {
+  using T = typename Out::non_const_value_type;
+  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
+  using Member = typename Policy::member_type;
+  int const n = x.extent(0), c = x.extent(1);
+  require(out.extent(0) == x.extent(0) && out.extent(1) == x.extent(1) && int(mean.extent(0)) == n &&
+              int(rstd.extent(0)) == n && int(weight.extent(0)) == c && int(bias.extent(0)) == c,
+          "layernorm_forward", "x " + shape_of(x) + ", out " + shape_of(out) + ", weight " +
+                                   shape_of(weight) + ", mean " + shape_of(mean));
+  T const epsilon = eps;
+  Kokkos::parallel_for(
+      label("layernorm_forward"), Policy(space, n, Kokkos::AUTO),
+      KOKKOS_LAMBDA(Member const& team) {
+        int const r = team.league_rank();
+        T sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, c), [&](int i, T& s) { s += x(r, i); }, sum);
+        T const m = sum / c;
+        T sq = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, c),
+            [&](int i, T& s) {
+              T const d = x(r, i) - m;
+              s += d * d;
+            },
+            sq);
+        T const rs = T(1) / math::sqrt(sq / c + epsilon);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](int i) {
+          out(r, i) = (x(r, i) - m) * rs * weight(i) + bias(i);
+        });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          mean(r) = m;
+          rstd(r) = rs;
+        });
+      });
+}
+
+// d_x = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = d_out * weight   (overwritten)
+// d_weight += sum_rows d_out * xhat;  d_bias += sum_rows d_out              (accumulated)
+template <class ExecutionSpace, class DIn, class DWeight, class DBias, class DOut, class In,
+          class Weight, class Mean, class Rstd>
+void layernorm_backward(ExecutionSpace const& space, DIn const& d_x, DWeight const& d_weight,
+                        DBias const& d_bias, DOut const& d_out, In const& x, Weight const& weight,
+                        Mean const& mean, Rstd const& rstd) {
+  using T = typename DIn::non_const_value_type;
+  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
+  using Member = typename Policy::member_type;
+  int const n = x.extent(0), c = x.extent(1);
+  require(d_x.extent(0) == x.extent(0) && d_x.extent(1) == x.extent(1) &&
+              d_out.extent(0) == x.extent(0) && d_out.extent(1) == x.extent(1) &&
+              int(d_weight.extent(0)) == c && int(d_bias.extent(0)) == c,
+          "layernorm_backward", "x " + shape_of(x) + ", d_out " + shape_of(d_out) + ", d_x " +
+                                    shape_of(d_x) + ", d_weight " + shape_of(d_weight));
+  Kokkos::parallel_for(
+      label("layernorm_backward_input"), Policy(space, n, Kokkos::AUTO),
+      KOKKOS_LAMBDA(Member const& team) {
+        int const r = team.league_rank();
+        T const m = mean(r), rs = rstd(r);
+        T g_sum = 0, g_xhat_sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, c), [&](int i, T& s) { s += d_out(r, i) * weight(i); },
+            g_sum);
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, c),
+            [&](int i, T& s) { s += d_out(r, i) * weight(i) * (x(r, i) - m) * rs; }, g_xhat_sum);
+        T const g_mean = g_sum / c, g_xhat_mean = g_xhat_sum / c;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](int i) {
+          T const xhat = (x(r, i) - m) * rs;
+          d_x(r, i) = rs * (d_out(r, i) * weight(i) - g_mean - xhat * g_xhat_mean);
+        });
+      });
+  detail::accumulate_column_sums_of(
+      space, "layernorm_backward_weight", d_weight, n,
+      KOKKOS_LAMBDA(int r, int i) { return d_out(r, i) * (x(r, i) - mean(r)) * rstd(r); });
+  detail::accumulate_column_sums(space, "layernorm_backward_bias", d_bias, d_out);
+}
+
+}  // namespace joule
