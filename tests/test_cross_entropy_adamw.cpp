@@ -1,1 +1,100 @@
+// Cross-entropy with an ignore index (against a naive log-softmax and finite differences) and
+// AdamW (against a plain host loop over several steps).
+#include "core/ops/adamw.hpp"
+#include "core/ops/cross_entropy.hpp"
 #include "support/test_support.hpp"
+
+using namespace joule;
+using namespace joule::test;
+
+TEMPLATE_TEST_CASE("cross entropy: ignored rows count for nothing; backward matches finite differences",
+                   "[ops][cross_entropy][gradcheck]", JOULE_TEST_SPACES) {
+  using Mem = typename TestType::memory_space;
+  TestType space;
+  Rng rng(31);
+  int const n = 29, vocab = 31;
+  Tensor2<double, Mem> logits("logits", n, vocab), d_logits("d_logits", n, vocab);
+  Tensor1<double, Mem> lse("lse", n), losses("losses", n);
+  Kokkos::View<int*, Mem> targets("targets", n);
+  fill_uniform(logits, rng, -6, 6);
+  std::vector<int> ht(n);
+  {
+    auto h = Kokkos::create_mirror_view(targets);
+    std::uniform_int_distribution<int> pick(0, vocab - 1);
+    for (int i = 0; i < n; ++i) h(i) = ht[i] = (i % 4 == 1) ? kIgnoreIndex : pick(rng);
+    Kokkos::deep_copy(targets, h);
+  }
+  auto const result = cross_entropy_forward(space, lse, losses, logits, targets);
+  auto const hl = to_vector(logits);
+  double naive = 0;
+  int counted = 0;
+  for (int i = 0; i < n; ++i) {
+    if (ht[i] == kIgnoreIndex) continue;
+    double m = -1e300, s = 0;
+    for (int v = 0; v < vocab; ++v) m = std::max(m, hl[i * vocab + v]);
+    for (int v = 0; v < vocab; ++v) s += std::exp(hl[i * vocab + v] - m);
+    naive += m + std::log(s) - hl[i * vocab + ht[i]];
+    ++counted;
+  }
+  REQUIRE(result.counted_rows == counted);
+  REQUIRE(counted < n);
+  REQUIRE(result.loss == Approx(naive / counted).epsilon(1e-12));
+
+  double const d_loss = 0.7;
+  cross_entropy_backward(space, d_logits, logits, lse, targets, result.counted_rows, d_loss);
+  auto const g = to_vector(d_logits);
+  for (int v = 0; v < vocab; ++v) REQUIRE(g[1 * vocab + v] == 0.0);  // row 1 is ignored
+  auto loss = [&] { return d_loss * cross_entropy_forward(space, lse, losses, logits, targets).loss; };
+  JOULE_REQUIRE_GRADIENT("d_logits", logits, g, loss, rng);
+
+  {
+    auto h = Kokkos::create_mirror_view(targets);
+    Kokkos::deep_copy(h, targets);
+    h(3) = vocab;
+    Kokkos::deep_copy(targets, h);
+  }
+  REQUIRE_THROWS_WITH(cross_entropy_forward(space, lse, losses, logits, targets),
+                      Catch::Contains("neither ignore_index"));
+}
+
+TEMPLATE_TEST_CASE("adamw: matches a plain loop over several steps, in float and double",
+                   "[ops][adamw]", JOULE_TEST_SPACES) {
+  using Mem = typename TestType::memory_space;
+  TestType space;
+  Rng rng(32);
+  int const n = 1001;
+  AdamWConfig cfg;
+  cfg.lr = 2e-2;
+  cfg.beta1 = 0.8;
+  cfg.beta2 = 0.95;
+  cfg.eps = 1e-6;
+  cfg.weight_decay = 0.3;
+
+  Tensor1<double, Mem> p("p", n), g("g", n), m("m", n), v("v", n);
+  Tensor1<float, Mem> pf("pf", n), gf("gf", n), mf("mf", n), vf("vf", n);
+  fill_uniform(p, rng);
+  auto ref_p = to_vector(p);
+  from_vector(pf, ref_p);
+  ref_p = to_vector(pf);  // start the float and double runs from the same (float) values
+  from_vector(p, ref_p);
+  std::vector<double> ref_m(n, 0), ref_v(n, 0);
+  for (int step = 1; step <= 5; ++step) {
+    fill_uniform(g, rng, -2, 2);
+    auto const hg = to_vector(g);
+    from_vector(gf, hg);
+    adamw_update(space, p, g, m, v, cfg, step);
+    adamw_update(space, pf, gf, mf, vf, cfg, step);
+    for (int i = 0; i < n; ++i) {
+      ref_m[i] = cfg.beta1 * ref_m[i] + (1 - cfg.beta1) * hg[i];
+      ref_v[i] = cfg.beta2 * ref_v[i] + (1 - cfg.beta2) * hg[i] * hg[i];
+      double const mhat = ref_m[i] / (1 - std::pow(cfg.beta1, step));
+      double const vhat = ref_v[i] / (1 - std::pow(cfg.beta2, step));
+      ref_p[i] = ref_p[i] * (1 - cfg.lr * cfg.weight_decay) - cfg.lr * mhat / (std::sqrt(vhat) + cfg.eps);
+    }
+  }
+  JOULE_REQUIRE_CLOSE("adamw double params", to_vector(p), ref_p, 1e-12, 1e-14);
+  JOULE_REQUIRE_CLOSE("adamw double m", to_vector(m), ref_m, 1e-12, 1e-14);
+  JOULE_REQUIRE_CLOSE("adamw double v", to_vector(v), ref_v, 1e-12, 1e-14);
+  JOULE_REQUIRE_CLOSE("adamw float params", to_vector(pf), ref_p, 1e-5, 1e-6);
+  REQUIRE_THROWS(adamw_update(space, p, g, m, v, cfg, 0));
+}

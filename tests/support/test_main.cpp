@@ -1,9 +1,16 @@
 // Catch2 runner that brings Kokkos up once for the whole test executable.
+// The suite runs on 2 OpenMP threads (CI's machine has 2 cores) unless OMP_NUM_THREADS says
+// otherwise; OpenBLAS stays single-threaded so the two thread pools don't oversubscribe.
 #define CATCH_CONFIG_RUNNER
 #include <Kokkos_Core.hpp>
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+
 int main(int argc, char* argv[]) {
+  setenv("OMP_NUM_THREADS", "2", /*overwrite=*/0);
+  setenv("OMP_PROC_BIND", "false", 0);
+  setenv("OPENBLAS_NUM_THREADS", "1", 0);
   Kokkos::initialize(argc, argv);
   int result = 0;
   {
