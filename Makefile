@@ -1,0 +1,44 @@
+# Thin wrapper over CMake: every target installs what it needs first (apps/scripts/install-deps.sh),
+# so on a fresh Debian 12 machine `make run` and `make test` are all there is to type.
+#   make run     the main job (for now: the operator benchmark)
+#   make test    build and run the test suite (what CI runs)
+#   make bench-torch   the benchmark next to PyTorch (installs Debian's python3-torch)
+# Use your own Kokkos (e.g. CUDA on a GH200 node): make test Kokkos_ROOT=/path/to/kokkos
+JOULE_DEPS_PREFIX ?= $(HOME)/.cache/joule/kokkos-3.4.1-openmp
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_ARGS ?=
+
+ifdef Kokkos_ROOT
+  DEPS_ENV := Kokkos_ROOT=$(Kokkos_ROOT)
+  KOKKOS := $(Kokkos_ROOT)
+else
+  DEPS_ENV := JOULE_DEPS_PREFIX=$(JOULE_DEPS_PREFIX)
+  KOKKOS := $(JOULE_DEPS_PREFIX)
+endif
+
+.PHONY: all deps configure build test run bench-torch clean
+all: build
+
+deps:
+	$(DEPS_ENV) bash apps/scripts/install-deps.sh
+
+configure: deps
+	cmake -S . -B $(BUILD) -DKokkos_ROOT=$(KOKKOS) $(CMAKE_ARGS)
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+run: build
+	./$(BUILD)/apps/joule bench
+
+bench-torch: build
+	JOULE_WITH_TORCH=1 $(DEPS_ENV) bash apps/scripts/install-deps.sh
+	./$(BUILD)/apps/joule bench --json $(BUILD)/bench.json
+	/usr/bin/python3 apps/scripts/bench_torch.py $(BUILD)/bench.json
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,55 @@
+// The joule command. Subcommands live in their own files; this file parses and dispatches.
+#include "bench/bench_ops.hpp"
+#include "core/compat.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <exception>
+
+namespace {
+
+void print_version() {
+  fmt::print("joule {}\n", JOULE_VERSION);
+  fmt::print("Kokkos {}.{}.{}, default execution space {} ({} threads/concurrency)\n",
+             KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100,
+             Kokkos::DefaultExecutionSpace::name(), Kokkos::DefaultExecutionSpace().concurrency());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Kokkos' OpenMP backend warns without a binding policy; bind unless the user chose otherwise.
+  setenv("OMP_PROC_BIND", "spread", /*overwrite=*/0);
+  setenv("OMP_PLACES", "threads", 0);
+  Kokkos::ScopeGuard kokkos(argc, argv);  // consumes --kokkos-* arguments
+
+  CLI::App app{"joule: energy-aware training of multimodal transformers on Kokkos"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("joule ") + JOULE_VERSION);
+
+  joule::apps::BenchOptions bench;
+  auto* bench_cmd = app.add_subcommand("bench", "time each operator's forward+backward (GFLOP/s)");
+  bench_cmd->add_option("--preset", bench.preset, "shapes: vit-base (realistic) or tiny (smoke test)")
+      ->check(CLI::IsMember({"vit-base", "tiny"}));
+  bench_cmd->add_option("--repeats", bench.repeats, "timed runs per operator (median reported)")
+      ->check(CLI::Range(1, 1000));
+  bench_cmd->add_option("--json", bench.json_path, "also write the results as JSON (for bench_torch.py)");
+
+  auto* info_cmd = app.add_subcommand("info", "print versions and the execution space");
+
+  try {
+    app.parse(argc, argv);
+  } catch (CLI::ParseError const& e) {
+    return app.exit(e);
+  }
+  try {
+    if (*bench_cmd) return joule::apps::run_bench(bench);
+    if (*info_cmd) print_version();
+  } catch (std::exception const& e) {
+    fmt::print(stderr, "joule: error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
