@@ -110,7 +110,7 @@ void embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DWpe con
                                        n);
   Kokkos::parallel_for(
       label("embedding_backward_count"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
-      KOKKOS_LAMBDA(int r) { Kokkos::atomic_increment(&offsets(tokens(r) + 1)); });
+      KOKKOS_LAMBDA(int r) { Kokkos::atomic_add(&offsets(tokens(r) + 1), 1); });
   Kokkos::parallel_scan(
       label("embedding_backward_scan"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, vocab + 1),
       KOKKOS_LAMBDA(int v, int& partial, bool final) {

@@ -6,6 +6,11 @@
 // thread per row; on CPUs a team is one thread that walks its tile (the scratch tile then acts
 // as an L1/L2 cache block). Tile sizes are compile-time, from the head size and the scalar size,
 // so per-thread arrays have static bounds and team scratch stays under 32 KiB.
+//
+// Dot products against a whole tile are written as "for d: for j: s[j] += a[d] * bt(d, j)" over
+// a transposed copy of the tile: the inner loop has independent accumulators, so CPU compilers
+// vectorise it without reassociating a reduction (no -ffast-math), and the result is the same
+// on every backend.
 #include "core/tensor.hpp"
 
 #include <cmath>
@@ -64,7 +69,7 @@ struct AttentionForwardKernel {
   int row_tiles;
 
   static std::size_t scratch_bytes() {
-    return 4 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile);
+    return 4 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile);  // q, o, kt, v
   }
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
@@ -77,7 +82,7 @@ struct AttentionForwardKernel {
     int const q_col = h * HD, k_col = s.channels + h * HD, v_col = 2 * s.channels + h * HD;
 
     Tile2 q(team.team_scratch(0), kTile, HD), o(team.team_scratch(0), kTile, HD);
-    Tile2 k(team.team_scratch(0), kTile, HD), v(team.team_scratch(0), kTile, HD);
+    Tile2 kt(team.team_scratch(0), HD, kTile), v(team.team_scratch(0), kTile, HD);
     Tile1 m(team.team_scratch(0), kTile), l(team.team_scratch(0), kTile);
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_rows), [&](int i) {
@@ -93,10 +98,10 @@ struct AttentionForwardKernel {
     for (int key0 = 0; key0 < key_limit; key0 += kTile) {
       int const n_keys = key_limit - key0 < kTile ? key_limit - key0 : kTile;
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_keys), [&](int j) {
-        for (int d = 0; d < HD; ++d) {
-          k(j, d) = qkv(token0 + key0 + j, k_col + d);
-          v(j, d) = qkv(token0 + key0 + j, v_col + d);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](int j) {
+        for (int d = 0; d < HD; ++d) {  // keys past the tile's end are zero, never used
+          kt(d, j) = j < n_keys ? qkv(token0 + key0 + j, k_col + d) : T(0);
+          v(j, d) = j < n_keys ? qkv(token0 + key0 + j, v_col + d) : T(0);
         }
       });
       team.team_barrier();
@@ -104,14 +109,13 @@ struct AttentionForwardKernel {
         int const end = attention_key_end(row0 + i, s.seq, s.open_prefix) - key0;
         int const n_valid = end < n_keys ? end : n_keys;
         if (n_valid <= 0) return;
-        T score[kTile];
-        T tile_max = m(i);
-        for (int j = 0; j < n_valid; ++j) {
-          T dot = 0;
-          for (int d = 0; d < HD; ++d) dot += q(i, d) * k(j, d);
-          score[j] = dot;
-          tile_max = dot > tile_max ? dot : tile_max;
+        T score[kTile] = {};
+        for (int d = 0; d < HD; ++d) {
+          T const qd = q(i, d);
+          for (int j = 0; j < kTile; ++j) score[j] += qd * kt(d, j);
         }
+        T tile_max = m(i);
+        for (int j = 0; j < n_valid; ++j) tile_max = score[j] > tile_max ? score[j] : tile_max;
         T const correction = math::exp(m(i) - tile_max);
         T row_sum = l(i) * correction;
         T acc[HD];
@@ -166,13 +170,15 @@ void attention_delta(ExecutionSpace const& space, AttentionShape const& s, Delta
 }
 
 // One team per (batch, head, key tile): accumulates dK and dV of its keys over all queries.
+// Per key j and query tile: s_i = q_i.k_j and dp_i = dO_i.v_j for all i (over transposed Q and
+// dO tiles), then dV_j += p_i dO_i and dK_j += ds_i q_i (over the row-major tiles).
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
 struct AttentionBackwardKeyValueKernel {
   using T = typename DQkv::non_const_value_type;
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   using Tile2 = ScratchMatrix<T, ExecutionSpace>;
   using Tile1 = ScratchVector<T, ExecutionSpace>;
-  static constexpr int kTile = attention_tile<T, HD, 6>();
+  static constexpr int kTile = attention_tile<T, HD, 8>();
 
   AttentionShape s;
   DQkv d_qkv;
@@ -183,8 +189,8 @@ struct AttentionBackwardKeyValueKernel {
   T scale;
   int key_tiles;
 
-  static std::size_t scratch_bytes() {
-    return 6 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile);
+  static std::size_t scratch_bytes() {  // k, v, dk, dv, q, qt, dout, doutt; lse, delta
+    return 8 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile);
   }
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
@@ -198,7 +204,8 @@ struct AttentionBackwardKeyValueKernel {
 
     Tile2 k(team.team_scratch(0), kTile, HD), v(team.team_scratch(0), kTile, HD);
     Tile2 dk(team.team_scratch(0), kTile, HD), dv(team.team_scratch(0), kTile, HD);
-    Tile2 q(team.team_scratch(0), kTile, HD), dout(team.team_scratch(0), kTile, HD);
+    Tile2 q(team.team_scratch(0), kTile, HD), qt(team.team_scratch(0), HD, kTile);
+    Tile2 dout(team.team_scratch(0), kTile, HD), doutt(team.team_scratch(0), HD, kTile);
     Tile1 row_lse(team.team_scratch(0), kTile), row_delta(team.team_scratch(0), kTile);
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_keys), [&](int j) {
@@ -210,38 +217,44 @@ struct AttentionBackwardKeyValueKernel {
       }
     });
     // query_begin is non-decreasing in the key index: the tile's first key bounds the query loop.
-    int const first_query = attention_query_begin(key0, s.open_prefix);
-    for (int query0 = first_query; query0 < s.seq; query0 += kTile) {
+    for (int query0 = attention_query_begin(key0, s.open_prefix); query0 < s.seq; query0 += kTile) {
       int const n_queries = s.seq - query0 < kTile ? s.seq - query0 : kTile;
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_queries), [&](int i) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](int i) {
+        bool const in = i < n_queries;  // rows past the end are zero, never used
         for (int d = 0; d < HD; ++d) {
-          q(i, d) = scale * qkv(token0 + query0 + i, q_col + d);
-          dout(i, d) = d_out(token0 + query0 + i, q_col + d);
+          T const qv = in ? scale * qkv(token0 + query0 + i, q_col + d) : T(0);
+          T const gv = in ? d_out(token0 + query0 + i, q_col + d) : T(0);
+          q(i, d) = qt(d, i) = qv;  // pre-scaled query: d score / d k = scale * q
+          dout(i, d) = doutt(d, i) = gv;
         }
-        row_lse(i) = lse(bh, query0 + i);
-        row_delta(i) = delta(bh, query0 + i);
+        row_lse(i) = in ? lse(bh, query0 + i) : T(0);
+        row_delta(i) = in ? delta(bh, query0 + i) : T(0);
       });
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_keys), [&](int j) {
-        int const key = key0 + j;
-        int const begin = attention_query_begin(key, s.open_prefix) - query0;
+        int const first = attention_query_begin(key0 + j, s.open_prefix) - query0;
+        int const begin = first > 0 ? first : 0;
+        if (begin >= n_queries) return;
+        T score[kTile] = {}, dp[kTile] = {};
+        for (int d = 0; d < HD; ++d) {
+          T const kd = k(j, d), vd = v(j, d);
+          for (int i = 0; i < kTile; ++i) {
+            score[i] += qt(d, i) * kd;
+            dp[i] += doutt(d, i) * vd;
+          }
+        }
         T acc_k[HD], acc_v[HD];
         for (int d = 0; d < HD; ++d) {
           acc_k[d] = dk(j, d);
           acc_v[d] = dv(j, d);
         }
-        for (int i = begin > 0 ? begin : 0; i < n_queries; ++i) {
-          T score = 0, dp = 0;
-          for (int d = 0; d < HD; ++d) {
-            score += q(i, d) * k(j, d);
-            dp += dout(i, d) * v(j, d);
-          }
-          T const p = math::exp(score - row_lse(i));
-          T const ds = p * (dp - row_delta(i));
+        for (int i = begin; i < n_queries; ++i) {
+          T const p = math::exp(score[i] - row_lse(i));
+          T const ds = p * (dp[i] - row_delta(i));
           for (int d = 0; d < HD; ++d) {
             acc_v[d] += p * dout(i, d);
-            acc_k[d] += ds * q(i, d);  // q is pre-scaled: d score / d k = scale * q
+            acc_k[d] += ds * q(i, d);
           }
         }
         for (int d = 0; d < HD; ++d) {
@@ -261,13 +274,14 @@ struct AttentionBackwardKeyValueKernel {
 };
 
 // One team per (batch, head, query tile): accumulates dQ of its queries over the keys they see.
+// Per query i and key tile: s_j and dp_j over transposed K and V tiles, then dQ_i += ds_j k_j.
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
 struct AttentionBackwardQueryKernel {
   using T = typename DQkv::non_const_value_type;
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   using Tile2 = ScratchMatrix<T, ExecutionSpace>;
   using Tile1 = ScratchVector<T, ExecutionSpace>;
-  static constexpr int kTile = attention_tile<T, HD, 5>();
+  static constexpr int kTile = attention_tile<T, HD, 6>();
 
   AttentionShape s;
   DQkv d_qkv;
@@ -278,8 +292,8 @@ struct AttentionBackwardQueryKernel {
   T scale;
   int row_tiles;
 
-  static std::size_t scratch_bytes() {
-    return 5 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile);
+  static std::size_t scratch_bytes() {  // q, dout, dq, k, kt, vt; lse, delta
+    return 6 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile);
   }
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
@@ -292,8 +306,8 @@ struct AttentionBackwardQueryKernel {
     int const q_col = h * HD, k_col = s.channels + h * HD, v_col = 2 * s.channels + h * HD;
 
     Tile2 q(team.team_scratch(0), kTile, HD), dout(team.team_scratch(0), kTile, HD);
-    Tile2 dq(team.team_scratch(0), kTile, HD);
-    Tile2 k(team.team_scratch(0), kTile, HD), v(team.team_scratch(0), kTile, HD);
+    Tile2 dq(team.team_scratch(0), kTile, HD), k(team.team_scratch(0), kTile, HD);
+    Tile2 kt(team.team_scratch(0), HD, kTile), vt(team.team_scratch(0), HD, kTile);
     Tile1 row_lse(team.team_scratch(0), kTile), row_delta(team.team_scratch(0), kTile);
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_rows), [&](int i) {
@@ -309,25 +323,31 @@ struct AttentionBackwardQueryKernel {
     for (int key0 = 0; key0 < key_limit; key0 += kTile) {
       int const n_keys = key_limit - key0 < kTile ? key_limit - key0 : kTile;
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_keys), [&](int j) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](int j) {
+        bool const in = j < n_keys;  // keys past the end are zero, never used
         for (int d = 0; d < HD; ++d) {
-          k(j, d) = qkv(token0 + key0 + j, k_col + d);
-          v(j, d) = qkv(token0 + key0 + j, v_col + d);
+          T const kv = in ? qkv(token0 + key0 + j, k_col + d) : T(0);
+          k(j, d) = kt(d, j) = kv;
+          vt(d, j) = in ? qkv(token0 + key0 + j, v_col + d) : T(0);
         }
       });
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_rows), [&](int i) {
         int const end = attention_key_end(row0 + i, s.seq, s.open_prefix) - key0;
         int const n_valid = end < n_keys ? end : n_keys;
+        if (n_valid <= 0) return;
+        T score[kTile] = {}, dp[kTile] = {};
+        for (int d = 0; d < HD; ++d) {
+          T const qd = q(i, d), gd = dout(i, d);
+          for (int j = 0; j < kTile; ++j) {
+            score[j] += qd * kt(d, j);
+            dp[j] += gd * vt(d, j);
+          }
+        }
         T acc[HD];
         for (int d = 0; d < HD; ++d) acc[d] = dq(i, d);
         for (int j = 0; j < n_valid; ++j) {
-          T score = 0, dp = 0;
-          for (int d = 0; d < HD; ++d) {
-            score += q(i, d) * k(j, d);
-            dp += dout(i, d) * v(j, d);
-          }
-          T const ds = math::exp(score - row_lse(i)) * (dp - row_delta(i));
+          T const ds = math::exp(score[j] - row_lse(i)) * (dp[j] - row_delta(i));
           for (int d = 0; d < HD; ++d) acc[d] += ds * k(j, d);
         }
         for (int d = 0; d < HD; ++d) dq(i, d) = acc[d];
