@@ -55,6 +55,15 @@ void from_vector(View const& v, std::vector<double> const& values) {
   Kokkos::deep_copy(v, h);
 }
 
+// Sets one element of a 1-D view (for planting a bad value in otherwise valid input).
+template <class View>
+void set_element(View const& v, std::size_t i, typename View::non_const_value_type value) {
+  auto h = Kokkos::create_mirror_view(v);
+  Kokkos::deep_copy(h, v);
+  h(i) = value;
+  Kokkos::deep_copy(v, h);
+}
+
 // sum_i a[i] * b[i]: the scalar loss L = <out, R> whose gradient w.r.t. out is R.
 inline double dot(std::vector<double> const& a, std::vector<double> const& b) {
   REQUIRE(a.size() == b.size());

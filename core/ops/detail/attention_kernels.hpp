@@ -32,6 +32,26 @@ KOKKOS_INLINE_FUNCTION int attention_query_begin(int key, int open_prefix) {
   return key < open_prefix ? 0 : key;
 }
 
+// Which (batch, head, tile of rows) a team owns, and where that head's q/k/v columns are.
+struct AttentionTeamTile {
+  int bh, row0, n_rows, token0, q_col, k_col, v_col;
+
+  template <int Tile, int HD>
+  KOKKOS_INLINE_FUNCTION static AttentionTeamTile decode(AttentionShape const& s, int league_rank,
+                                                         int tiles_per_head) {
+    AttentionTeamTile t;
+    t.bh = league_rank / tiles_per_head;
+    int const h = t.bh % s.heads, b = t.bh / s.heads;
+    t.row0 = (league_rank % tiles_per_head) * Tile;
+    t.n_rows = s.seq - t.row0 < Tile ? s.seq - t.row0 : Tile;
+    t.token0 = b * s.seq;
+    t.q_col = h * HD;
+    t.k_col = s.channels + h * HD;
+    t.v_col = 2 * s.channels + h * HD;
+    return t;
+  }
+};
+
 // Rows per tile so that `n_tiles` tiles of [tile, HD] scalars fit in 32 KiB, between 4 and 64.
 template <class T, int HD, int NTiles>
 constexpr int attention_tile() {
@@ -73,13 +93,10 @@ struct AttentionForwardKernel {
   }
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
-    int const row_tile = team.league_rank() % row_tiles;
-    int const bh = team.league_rank() / row_tiles;
-    int const h = bh % s.heads, b = bh / s.heads;
-    int const row0 = row_tile * kTile;
-    int const n_rows = s.seq - row0 < kTile ? s.seq - row0 : kTile;
-    int const token0 = b * s.seq;
-    int const q_col = h * HD, k_col = s.channels + h * HD, v_col = 2 * s.channels + h * HD;
+    // (Plain locals, not a structured binding: lambdas may capture those only from C++20 on.)
+    auto const t = AttentionTeamTile::decode<kTile, HD>(s, team.league_rank(), row_tiles);
+    int const bh = t.bh, row0 = t.row0, n_rows = t.n_rows, token0 = t.token0;
+    int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
 
     Tile2 q(team.team_scratch(0), kTile, HD), o(team.team_scratch(0), kTile, HD);
     Tile2 kt(team.team_scratch(0), HD, kTile), v(team.team_scratch(0), kTile, HD);
@@ -194,13 +211,9 @@ struct AttentionBackwardKeyValueKernel {
   }
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
-    int const key_tile = team.league_rank() % key_tiles;
-    int const bh = team.league_rank() / key_tiles;
-    int const h = bh % s.heads, b = bh / s.heads;
-    int const key0 = key_tile * kTile;
-    int const n_keys = s.seq - key0 < kTile ? s.seq - key0 : kTile;
-    int const token0 = b * s.seq;
-    int const q_col = h * HD, k_col = s.channels + h * HD, v_col = 2 * s.channels + h * HD;
+    auto const t = AttentionTeamTile::decode<kTile, HD>(s, team.league_rank(), key_tiles);
+    int const bh = t.bh, key0 = t.row0, n_keys = t.n_rows, token0 = t.token0;
+    int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
 
     Tile2 k(team.team_scratch(0), kTile, HD), v(team.team_scratch(0), kTile, HD);
     Tile2 dk(team.team_scratch(0), kTile, HD), dv(team.team_scratch(0), kTile, HD);
@@ -297,13 +310,10 @@ struct AttentionBackwardQueryKernel {
   }
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
-    int const row_tile = team.league_rank() % row_tiles;
-    int const bh = team.league_rank() / row_tiles;
-    int const h = bh % s.heads, b = bh / s.heads;
-    int const row0 = row_tile * kTile;
-    int const n_rows = s.seq - row0 < kTile ? s.seq - row0 : kTile;
-    int const token0 = b * s.seq;
-    int const q_col = h * HD, k_col = s.channels + h * HD, v_col = 2 * s.channels + h * HD;
+    // (Plain locals, not a structured binding: lambdas may capture those only from C++20 on.)
+    auto const t = AttentionTeamTile::decode<kTile, HD>(s, team.league_rank(), row_tiles);
+    int const bh = t.bh, row0 = t.row0, n_rows = t.n_rows, token0 = t.token0;
+    int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
 
     Tile2 q(team.team_scratch(0), kTile, HD), dout(team.team_scratch(0), kTile, HD);
     Tile2 dq(team.team_scratch(0), kTile, HD), k(team.team_scratch(0), kTile, HD);
