@@ -1,5 +1,6 @@
 // The joule command. Subcommands live in their own files; this file parses and dispatches.
 #include "bench/bench_ops.hpp"
+#include "commands.hpp"
 #include "core/compat.hpp"
 
 #include <CLI/CLI.hpp>
@@ -38,6 +39,8 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--json", bench.json_path, "also write the results as JSON (for bench_torch.py)");
 
   auto* info_cmd = app.add_subcommand("info", "print versions and the execution space");
+  auto const run_train = joule::apps::add_train_command(app);
+  auto const run_data = joule::apps::add_data_command(app);
 
   try {
     app.parse(argc, argv);
@@ -47,6 +50,8 @@ int main(int argc, char** argv) {
   try {
     if (*bench_cmd) return joule::apps::run_bench(bench);
     if (*info_cmd) print_version();
+    for (auto const& run : {run_train, run_data})
+      if (int const rc = run(); rc >= 0) return rc;
   } catch (std::exception const& e) {
     fmt::print(stderr, "joule: error: {}\n", e.what());
     return 1;

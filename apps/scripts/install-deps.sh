@@ -16,7 +16,8 @@ log() { printf '[joule deps] %s\n' "$*" >&2; }
 sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libhdf5-dev catch2
-          libopenblas-dev nlohmann-json3-dev libcli11-dev libfmt-dev python3 python3-numpy)
+          libopenblas-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+          python3 python3-numpy)
 if [ "${JOULE_WITH_TORCH:-0}" = 1 ]; then packages+=(python3-torch python3-h5py); fi
 
 missing=()
@@ -34,10 +35,17 @@ if [ -n "${Kokkos_ROOT:-}" ]; then
   exit 0
 fi
 
-if [ -f "$prefix/.joule-complete" ]; then
+# OpenBLAS's OpenMP build, named by full path: it then shares the OpenMP thread pool with
+# Kokkos instead of spinning its own pthreads against it (which slowed small GEMMs several-fold),
+# whatever the system's libblas alternative points to.
+openblas_dir=/usr/lib/x86_64-linux-gnu/openblas-openmp
+# Bump when the build recipe changes, so cached prefixes are rebuilt.
+recipe="joule-deps v2: kokkos 3.4.1 openmp+serial, kokkos-kernels blas=$openblas_dir/libopenblas"
+if [ -f "$prefix/.joule-complete" ] && [ "$(cat "$prefix/.joule-complete")" = "$recipe" ]; then
   log "Kokkos + Kokkos-Kernels already in $prefix"
   exit 0
 fi
+rm -rf "$prefix"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -72,7 +80,8 @@ cmake --install build-kokkos >>build-kokkos.log
 log "building Kokkos-Kernels (BLAS TPL = OpenBLAS, no ETI) into $prefix"
 cmake -S "$src/kokkos-kernels" -B build-kk -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_INSTALL_PREFIX="$prefix" -DKokkos_ROOT="$prefix" -DCMAKE_CXX_STANDARD=17 \
-  -DKokkosKernels_ENABLE_TPL_BLAS=ON -DBLAS_LIBRARIES=openblas \
+  -DKokkosKernels_ENABLE_TPL_BLAS=ON -DBLAS_LIBRARIES=openblas -DBLAS_LIBRARY_DIRS="$openblas_dir" \
+  -DLAPACK_LIBRARIES=openblas -DLAPACK_LIBRARY_DIRS="$openblas_dir" \
   -DKokkosKernels_INST_DOUBLE=OFF -DKokkosKernels_INST_FLOAT=OFF \
   -DKokkosKernels_INST_COMPLEX_DOUBLE=OFF -DKokkosKernels_INST_COMPLEX_FLOAT=OFF \
   -DKokkosKernels_INST_ORDINAL_INT=OFF -DKokkosKernels_INST_ORDINAL_INT64_T=OFF \
@@ -82,5 +91,5 @@ cmake -S "$src/kokkos-kernels" -B build-kk -DCMAKE_BUILD_TYPE=Release \
 cmake --build build-kk -j "$jobs" >>build-kk.log || { tail -50 build-kk.log; exit 1; }
 cmake --install build-kk >>build-kk.log
 
-touch "$prefix/.joule-complete"
+echo "$recipe" > "$prefix/.joule-complete"
 log "done: Kokkos_ROOT=$prefix"

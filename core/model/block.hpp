@@ -9,6 +9,7 @@
 #include "core/ops/elementwise.hpp"
 #include "core/ops/layernorm.hpp"
 #include "core/ops/linear.hpp"
+#include "core/model/parameter_group.hpp"
 
 #include <string>
 
@@ -20,7 +21,8 @@ struct BlockShape {
   int tokens() const { return batch * seq; }
 };
 
-// C = channels, M = mlp_hidden.
+// C = channels, M = mlp_hidden. All tensors live in one contiguous `storage` buffer, in the
+// order of layout(), so a whole block can be zeroed, moved or updated as one group.
 template <class T, class MemorySpace>
 struct BlockParameters {
   Tensor1<T, MemorySpace> ln1_weight, ln1_bias;    // [C]
@@ -33,40 +35,35 @@ struct BlockParameters {
   Tensor1<T, MemorySpace> fc_bias;                 // [M]
   Tensor2<T, MemorySpace> fc_proj_weight;          // [C, M]
   Tensor1<T, MemorySpace> fc_proj_bias;            // [C]
+  Tensor1<T, MemorySpace> storage;                 // everything above, back to back
+  BlockShape shape;
 
   BlockParameters() = default;
-  BlockParameters(std::string const& prefix, BlockShape const& s) {
-    int const c = s.channels, m = s.mlp_hidden;
-    auto const name = [&](char const* n) { return label((prefix + n).c_str()); };
-    ln1_weight = decltype(ln1_weight)(name("ln1.weight"), c);
-    ln1_bias = decltype(ln1_bias)(name("ln1.bias"), c);
-    qkv_weight = decltype(qkv_weight)(name("attn.qkv.weight"), 3 * c, c);
-    qkv_bias = decltype(qkv_bias)(name("attn.qkv.bias"), 3 * c);
-    proj_weight = decltype(proj_weight)(name("attn.proj.weight"), c, c);
-    proj_bias = decltype(proj_bias)(name("attn.proj.bias"), c);
-    ln2_weight = decltype(ln2_weight)(name("ln2.weight"), c);
-    ln2_bias = decltype(ln2_bias)(name("ln2.bias"), c);
-    fc_weight = decltype(fc_weight)(name("mlp.fc.weight"), m, c);
-    fc_bias = decltype(fc_bias)(name("mlp.fc.bias"), m);
-    fc_proj_weight = decltype(fc_proj_weight)(name("mlp.proj.weight"), c, m);
-    fc_proj_bias = decltype(fc_proj_bias)(name("mlp.proj.bias"), c);
+  BlockParameters(std::string const& name, BlockShape const& s) : shape(s) {
+    allocate_group(*this, name);
   }
 
-  // Visits every tensor with its PyTorch-style name (without prefix), in a fixed order.
+  // Every tensor with its PyTorch-style name and its [rows] or [rows, cols] (cols = 0).
+  template <class Self, class F>
+  static void layout(Self& self, F&& f) {
+    int const c = self.shape.channels, m = self.shape.mlp_hidden;
+    f("ln1.weight", self.ln1_weight, c, 0);
+    f("ln1.bias", self.ln1_bias, c, 0);
+    f("attn.qkv.weight", self.qkv_weight, 3 * c, c);
+    f("attn.qkv.bias", self.qkv_bias, 3 * c, 0);
+    f("attn.proj.weight", self.proj_weight, c, c);
+    f("attn.proj.bias", self.proj_bias, c, 0);
+    f("ln2.weight", self.ln2_weight, c, 0);
+    f("ln2.bias", self.ln2_bias, c, 0);
+    f("mlp.fc.weight", self.fc_weight, m, c);
+    f("mlp.fc.bias", self.fc_bias, m, 0);
+    f("mlp.proj.weight", self.fc_proj_weight, c, m);
+    f("mlp.proj.bias", self.fc_proj_bias, c, 0);
+  }
+
   template <class F>
   void for_each(F&& f) const {
-    f("ln1.weight", ln1_weight);
-    f("ln1.bias", ln1_bias);
-    f("attn.qkv.weight", qkv_weight);
-    f("attn.qkv.bias", qkv_bias);
-    f("attn.proj.weight", proj_weight);
-    f("attn.proj.bias", proj_bias);
-    f("ln2.weight", ln2_weight);
-    f("ln2.bias", ln2_bias);
-    f("mlp.fc.weight", fc_weight);
-    f("mlp.fc.bias", fc_bias);
-    f("mlp.proj.weight", fc_proj_weight);
-    f("mlp.proj.bias", fc_proj_bias);
+    layout(*this, [&](char const* name, auto const& view, int, int) { f(std::string(name), view); });
   }
 };
 
@@ -85,20 +82,21 @@ struct BlockActivations {
   Tensor2<T, MemorySpace> fc_gelu;             // [N, M]
 
   BlockActivations() = default;
-  explicit BlockActivations(BlockShape const& s) {
+  explicit BlockActivations(BlockShape const& s, std::string const& prefix = "block") {
+    auto const label = [&](char const* n) { return joule::label((prefix + "." + n).c_str()); };
     int const n = s.tokens(), c = s.channels, m = s.mlp_hidden;
-    ln1 = decltype(ln1)(label("block.ln1"), n, c);
-    ln1_mean = decltype(ln1_mean)(label("block.ln1_mean"), n);
-    ln1_rstd = decltype(ln1_rstd)(label("block.ln1_rstd"), n);
-    qkv = decltype(qkv)(label("block.qkv"), n, 3 * c);
-    att = decltype(att)(label("block.att"), n, c);
-    att_lse = decltype(att_lse)(label("block.att_lse"), s.batch * s.heads, s.seq);
-    x2 = decltype(x2)(label("block.x2"), n, c);
-    ln2 = decltype(ln2)(label("block.ln2"), n, c);
-    ln2_mean = decltype(ln2_mean)(label("block.ln2_mean"), n);
-    ln2_rstd = decltype(ln2_rstd)(label("block.ln2_rstd"), n);
-    fc = decltype(fc)(label("block.fc"), n, m);
-    fc_gelu = decltype(fc_gelu)(label("block.fc_gelu"), n, m);
+    ln1 = decltype(ln1)(label("ln1"), n, c);
+    ln1_mean = decltype(ln1_mean)(label("ln1_mean"), n);
+    ln1_rstd = decltype(ln1_rstd)(label("ln1_rstd"), n);
+    qkv = decltype(qkv)(label("qkv"), n, 3 * c);
+    att = decltype(att)(label("att"), n, c);
+    att_lse = decltype(att_lse)(label("att_lse"), s.batch * s.heads, s.seq);
+    x2 = decltype(x2)(label("x2"), n, c);
+    ln2 = decltype(ln2)(label("ln2"), n, c);
+    ln2_mean = decltype(ln2_mean)(label("ln2_mean"), n);
+    ln2_rstd = decltype(ln2_rstd)(label("ln2_rstd"), n);
+    fc = decltype(fc)(label("fc"), n, m);
+    fc_gelu = decltype(fc_gelu)(label("fc_gelu"), n, m);
   }
 };
 
@@ -113,14 +111,15 @@ struct BlockWorkspace {
   Tensor2<T, MemorySpace> delta;   // [B*H, S]
 
   BlockWorkspace() = default;
-  explicit BlockWorkspace(BlockShape const& s) {
+  explicit BlockWorkspace(BlockShape const& s, std::string const& prefix = "block") {
+    auto const label = [&](char const* n) { return joule::label((prefix + "." + n).c_str()); };
     int const n = s.tokens(), c = s.channels, m = s.mlp_hidden;
-    d_x2 = decltype(d_x2)(label("block.d_x2"), n, c);
-    d_ln = decltype(d_ln)(label("block.d_ln"), n, c);
-    d_att = decltype(d_att)(label("block.d_att"), n, c);
-    d_qkv = decltype(d_qkv)(label("block.d_qkv"), n, 3 * c);
-    d_fc = decltype(d_fc)(label("block.d_fc"), n, m);
-    delta = decltype(delta)(label("block.delta"), s.batch * s.heads, s.seq);
+    d_x2 = decltype(d_x2)(label("d_x2"), n, c);
+    d_ln = decltype(d_ln)(label("d_ln"), n, c);
+    d_att = decltype(d_att)(label("d_att"), n, c);
+    d_qkv = decltype(d_qkv)(label("d_qkv"), n, 3 * c);
+    d_fc = decltype(d_fc)(label("d_fc"), n, m);
+    delta = decltype(delta)(label("delta"), s.batch * s.heads, s.seq);
   }
 };
 

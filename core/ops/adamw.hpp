@@ -20,9 +20,11 @@ struct AdamWConfig {
 };
 
 // One update of step `step` (1-based) over flat parameter, gradient and moment arrays.
+// The gradient is used times grad_scale (global-norm clipping folds in here, saving a pass).
 template <class ExecutionSpace, class Param, class Grad, class Moment>
 void adamw_update(ExecutionSpace const& space, Param const& param, Grad const& grad,
-                  Moment const& m, Moment const& v, AdamWConfig const& cfg, long step) {
+                  Moment const& m, Moment const& v, AdamWConfig const& cfg, long step,
+                  double grad_scale = 1.0) {
   using T = typename Param::non_const_value_type;
   int const n = param.extent(0);
   require(step >= 1, "adamw_update", "step must be >= 1, got " + std::to_string(step));
@@ -34,10 +36,11 @@ void adamw_update(ExecutionSpace const& space, Param const& param, Grad const& g
   T const decay = 1.0 - cfg.lr * cfg.weight_decay;
   T const bias1 = 1.0 - std::pow(cfg.beta1, double(step));
   T const bias2 = 1.0 - std::pow(cfg.beta2, double(step));
+  T const scale = grad_scale;
   Kokkos::parallel_for(
       label("adamw_update"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
       KOKKOS_LAMBDA(int i) {
-        T const g = grad(i);
+        T const g = grad(i) * scale;
         T const mi = beta1 * m(i) + (T(1) - beta1) * g;
         T const vi = beta2 * v(i) + (T(1) - beta2) * g * g;
         m(i) = mi;

@@ -11,28 +11,24 @@
 
 namespace joule {
 
-// out[r, c] = wte[tokens[r], c] + wpe[r % seq_len, c]
-// Throws if a token is outside [0, V).
-template <class ExecutionSpace, class Out, class Tokens, class Wte, class Wpe>
-void embedding_forward(ExecutionSpace const& space, Out const& out, Tokens const& tokens,
-                       Wte const& wte, Wpe const& wpe, int seq_len) {
+// out[r, c] = wte[tokens[r], c]. Throws if a token is outside [0, V).
+template <class ExecutionSpace, class Out, class Tokens, class Wte>
+void token_embedding_forward(ExecutionSpace const& space, Out const& out, Tokens const& tokens,
+                             Wte const& wte) {
   int const n = out.extent(0), c = out.extent(1), vocab = wte.extent(0);
-  require(int(tokens.extent(0)) == n && int(wte.extent(1)) == c && int(wpe.extent(1)) == c &&
-              seq_len > 0 && n % seq_len == 0 && int(wpe.extent(0)) >= seq_len,
-          "embedding_forward", "out " + shape_of(out) + ", tokens " + shape_of(tokens) + ", wte " +
-                                   shape_of(wte) + ", wpe " + shape_of(wpe) +
-                                   ", seq_len " + std::to_string(seq_len));
+  require(int(tokens.extent(0)) == n && int(wte.extent(1)) == c, "token_embedding_forward",
+          "out " + shape_of(out) + ", tokens " + shape_of(tokens) + ", wte " + shape_of(wte));
   int bad = 0;
   Kokkos::parallel_reduce(
       label("embedding_check_tokens"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
       KOKKOS_LAMBDA(int r, int& count) { count += (tokens(r) < 0 || tokens(r) >= vocab) ? 1 : 0; },
       bad);
-  require(bad == 0, "embedding_forward",
+  require(bad == 0, "token_embedding_forward",
           std::to_string(bad) + " token(s) outside the vocabulary [0, " + std::to_string(vocab) + ")");
   Kokkos::parallel_for(
-      label("embedding_forward"),
+      label("token_embedding_forward"),
       Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {n, c}),
-      KOKKOS_LAMBDA(int r, int i) { out(r, i) = wte(tokens(r), i) + wpe(r % seq_len, i); });
+      KOKKOS_LAMBDA(int r, int i) { out(r, i) = wte(tokens(r), i); });
 }
 
 // x[r, c] += wpe[r % seq_len, c]   (image tokens: patch embedding plus position)
@@ -93,13 +89,12 @@ KOKKOS_INLINE_FUNCTION void heap_sort(A& a, int begin, int n) {
 }  // namespace detail
 
 // d_wte[v, c] += sum over rows r with tokens[r] == v of d_out[r, c]   (rows in ascending order)
-// d_wpe[t, c] += sum_b d_out[b * seq_len + t, c]
-template <class ExecutionSpace, class DWte, class DWpe, class DOut, class Tokens>
-void embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DWpe const& d_wpe,
-                        DOut const& d_out, Tokens const& tokens, int seq_len) {
+template <class ExecutionSpace, class DWte, class DOut, class Tokens>
+void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DOut const& d_out,
+                              Tokens const& tokens) {
   using MemorySpace = typename ExecutionSpace::memory_space;
   int const n = d_out.extent(0), c = d_out.extent(1), vocab = d_wte.extent(0);
-  require(int(tokens.extent(0)) == n && int(d_wte.extent(1)) == c, "embedding_backward",
+  require(int(tokens.extent(0)) == n && int(d_wte.extent(1)) == c, "token_embedding_backward",
           "d_out " + shape_of(d_out) + ", tokens " + shape_of(tokens) + ", d_wte " + shape_of(d_wte));
 
   // Bucket rows by token: counts -> offsets (exclusive scan) -> fill -> sort each bucket.
@@ -139,7 +134,67 @@ void embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DWpe con
         for (int k = begin; k < end; ++k) sum += d_out(rows(k), i);
         d_wte(v, i) += sum;
       });
+}
+
+// Token plus position embedding of a text-only sequence:
+// out[r, c] = wte[tokens[r], c] + wpe[r % seq_len, c]
+template <class ExecutionSpace, class Out, class Tokens, class Wte, class Wpe>
+void embedding_forward(ExecutionSpace const& space, Out const& out, Tokens const& tokens,
+                       Wte const& wte, Wpe const& wpe, int seq_len) {
+  token_embedding_forward(space, out, tokens, wte);
+  position_embedding_forward(space, out, wpe, seq_len);
+}
+
+template <class ExecutionSpace, class DWte, class DWpe, class DOut, class Tokens>
+void embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DWpe const& d_wpe,
+                        DOut const& d_out, Tokens const& tokens, int seq_len) {
+  token_embedding_backward(space, d_wte, d_out, tokens);
   position_embedding_backward(space, d_wpe, d_out, seq_len);
+}
+
+// The multimodal sequence: per sample, n_image image tokens then text_len text tokens, each plus
+// its position embedding:  x[b*S + t] = (t < n_image ? image[b*n_image + t]
+//                                                   : text[b*text_len + t - n_image]) + wpe[t]
+template <class ExecutionSpace, class X, class Image, class Text, class Wpe>
+void sequence_concat_forward(ExecutionSpace const& space, X const& x, Image const& image,
+                             Text const& text, Wpe const& wpe, int n_image, int text_len) {
+  int const seq = n_image + text_len, c = x.extent(1);
+  int const batch = seq > 0 ? int(x.extent(0)) / seq : 0;
+  require(int(x.extent(0)) == batch * seq && int(image.extent(0)) == batch * n_image &&
+              int(text.extent(0)) == batch * text_len && int(wpe.extent(0)) >= seq &&
+              int(image.extent(1)) == c && int(text.extent(1)) == c && int(wpe.extent(1)) == c,
+          "sequence_concat_forward", "x " + shape_of(x) + ", image " + shape_of(image) +
+                                         ", text " + shape_of(text) + ", wpe " + shape_of(wpe));
+  Kokkos::parallel_for(
+      label("sequence_concat_forward"),
+      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {batch * seq, c}),
+      KOKKOS_LAMBDA(int r, int i) {
+        int const b = r / seq, t = r % seq;
+        x(r, i) = (t < n_image ? image(b * n_image + t, i) : text(b * text_len + t - n_image, i)) + wpe(t, i);
+      });
+}
+
+// d_image, d_text overwritten; d_wpe accumulated.
+template <class ExecutionSpace, class DImage, class DText, class DWpe, class DX>
+void sequence_concat_backward(ExecutionSpace const& space, DImage const& d_image,
+                              DText const& d_text, DWpe const& d_wpe, DX const& d_x, int n_image,
+                              int text_len) {
+  int const seq = n_image + text_len, c = d_x.extent(1);
+  int const batch = int(d_x.extent(0)) / seq;
+  require(int(d_image.extent(0)) == batch * n_image && int(d_text.extent(0)) == batch * text_len,
+          "sequence_concat_backward", "d_x " + shape_of(d_x) + ", d_image " + shape_of(d_image) +
+                                          ", d_text " + shape_of(d_text));
+  Kokkos::parallel_for(
+      label("sequence_concat_backward"),
+      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {batch * seq, c}),
+      KOKKOS_LAMBDA(int r, int i) {
+        int const b = r / seq, t = r % seq;
+        if (t < n_image)
+          d_image(b * n_image + t, i) = d_x(r, i);
+        else
+          d_text(b * text_len + t - n_image, i) = d_x(r, i);
+      });
+  position_embedding_backward(space, d_wpe, d_x, seq);
 }
 
 }  // namespace joule

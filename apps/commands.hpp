@@ -1,0 +1,16 @@
+#pragma once
+// Subcommands of `joule`, each registering its options on the CLI and running itself.
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace joule::apps {
+
+// Adds the subcommand to `app` and returns the function that runs it once parsed.
+std::function<int()> add_train_command(CLI::App& app);
+std::function<int()> add_data_command(CLI::App& app);
+
+// The embedded default configuration (apps/configs/tiny.json at build time).
+char const* default_config_json();
+
+}  // namespace joule::apps

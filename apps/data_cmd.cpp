@@ -1,0 +1,49 @@
+// `joule data synth`: write the built-in synthetic captioning dataset.
+#include "commands.hpp"
+
+#include "core/data/synth.hpp"
+#include "core/model/config.hpp"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+namespace joule::apps {
+
+std::function<int()> add_data_command(CLI::App& app) {
+  auto o = std::make_shared<SynthOptions>();
+  auto out = std::make_shared<std::string>();
+  auto config = std::make_shared<std::string>();
+  auto* data = app.add_subcommand("data", "datasets");
+  data->require_subcommand(1);
+  auto* synth = data->add_subcommand("synth", "write the synthetic shapes captioning dataset (HDF5)");
+  synth->add_option("--out", *out, "output file (default with --config: its data.path)");
+  synth->add_option("--config", *config, "take frames, image size and text length from this configuration")
+      ->check(CLI::ExistingFile);
+  synth->add_option("--count", o->count, "samples")->check(CLI::Range(1, 10000000));
+  synth->add_option("--frames", o->frames, "frames per sample (> 1: moving shapes)")->check(CLI::Range(1, 256));
+  synth->add_option("--image-size", o->image_size, "image height and width")->check(CLI::Range(8, 4096));
+  synth->add_option("--text-len", o->text_len, "tokens per caption incl. BOS/EOS/PAD")->check(CLI::Range(3, 4096));
+  synth->add_option("--seed", o->seed, "random seed");
+  return [=]() -> int {
+    if (!*synth) return -1;
+    std::string path = *out;
+    if (!config->empty()) {
+      Config const cfg = load_config(*config);
+      o->frames = cfg.model.frames;
+      o->image_size = cfg.model.image_size;
+      o->channels = cfg.model.channels;
+      o->text_len = cfg.model.text_len;
+      if (path.empty()) path = cfg.data.path;
+    }
+    if (path.empty()) throw std::invalid_argument("joule data synth: give --out FILE (or --config)");
+    auto const parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    write_synthetic(path, *o);
+    fmt::print("wrote {} samples ({} frame(s) of {}x{}, text length {}) to {}\n", o->count, o->frames,
+               o->image_size, o->image_size, o->text_len, path);
+    return 0;
+  };
+}
+
+}  // namespace joule::apps

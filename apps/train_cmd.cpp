@@ -1,0 +1,116 @@
+// `joule train`: train the captioning model from a configuration file (or the embedded default).
+#include "commands.hpp"
+#include "default_config.hpp"
+
+#include "core/data/synth.hpp"
+#include "core/train/trainer.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace joule::apps {
+
+char const* default_config_json() { return kDefaultConfigJson; }
+
+namespace {
+
+struct TrainOptions {
+  std::string config_path, data, checkpoint, resume;
+  int steps = -1, recompute_depth = -1, micro_batch = -1;
+  long long seed = -1;
+  bool make_data = false;
+};
+
+// The configuration text with command-line overrides applied, so that they are validated (and
+// recorded) exactly like the file's own values.
+Config configure(TrainOptions const& o) {
+  std::string text = default_config_json(), source = "the embedded default configuration";
+  if (!o.config_path.empty()) {
+    std::ifstream f(o.config_path);
+    if (!f) throw ConfigError(o.config_path + ": cannot open the configuration file");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    text = ss.str();
+    source = o.config_path;
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (nlohmann::json::parse_error const& e) {
+    throw ConfigError(source + ": not valid JSON: " + e.what());
+  }
+  if (j.is_object()) {
+    if (!o.data.empty()) j["data"]["path"] = o.data;
+    if (o.steps >= 0) j["train"]["steps"] = o.steps;
+    if (o.recompute_depth >= 0) j["train"]["recompute_depth"] = o.recompute_depth;
+    if (o.micro_batch >= 0) j["train"]["micro_batch"] = o.micro_batch;
+    if (o.seed >= 0) j["train"]["seed"] = o.seed;
+    if (!o.checkpoint.empty()) j["train"]["checkpoint"] = o.checkpoint;
+  }
+  return parse_config(j.dump(), source);
+}
+
+void make_data_if_missing(Config const& cfg) {
+  if (std::filesystem::exists(cfg.data.path)) return;
+  auto const parent = std::filesystem::path(cfg.data.path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  SynthOptions s;
+  s.count = 4096;
+  s.frames = cfg.model.frames;
+  s.image_size = cfg.model.image_size;
+  s.channels = cfg.model.channels;
+  s.text_len = cfg.model.text_len;
+  s.seed = cfg.train.seed;
+  write_synthetic(cfg.data.path, s);
+  fmt::print("wrote {} synthetic samples to {}\n", s.count, cfg.data.path);
+}
+
+int run_train(TrainOptions const& o) {
+  Config const cfg = configure(o);
+  if (o.make_data) make_data_if_missing(cfg);
+  if (!std::filesystem::exists(cfg.data.path))
+    throw DatasetError(cfg.data.path + ": no such dataset (make one with `joule data synth`, or "
+                       "pass --make-data to generate the synthetic shapes data there)");
+  Trainer trainer(cfg, &std::cout);
+  if (!o.resume.empty()) trainer.resume(o.resume);
+  auto const summary = trainer.run();
+
+  fmt::print("\n== summary ==\n");
+  if (!summary.steps.empty())
+    fmt::print("steps {} -> {} in {:.1f} s ({:.0f} tokens/s); train loss {:.4f} -> {:.4f}\n",
+               summary.steps.front().step - 1, summary.steps.back().step, summary.seconds,
+               summary.tokens_per_second, summary.steps.front().loss, summary.steps.back().loss);
+  if (!summary.evals.empty()) {
+    auto const& e = summary.evals.back().second;
+    fmt::print("final {}\n", format_eval(e));
+    for (auto const& [ref, out] : e.examples)
+      fmt::print("  {:<34} -> {}{}\n", "\"" + ref + "\"", "\"" + out + "\"", ref == out ? "" : "   (wrong)");
+  }
+  if (!cfg.train.checkpoint.empty()) fmt::print("checkpoint: {}\n", cfg.train.checkpoint);
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_train_command(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  auto* cmd = app.add_subcommand("train", "train the captioning model");
+  cmd->add_option("--config", o->config_path, "JSON configuration (default: the embedded tiny config)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--data", o->data, "dataset path (overrides data.path)");
+  cmd->add_option("--steps", o->steps, "optimizer steps (overrides train.steps)");
+  cmd->add_option("--recompute-depth", o->recompute_depth, "blocks to recompute (overrides train.recompute_depth)");
+  cmd->add_option("--micro-batch", o->micro_batch, "samples per forward/backward (overrides train.micro_batch)");
+  cmd->add_option("--seed", o->seed, "seed (overrides train.seed)");
+  cmd->add_option("--checkpoint", o->checkpoint, "write checkpoints here (overrides train.checkpoint)");
+  cmd->add_option("--resume", o->resume, "continue from this checkpoint")->check(CLI::ExistingFile);
+  cmd->add_flag("--make-data", o->make_data, "generate the synthetic shapes dataset at data.path if missing");
+  return [o, cmd]() -> int { return *cmd ? run_train(*o) : -1; };
+}
+
+}  // namespace joule::apps

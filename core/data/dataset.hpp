@@ -1,0 +1,79 @@
+#pragma once
+// The dataset format (HDF5) and its reader:
+//   /images  uint8 [N, F, C, H, W]   pixels; F = 1 for still images
+//   /tokens  int32 [N, T]            caption as [BOS, bytes..., EOS, PAD...] (ids < 259)
+//   root attributes: format = "joule-captions-v1", count, frames, channels, height, width, text_len
+// Dataset::open() validates all of it against the model configuration and throws DatasetError
+// naming the file, the object and what was expected.
+#include "core/model/config.hpp"
+
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace joule {
+
+class DatasetError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+inline constexpr char const* kDatasetFormat = "joule-captions-v1";
+
+struct DatasetShape {
+  std::size_t count = 0;
+  int frames = 1, channels = 3, height = 0, width = 0, text_len = 0;
+  std::size_t pixels_per_sample() const { return std::size_t(frames) * channels * height * width; }
+};
+
+// Samples gathered for one batch, on the host.
+struct HostBatch {
+  std::vector<std::uint8_t> images;  // [B, F, C, H, W]
+  std::vector<std::int32_t> tokens;  // [B, T]
+  std::vector<std::size_t> samples;  // dataset indices
+};
+
+class Dataset {
+ public:
+  // Opens and validates the file; if `model` is given, also checks that its image and text
+  // shapes match the model's.
+  static Dataset open(std::string const& path, ModelConfig const* model = nullptr);
+
+  std::string const& path() const { return path_; }
+  DatasetShape const& shape() const { return shape_; }
+  // Reads the given samples (in this order).
+  HostBatch read(std::vector<std::size_t> const& samples) const;
+
+ private:
+  std::string path_;
+  DatasetShape shape_;
+};
+
+void write_dataset(std::string const& path, DatasetShape const& shape,
+                   std::vector<std::uint8_t> const& images, std::vector<std::int32_t> const& tokens);
+
+// Caption text <-> token row of length text_len: [BOS, bytes..., EOS, PAD...].
+std::vector<std::int32_t> encode_caption(std::string const& text, int text_len);
+std::string decode_caption(std::int32_t const* tokens, int text_len);  // bytes after BOS until EOS
+
+// Shuffled batches over a subset of sample indices, reshuffled each epoch from (seed, epoch),
+// so its whole state is (epoch, cursor) and a resumed run sees the same order.
+class BatchSampler {
+ public:
+  BatchSampler(std::vector<std::size_t> indices, int batch, std::uint64_t seed);
+  std::vector<std::size_t> next();
+  long long epoch() const { return epoch_; }
+  long long cursor() const { return cursor_; }
+  void restore(long long epoch, long long cursor);
+
+ private:
+  void shuffle();
+  std::vector<std::size_t> indices_, order_;
+  int batch_;
+  std::uint64_t seed_;
+  long long epoch_ = 0, cursor_ = 0;
+};
+
+}  // namespace joule

@@ -1,0 +1,79 @@
+#pragma once
+// The job configuration: a JSON file with three sections, documented field by field in the
+// README ("Configuration"). parse_config() checks every field (type, range, consistency between
+// fields) and throws ConfigError naming the field and what is allowed, before anything is
+// allocated.
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace joule {
+
+class ConfigError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// Text is bytes: ids 0..255 are byte values, then three specials.
+inline constexpr int kTokenBos = 256;
+inline constexpr int kTokenEos = 257;
+inline constexpr int kTokenPad = 258;
+inline constexpr int kVocabSize = 259;
+
+struct ModelConfig {
+  int layers = 2;
+  int d_model = 128;
+  int heads = 4;
+  int mlp_ratio = 4;
+  int image_size = 32;  // square images, H = W
+  int patch_size = 8;
+  int channels = 3;
+  int frames = 1;       // > 1: video clips
+  int text_len = 36;    // tokens per caption including BOS/EOS/PAD
+  bool tie_embeddings = true;
+
+  int vocab() const { return kVocabSize; }
+  int head_dim() const { return d_model / heads; }
+  int mlp_hidden() const { return mlp_ratio * d_model; }
+  int patches_per_frame() const { return (image_size / patch_size) * (image_size / patch_size); }
+  int image_tokens() const { return frames * patches_per_frame(); }
+  int seq_len() const { return image_tokens() + text_len; }
+  int patch_features() const { return channels * patch_size * patch_size; }
+};
+
+struct DataConfig {
+  std::string path;            // HDF5 dataset (see README "Dataset format")
+  double eval_fraction = 0.1;  // the last share of the samples is held out
+};
+
+struct TrainConfig {
+  int batch = 32;         // samples per optimizer step
+  int micro_batch = 32;   // samples per forward/backward; batch / micro_batch = accumulation
+  int steps = 600;
+  double lr = 3e-3;
+  double min_lr = 3e-4;   // cosine decay ends here
+  int warmup_steps = 50;  // linear warm-up from 0
+  double weight_decay = 0.01;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double grad_clip = 1.0;  // global-norm clipping; 0 disables
+  int eval_every = 200;    // 0: evaluate only at the end
+  int eval_samples = 128;  // held-out samples per evaluation (at most the held-out set)
+  int log_every = 20;
+  std::uint64_t seed = 1;
+  int recompute_depth = 0;     // first k blocks recompute their activations in the backward pass
+  std::string checkpoint;      // "" = no checkpoints
+  int checkpoint_every = 0;    // 0: only at the end (if checkpoint is set)
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  std::string json;  // the configuration as given, normalised (stored in checkpoints and logs)
+};
+
+Config parse_config(std::string const& json_text, std::string const& source = "config");
+Config load_config(std::string const& path);
+
+}  // namespace joule

@@ -1,0 +1,188 @@
+#include "core/model/model.hpp"
+
+#include "core/ops/embedding.hpp"
+#include "core/ops/patch_embed.hpp"
+
+#include <cmath>
+#include <random>
+
+namespace joule {
+
+BlockShape block_shape(ModelConfig const& m, int batch) {
+  BlockShape s;
+  s.batch = batch;
+  s.seq = m.seq_len();
+  s.channels = m.d_model;
+  s.heads = m.heads;
+  s.mlp_hidden = m.mlp_hidden();
+  s.mask = AttentionMask::prefix(m.image_tokens());
+  return s;
+}
+
+MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_depth) {
+  std::size_t const f = sizeof(float), i32 = sizeof(int);
+  std::size_t const B = batch, S = m.seq_len(), C = m.d_model, M = m.mlp_hidden(), V = m.vocab(),
+                    H = m.heads, L = m.layers, Ni = B * m.image_tokens(), Nt = B * m.text_len,
+                    N = B * S, Fp = m.patch_features();
+  std::size_t const block_params = 4 * C + 3 * C * C + 3 * C + C * C + C + M * C + M + C * M + C;
+  std::size_t const params = C * Fp + C + S * C + V * C + L * block_params + 2 * C +
+                             (m.tie_embeddings ? 0 : V * C);
+  std::size_t const per_block = N * (7 * C + 4 + 2 * M) + B * H * S;  // BlockActivations
+  std::size_t const kept_blocks = (L - recompute_depth) + (recompute_depth > 0 ? 1 : 0);
+  MemoryEstimate e;
+  e.parameters = params * f;
+  e.gradients = params * f;
+  e.activations = f * (Ni * Fp + Ni * C + Nt * C + (L + 1) * N * C + kept_blocks * per_block +
+                       N * C + 4 * N + N * V);
+  e.workspace = f * (B * m.frames * m.channels * m.image_size * m.image_size) + i32 * (Nt + N) +
+                f * (N * (6 * C + M) + B * H * S + 2 * N * C + N * C + Ni * C + Nt * C);
+  return e;
+}
+
+namespace {
+template <class View>
+View alloc(char const* name, std::size_t n0, std::size_t n1 = KOKKOS_INVALID_INDEX) {
+  return n1 == KOKKOS_INVALID_INDEX ? View(label(name), n0) : View(label(name), n0, n1);
+}
+}  // namespace
+
+Model::Model(ModelConfig const& config, int batch, int recompute_depth)
+    : params("param.", config),
+      grads("grad.", config),
+      cfg_(config),
+      batch_(batch),
+      recompute_depth_(recompute_depth),
+      shape_(block_shape(config, batch)) {
+  require(batch >= 1, "Model", "batch must be >= 1");
+  require(recompute_depth >= 0 && recompute_depth <= config.layers, "Model",
+          "recompute_depth " + std::to_string(recompute_depth) + " outside [0, " +
+              std::to_string(config.layers) + "]");
+  if (config.tie_embeddings) grads.head.lm_head = grads.embed.wte;
+  int const B = batch, S = cfg_.seq_len(), C = cfg_.d_model, Ni = B * cfg_.image_tokens(),
+            Nt = B * cfg_.text_len, N = B * S;
+  images_ = Tensor4<T, DeviceMemory>(label("work.images"), B * cfg_.frames, cfg_.channels,
+                                     cfg_.image_size, cfg_.image_size);
+  tokens_ = Kokkos::View<int*, DeviceMemory>(label("work.tokens"), Nt);
+  targets_ = Kokkos::View<int*, DeviceMemory>(label("work.targets"), N);
+
+  patches_ = alloc<Tensor2<T, DeviceMemory>>("act.patches", Ni, cfg_.patch_features());
+  image_emb_ = alloc<Tensor2<T, DeviceMemory>>("act.image_emb", Ni, C);
+  text_emb_ = alloc<Tensor2<T, DeviceMemory>>("act.text_emb", Nt, C);
+  for (int l = 0; l <= cfg_.layers; ++l) residual_.push_back(alloc<Tensor2<T, DeviceMemory>>("act.residual", N, C));
+  int const kept = (cfg_.layers - recompute_depth) + (recompute_depth > 0 ? 1 : 0);
+  for (int k = 0; k < kept; ++k) block_acts_.emplace_back(shape_, "act.block");
+  lnf_ = alloc<Tensor2<T, DeviceMemory>>("act.lnf", N, C);
+  lnf_mean_ = alloc<Tensor1<T, DeviceMemory>>("act.lnf_mean", N);
+  lnf_rstd_ = alloc<Tensor1<T, DeviceMemory>>("act.lnf_rstd", N);
+  ce_lse_ = alloc<Tensor1<T, DeviceMemory>>("act.ce_lse", N);
+  ce_losses_ = alloc<Tensor1<T, DeviceMemory>>("act.ce_losses", N);
+  logits_ = alloc<Tensor2<T, DeviceMemory>>("act.logits", N, cfg_.vocab());
+
+  block_work_ = BlockWorkspace<T, DeviceMemory>(shape_, "work.block");
+  d_residual_[0] = alloc<Tensor2<T, DeviceMemory>>("work.d_residual", N, C);
+  d_residual_[1] = alloc<Tensor2<T, DeviceMemory>>("work.d_residual", N, C);
+  d_lnf_ = alloc<Tensor2<T, DeviceMemory>>("work.d_lnf", N, C);
+  d_image_emb_ = alloc<Tensor2<T, DeviceMemory>>("work.d_image_emb", Ni, C);
+  d_text_emb_ = alloc<Tensor2<T, DeviceMemory>>("work.d_text_emb", Nt, C);
+}
+
+BlockActivations<Model::T, DeviceMemory> const& Model::acts_for(int layer) const {
+  // Recomputed blocks share slot 0; block l >= k owns slot l - k (+1 if a shared slot exists).
+  int const k = recompute_depth_;
+  if (layer < k) return block_acts_[0];
+  return block_acts_[layer - k + (k > 0 ? 1 : 0)];
+}
+
+void Model::init_parameters(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  double const proj_std = 0.02 / std::sqrt(2.0 * cfg_.layers);
+  params.for_each_tensor([&](std::string const& name, auto const& view) {
+    auto h = Kokkos::create_mirror_view(view);
+    auto ends_with = [&](char const* suffix) {
+      std::string const s(suffix);
+      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    bool const is_norm = name.find(".ln") != std::string::npos;
+    double stddev = 0.02;
+    if (ends_with("attn.proj.weight") || ends_with("mlp.proj.weight")) stddev = proj_std;
+    std::normal_distribution<double> normal(0.0, stddev);
+    for (std::size_t i = 0; i < h.span(); ++i) {
+      if (is_norm)
+        h.data()[i] = ends_with("weight") ? 1.0f : 0.0f;
+      else if (ends_with("bias"))
+        h.data()[i] = 0.0f;
+      else
+        h.data()[i] = float(normal(rng));
+    }
+    Kokkos::deep_copy(view, h);
+  });
+}
+
+void Model::zero_gradients(ExecSpace const& space) {
+  grads.for_each_group([&](std::string const&, auto const& storage) { Kokkos::deep_copy(space, storage, 0.0f); });
+}
+
+void Model::set_batch(ExecSpace const& space, HostBatch const& batch, int n_valid) {
+  int const B = batch_, T_ = cfg_.text_len, S = cfg_.seq_len(), n_img = cfg_.image_tokens();
+  require(int(batch.samples.size()) == B, "Model::set_batch",
+          "got " + std::to_string(batch.samples.size()) + " samples, the model runs " + std::to_string(B));
+  auto h_images = Kokkos::create_mirror_view(images_);
+  require(batch.images.size() == h_images.span(), "Model::set_batch", "image buffer size mismatch");
+  for (std::size_t i = 0; i < h_images.span(); ++i) h_images.data()[i] = batch.images[i] * (2.0f / 255.0f) - 1.0f;
+  auto h_tokens = Kokkos::create_mirror_view(tokens_);
+  auto h_targets = Kokkos::create_mirror_view(targets_);
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < S; ++t) h_targets(b * S + t) = kIgnoreIndex;
+    for (int j = 0; j < T_; ++j) {
+      h_tokens(b * T_ + j) = batch.tokens[b * T_ + j];
+      bool const has_next = j + 1 < T_ && batch.tokens[b * T_ + j + 1] != kTokenPad;
+      if (b < n_valid && has_next) h_targets(b * S + n_img + j) = batch.tokens[b * T_ + j + 1];
+    }
+  }
+  Kokkos::deep_copy(space, images_, h_images);
+  Kokkos::deep_copy(space, tokens_, h_tokens);
+  Kokkos::deep_copy(space, targets_, h_targets);
+  space.fence();  // the host mirrors go out of scope
+}
+
+CrossEntropyResult Model::forward(ExecSpace const& space) {
+  compat::ScopedRegion region("forward");
+  auto const& e = params.embed;
+  int const n_img = cfg_.image_tokens();
+  patch_embed_forward(space, image_emb_, patches_, images_, e.patch_weight, e.patch_bias, cfg_.patch_size);
+  token_embedding_forward(space, text_emb_, tokens_, e.wte);
+  sequence_concat_forward(space, residual_[0], image_emb_, text_emb_, e.wpe, n_img, cfg_.text_len);
+  for (int l = 0; l < cfg_.layers; ++l)
+    block_forward(space, shape_, residual_[l + 1], acts_for(l), params.blocks[l], residual_[l]);
+  auto const& h = params.head;
+  layernorm_forward(space, lnf_, lnf_mean_, lnf_rstd_, residual_[cfg_.layers], h.lnf_weight, h.lnf_bias);
+  linear_forward(space, logits_, lnf_, h.lm_head, Tensor1<T, DeviceMemory>());
+  auto const result = cross_entropy_forward(space, ce_lse_, ce_losses_, logits_, targets_);
+  counted_rows_ = result.counted_rows;
+  return result;
+}
+
+void Model::backward(ExecSpace const& space, double d_loss) {
+  compat::ScopedRegion region("backward");
+  int const L = cfg_.layers, n_img = cfg_.image_tokens();
+  Tensor1<T, DeviceMemory> const no_bias;
+  cross_entropy_backward(space, logits_, logits_, ce_lse_, targets_, counted_rows_, d_loss);
+  linear_backward(space, d_lnf_, grads.head.lm_head, no_bias, logits_, lnf_, params.head.lm_head);
+  layernorm_backward(space, d_residual_[L % 2], grads.head.lnf_weight, grads.head.lnf_bias, d_lnf_,
+                     residual_[L], params.head.lnf_weight, lnf_mean_, lnf_rstd_);
+  for (int l = L - 1; l >= 0; --l) {
+    auto const& acts = acts_for(l);
+    if (l < recompute_depth_)  // same kernels, same inputs: the same activations, bit for bit
+      block_forward(space, shape_, residual_[l + 1], acts, params.blocks[l], residual_[l]);
+    block_backward(space, shape_, d_residual_[l % 2], grads.blocks[l], block_work_,
+                   d_residual_[(l + 1) % 2], residual_[l], acts, params.blocks[l]);
+  }
+  auto const& g = grads.embed;
+  sequence_concat_backward(space, d_image_emb_, d_text_emb_, g.wpe, d_residual_[0], n_img, cfg_.text_len);
+  token_embedding_backward(space, g.wte, d_text_emb_, tokens_);
+  Tensor4<T, DeviceMemory> const no_pixels;
+  patch_embed_backward(space, no_pixels, Tensor2<T, DeviceMemory>(), g.patch_weight, g.patch_bias,
+                       d_image_emb_, patches_, params.embed.patch_weight, cfg_.patch_size);
+}
+
+}  // namespace joule

@@ -1,0 +1,165 @@
+#pragma once
+// The multimodal captioning transformer (prefix vision-language model):
+//   images [B*F, C, H, W] -> P x P patches -> patch embedding   = n_image tokens per sample
+//   text [B, T] (bytes + BOS/EOS/PAD)       -> token embedding   = T tokens per sample
+//   x0 = concat(image tokens, text tokens) + learned position embedding        [B*S, C]
+//   L pre-LN blocks with the prefix(n_image) mask -> final LayerNorm -> LM head (optionally tied
+//   to the token embedding) -> cross-entropy on text positions (targets: the next text token).
+// Float32 on Kokkos' default execution space. Parameters, gradients and activations are named
+// tensors grouped by layer (embed, block.0..L-1, head), each group one contiguous buffer, so that
+// later work can place and move groups independently.
+#include "core/data/dataset.hpp"
+#include "core/model/block.hpp"
+#include "core/model/config.hpp"
+#include "core/ops/cross_entropy.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace joule {
+
+using ExecSpace = Kokkos::DefaultExecutionSpace;
+using DeviceMemory = ExecSpace::memory_space;
+
+template <class T, class MemorySpace>
+struct EmbeddingParameters {  // group "embed"
+  Tensor2<T, MemorySpace> patch_weight;  // [C, C_in*P*P]
+  Tensor1<T, MemorySpace> patch_bias;    // [C]
+  Tensor2<T, MemorySpace> wpe;           // [S, C]
+  Tensor2<T, MemorySpace> wte;           // [V, C]
+  Tensor1<T, MemorySpace> storage;
+  ModelConfig shape;
+
+  template <class Self, class F>
+  static void layout(Self& self, F&& f) {
+    auto const& m = self.shape;
+    f("patch_embed.weight", self.patch_weight, m.d_model, m.patch_features());
+    f("patch_embed.bias", self.patch_bias, m.d_model, 0);
+    f("wpe", self.wpe, m.seq_len(), m.d_model);
+    f("wte", self.wte, m.vocab(), m.d_model);
+  }
+};
+
+template <class T, class MemorySpace>
+struct HeadParameters {  // group "head"
+  Tensor1<T, MemorySpace> lnf_weight, lnf_bias;  // [C]
+  Tensor2<T, MemorySpace> lm_head;               // [V, C]; with tied embeddings it is wte
+  Tensor1<T, MemorySpace> storage;
+  ModelConfig shape;
+
+  template <class Self, class F>
+  static void layout(Self& self, F&& f) {
+    f("lnf.weight", self.lnf_weight, self.shape.d_model, 0);
+    f("lnf.bias", self.lnf_bias, self.shape.d_model, 0);
+    if (!self.shape.tie_embeddings) f("lm_head", self.lm_head, self.shape.vocab(), self.shape.d_model);
+  }
+};
+
+BlockShape block_shape(ModelConfig const& m, int batch);
+
+template <class T, class MemorySpace>
+struct ModelParameters {
+  EmbeddingParameters<T, MemorySpace> embed;
+  std::vector<BlockParameters<T, MemorySpace>> blocks;
+  HeadParameters<T, MemorySpace> head;
+
+  ModelParameters() = default;
+  ModelParameters(std::string const& prefix, ModelConfig const& m) {
+    embed.shape = m;
+    allocate_group(embed, prefix + "embed");
+    for (int l = 0; l < m.layers; ++l)
+      blocks.emplace_back(prefix + "block." + std::to_string(l), block_shape(m, 1));
+    head.shape = m;
+    allocate_group(head, prefix + "head");
+    if (m.tie_embeddings) head.lm_head = embed.wte;
+  }
+
+  // f(group_name, storage) for every group, in order.
+  template <class F>
+  void for_each_group(F&& f) const {
+    f(std::string("embed"), embed.storage);
+    for (std::size_t l = 0; l < blocks.size(); ++l) f("block." + std::to_string(l), blocks[l].storage);
+    f(std::string("head"), head.storage);
+  }
+  // f(qualified_name, tensor) for every tensor, in storage order.
+  template <class F>
+  void for_each_tensor(F&& f) const {
+    auto visit = [&](std::string const& group, auto const& g) {
+      std::decay_t<decltype(g)>::layout(g, [&](char const* name, auto const& view, int, int) {
+        f(group + "." + name, view);
+      });
+    };
+    visit("embed", embed);
+    for (std::size_t l = 0; l < blocks.size(); ++l) visit("block." + std::to_string(l), blocks[l]);
+    visit("head", head);
+  }
+  std::size_t count() const {
+    std::size_t n = 0;
+    for_each_group([&](std::string const&, auto const& s) { n += s.extent(0); });
+    return n;
+  }
+};
+
+// Bytes the model allocates on its device, by category, from the configuration alone.
+struct MemoryEstimate {
+  std::size_t parameters = 0, gradients = 0;
+  std::size_t activations = 0;  // kept from forward to backward (depends on recompute depth)
+  std::size_t workspace = 0;    // inputs, backward scratch
+  std::size_t total() const { return parameters + gradients + activations + workspace; }
+};
+MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_depth);
+
+class Model {
+ public:
+  using T = float;
+  // batch: samples per forward/backward (the micro-batch). Allocates everything up front.
+  Model(ModelConfig const& config, int batch, int recompute_depth);
+
+  ModelConfig const& config() const { return cfg_; }
+  int batch() const { return batch_; }
+  int recompute_depth() const { return recompute_depth_; }
+
+  // GPT-2-style initialisation, deterministic for a seed.
+  void init_parameters(std::uint64_t seed);
+  void zero_gradients(ExecSpace const& space);
+
+  // Copies a host batch (exactly batch() samples) to the device: pixels scaled to [-1, 1];
+  // targets = next text token, ignored at image positions and where the next token is PAD.
+  // Samples at index >= n_valid get all targets ignored (padding of a last, short batch).
+  void set_batch(ExecSpace const& space, HostBatch const& batch, int n_valid);
+  CrossEntropyResult forward(ExecSpace const& space);
+  // Backward of d_loss * loss; accumulates into gradients. Needs the preceding forward().
+  void backward(ExecSpace const& space, double d_loss);
+  // [B*S, V] logits of the last forward() (overwritten by backward()).
+  Tensor2<T, DeviceMemory> const& logits() const { return logits_; }
+  // Sets text token `position` of every sample (for greedy decoding).
+  Kokkos::View<int*, DeviceMemory> const& tokens() const { return tokens_; }
+
+  ModelParameters<T, DeviceMemory> params, grads;
+
+ private:
+  ModelConfig cfg_;
+  int batch_, recompute_depth_;
+  BlockShape shape_;
+  // Inputs.
+  Tensor4<T, DeviceMemory> images_;           // [B*F, C_in, H, W]
+  Kokkos::View<int*, DeviceMemory> tokens_;   // [B*T]
+  Kokkos::View<int*, DeviceMemory> targets_;  // [B*S]
+  // Activations kept for the backward pass.
+  Tensor2<T, DeviceMemory> patches_, image_emb_, text_emb_;   // [B*n_img, Fp], [B*n_img, C], [B*T, C]
+  std::vector<Tensor2<T, DeviceMemory>> residual_;           // L+1 x [B*S, C]: input of each block
+  std::vector<BlockActivations<T, DeviceMemory>> block_acts_; // blocks k..L-1 (+ one shared for 0..k-1)
+  Tensor2<T, DeviceMemory> lnf_;                              // [B*S, C]
+  Tensor1<T, DeviceMemory> lnf_mean_, lnf_rstd_, ce_lse_, ce_losses_;  // [B*S]
+  Tensor2<T, DeviceMemory> logits_;                           // [B*S, V], gradient in place
+  // Backward workspace.
+  BlockWorkspace<T, DeviceMemory> block_work_;
+  Tensor2<T, DeviceMemory> d_residual_[2], d_lnf_, d_image_emb_, d_text_emb_;
+  int counted_rows_ = 0;
+
+  BlockActivations<T, DeviceMemory> const& acts_for(int layer) const;
+};
+
+}  // namespace joule

@@ -1,0 +1,48 @@
+#pragma once
+// A parameter group is a struct of named tensors that share one contiguous `storage` buffer.
+// The struct describes itself with a static layout(self, f) that calls
+// f(name, tensor_member, rows, cols) in storage order (cols = 0 for vectors); the helpers here
+// size, allocate and bind any such struct, so each group is declared exactly once.
+#include "core/tensor.hpp"
+
+#include <cstddef>
+#include <string>
+#include <type_traits>
+
+namespace joule {
+
+// Number of scalars in the group.
+template <class Group>
+std::size_t group_size(Group const& g) {
+  std::size_t n = 0;
+  Group::layout(g, [&](char const*, auto const&, int rows, int cols) {
+    n += std::size_t(rows) * std::size_t(cols > 0 ? cols : 1);
+  });
+  return n;
+}
+
+// Points every tensor of the group into `base` (which must hold group_size() scalars).
+template <class Group, class T>
+void bind_group(Group& g, T* base) {
+  T* p = base;
+  Group::layout(g, [&](char const*, auto& view, int rows, int cols) {
+    using View = std::decay_t<decltype(view)>;
+    if constexpr (unsigned(View::rank) == 1) {
+      view = View(p, rows);
+      p += rows;
+    } else {
+      view = View(p, rows, cols);
+      p += std::size_t(rows) * cols;
+    }
+  });
+}
+
+// Allocates the group's storage (zero-initialised) under `name` and binds its tensors to it.
+template <class Group>
+void allocate_group(Group& g, std::string const& name) {
+  using Storage = std::decay_t<decltype(g.storage)>;
+  g.storage = Storage(label(name.c_str()), group_size(g));
+  bind_group(g, g.storage.data());
+}
+
+}  // namespace joule

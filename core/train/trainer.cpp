@@ -1,0 +1,298 @@
+#include "core/train/trainer.hpp"
+
+#include "core/io/h5file.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ostream>
+
+namespace joule {
+
+namespace {
+
+constexpr char const* kCheckpointFormat = "joule-checkpoint-v1";
+
+std::vector<std::size_t> range(std::size_t begin, std::size_t end) {
+  std::vector<std::size_t> v;
+  for (std::size_t i = begin; i < end; ++i) v.push_back(i);
+  return v;
+}
+
+std::size_t held_out_count(std::size_t n, double fraction) {
+  auto const k = std::size_t(std::llround(double(n) * fraction));
+  return std::clamp<std::size_t>(k, 1, n > 1 ? n - 1 : 1);
+}
+
+std::string duration(double s) {
+  if (s < 60) return fmt::format("{:.0f}s", s);
+  return fmt::format("{}m{:02d}s", int(s) / 60, int(s) % 60);
+}
+
+// Parameters, gradients and moments as matching flat slices, one per tensor.
+template <class F>
+void for_each_slice(ModelParameters<float, DeviceMemory> const& a, ModelParameters<float, DeviceMemory> const& b,
+                    ModelParameters<float, DeviceMemory> const& c, ModelParameters<float, DeviceMemory> const& d,
+                    F&& f) {
+  using Flat = Kokkos::View<float*, DeviceMemory>;
+  std::vector<std::pair<std::string, Flat>> slices[4];
+  int k = 0;
+  for (auto const* p : {&a, &b, &c, &d}) {
+    p->for_each_tensor([&](std::string const& name, auto const& view) {
+      slices[k].emplace_back(name, Flat(view.data(), view.span()));
+    });
+    ++k;
+  }
+  for (std::size_t i = 0; i < slices[0].size(); ++i) {
+    bool const matrix = [&] {
+      std::string const& n = slices[0][i].first;
+      return n.find("weight") != std::string::npos && n.find(".ln") == std::string::npos;
+    }();
+    f(slices[0][i].first, matrix, slices[0][i].second, slices[1][i].second, slices[2][i].second,
+      slices[3][i].second);
+  }
+}
+
+}  // namespace
+
+std::string format_eval(EvalResult const& e) {
+  return fmt::format("held-out loss {:.4f}, exact caption accuracy {:.1f}% ({} samples)", e.loss,
+                     100.0 * e.accuracy, e.samples);
+}
+
+Trainer::Trainer(Config const& config, std::ostream* log)
+    : cfg_(config),
+      log_(log),
+      data_(Dataset::open(config.data.path, &config.model)),
+      train_indices_(range(0, data_.shape().count - held_out_count(data_.shape().count, config.data.eval_fraction))),
+      eval_indices_(range(train_indices_.size(), data_.shape().count)),
+      sampler_(train_indices_, config.train.micro_batch, config.train.seed),
+      model_(config.model, config.train.micro_batch, config.train.recompute_depth),
+      adam_m_("adam_m.", config.model),
+      adam_v_("adam_v.", config.model) {
+  if (data_.shape().count < 2)
+    throw TrainingError(config.data.path + ": needs at least 2 samples (one to train on, one held out)");
+  model_.init_parameters(config.train.seed);
+}
+
+double Trainer::learning_rate(int step) const {
+  auto const& t = cfg_.train;
+  if (step < t.warmup_steps) return t.lr * double(step + 1) / t.warmup_steps;
+  double const span = std::max(1, t.steps - t.warmup_steps);
+  double const progress = std::min(1.0, double(step - t.warmup_steps) / span);
+  return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+double Trainer::gradient_norm() const {
+  double sum = 0;
+  model_.grads.for_each_group([&](std::string const&, auto const& g) {
+    double part = 0;
+    Kokkos::parallel_reduce(
+        label("grad_norm"), Kokkos::RangePolicy<ExecSpace>(space_, 0, g.extent(0)),
+        KOKKOS_LAMBDA(int i, double& s) { s += double(g(i)) * double(g(i)); }, part);
+    sum += part;
+  });
+  return std::sqrt(sum);
+}
+
+void Trainer::optimizer_step(double lr, double grad_scale) {
+  compat::ScopedRegion region("optimizer_device");
+  AdamWConfig opt;
+  opt.lr = lr;
+  opt.beta1 = cfg_.train.beta1;
+  opt.beta2 = cfg_.train.beta2;
+  for_each_slice(model_.params, model_.grads, adam_m_, adam_v_,
+                 [&](std::string const&, bool matrix, auto const& p, auto const& g, auto const& m, auto const& v) {
+                   // Weight decay on weight matrices only, not on biases, norms or embeddings.
+                   opt.weight_decay = matrix ? cfg_.train.weight_decay : 0.0;
+                   adamw_update(space_, p, g, m, v, opt, step_ + 1, grad_scale);
+                 });
+}
+
+StepRecord Trainer::train_step() {
+  auto const t0 = std::chrono::steady_clock::now();
+  int const accumulation = cfg_.train.batch / cfg_.train.micro_batch;
+  model_.zero_gradients(space_);
+  double loss = 0;
+  for (int micro = 0; micro < accumulation; ++micro) {
+    auto const batch = data_.read(sampler_.next());
+    model_.set_batch(space_, batch, cfg_.train.micro_batch);
+    double const l = model_.forward(space_).loss;
+    if (!std::isfinite(l))
+      throw TrainingError(fmt::format("step {}: the loss is {} — stopping (lower train.lr or raise "
+                                      "train.warmup_steps)", step_ + 1, l));
+    loss += l / accumulation;
+    model_.backward(space_, 1.0 / accumulation);
+  }
+  double const norm = gradient_norm();
+  if (!std::isfinite(norm))
+    throw TrainingError(fmt::format("step {}: the gradient norm is {} — stopping", step_ + 1, norm));
+  double const clip = cfg_.train.grad_clip;
+  double const scale = (clip > 0 && norm > clip) ? clip / norm : 1.0;
+  double const lr = learning_rate(step_);
+  optimizer_step(lr, scale);
+  space_.fence();
+  ++step_;
+  StepRecord r;
+  r.step = step_;
+  r.loss = loss;
+  r.lr = lr;
+  r.grad_norm = norm;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+EvalResult Trainer::evaluate() {
+  compat::ScopedRegion region("evaluate");
+  int const B = cfg_.train.micro_batch, T_ = cfg_.model.text_len, S = cfg_.model.seq_len(),
+            V = cfg_.model.vocab(), n_img = cfg_.model.image_tokens();
+  std::size_t const n = std::min<std::size_t>(eval_indices_.size(), cfg_.train.eval_samples);
+  EvalResult r;
+  double loss_sum = 0;
+  long long counted = 0;
+  int correct = 0;
+  for (std::size_t first = 0; first < n; first += B) {
+    int const valid = int(std::min<std::size_t>(B, n - first));
+    std::vector<std::size_t> ids;
+    for (int i = 0; i < B; ++i) ids.push_back(eval_indices_[first + std::min(i, valid - 1)]);
+    HostBatch batch = data_.read(ids);
+    model_.set_batch(space_, batch, valid);
+    auto const l = model_.forward(space_);
+    loss_sum += l.loss * l.counted_rows;
+    counted += l.counted_rows;
+
+    // Greedy decoding: start from BOS, feed back the most likely next byte until EOS.
+    HostBatch gen = batch;
+    std::fill(gen.tokens.begin(), gen.tokens.end(), kTokenPad);
+    std::vector<bool> done(B, false);
+    for (int b = 0; b < B; ++b) gen.tokens[b * T_] = kTokenBos;
+    auto logits = Kokkos::create_mirror_view(model_.logits());
+    for (int j = 0; j + 1 < T_; ++j) {
+      model_.set_batch(space_, gen, 0);
+      model_.forward(space_);
+      Kokkos::deep_copy(logits, model_.logits());
+      bool all_done = true;
+      for (int b = 0; b < B; ++b) {
+        if (done[b]) continue;
+        int const row = b * S + n_img + j;
+        int best = 0;
+        for (int v = 1; v < V; ++v)
+          if (logits(row, v) > logits(row, best)) best = v;
+        gen.tokens[b * T_ + j + 1] = best;
+        if (best == kTokenEos || best == kTokenPad) done[b] = true;
+        all_done = all_done && done[b];
+      }
+      if (all_done) break;
+    }
+    for (int b = 0; b < valid; ++b) {
+      std::string const ref = decode_caption(&batch.tokens[b * T_], T_);
+      std::string const out = decode_caption(&gen.tokens[b * T_], T_);
+      correct += ref == out;
+      if (r.examples.size() < 4) r.examples.emplace_back(ref, out);
+    }
+  }
+  r.samples = int(n);
+  r.loss = counted ? loss_sum / counted : 0;
+  r.accuracy = n ? double(correct) / n : 0;
+  return r;
+}
+
+TrainSummary Trainer::run(int max_steps) {
+  auto const& t = cfg_.train;
+  int const last = max_steps >= 0 ? std::min(t.steps, step_ + max_steps) : t.steps;
+  TrainSummary summary;
+  auto const start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  long long const tokens_per_step = (long long)t.batch * cfg_.model.seq_len();
+  int const first = step_;
+  if (log_)
+    *log_ << fmt::format("training: {} parameters, {} train / {} held-out samples, {} steps of {} "
+                         "samples ({} x {}), recompute depth {}, on {}\n",
+                         model_.params.count(), train_indices_.size(), eval_indices_.size(), t.steps,
+                         t.batch, t.batch / t.micro_batch, t.micro_batch, t.recompute_depth,
+                         ExecSpace::name());
+  while (step_ < last) {
+    StepRecord const r = train_step();
+    summary.steps.push_back(r);
+    if (log_ && (step_ % t.log_every == 0 || step_ == last)) {
+      double const secs = elapsed();
+      double const rate = (step_ - first) / secs;
+      *log_ << fmt::format("step {:>5}/{}  loss {:.4f}  lr {:.2e}  grad-norm {:.3f}  {:.1f}k tok/s  ETA {}\n",
+                           step_, t.steps, r.loss, r.lr, r.grad_norm,
+                           tokens_per_step * rate / 1000.0, duration((last - step_) / rate));
+    }
+    bool const eval_now = (t.eval_every > 0 && step_ % t.eval_every == 0) || step_ == t.steps;
+    if (eval_now) {
+      summary.evals.emplace_back(step_, evaluate());
+      if (log_) *log_ << fmt::format("eval at step {}: {}\n", step_, format_eval(summary.evals.back().second));
+    }
+    bool const save_now = !t.checkpoint.empty() &&
+                          ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == t.steps);
+    if (save_now) save_checkpoint(t.checkpoint);
+  }
+  summary.seconds = elapsed();
+  summary.tokens_per_second = summary.seconds > 0 ? tokens_per_step * (step_ - first) / summary.seconds : 0;
+  return summary;
+}
+
+void Trainer::save_checkpoint(std::string const& path) const {
+  // Written to a temporary name and renamed, so a crash mid-write never destroys the last one.
+  std::string const tmp = path + ".tmp";
+  {
+    io::H5File f(tmp, io::H5File::Mode::truncate);
+    f.set_attribute("/", "format", kCheckpointFormat);
+    f.set_attribute("/", "step", (long long)step_);
+    f.set_attribute("/", "sampler_epoch", sampler_.epoch());
+    f.set_attribute("/", "sampler_cursor", sampler_.cursor());
+    f.set_attribute("/", "seed", (long long)cfg_.train.seed);
+    f.set_attribute("/", "config", cfg_.json);
+    auto save = [&](char const* group, ModelParameters<float, DeviceMemory> const& p) {
+      p.for_each_group([&](std::string const& name, auto const& storage) {
+        auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), storage);
+        f.write(std::string("/") + group + "/" + name, h.data(), {h.extent(0)});
+      });
+    };
+    save("params", model_.params);
+    save("adam_m", adam_m_);
+    save("adam_v", adam_v_);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw TrainingError("cannot move checkpoint " + tmp + " to " + path);
+}
+
+void Trainer::resume(std::string const& path) {
+  try {
+    io::H5File f(path, io::H5File::Mode::read);
+    if (!f.has_attribute("/", "format") || f.attribute_string("/", "format") != kCheckpointFormat)
+      throw TrainingError(path + ": not a joule checkpoint (no format = " + kCheckpointFormat + ")");
+    auto const saved = nlohmann::json::parse(f.attribute_string("/", "config"));
+    auto const current = nlohmann::json::parse(cfg_.json);
+    if (saved.at("model") != current.at("model"))
+      throw TrainingError(path + ": saved with a different model configuration: " + saved.at("model").dump() +
+                          " vs now " + current.at("model").dump());
+    auto load = [&](char const* group, ModelParameters<float, DeviceMemory>& p) {
+      p.for_each_group([&](std::string const& name, auto const& storage) {
+        io::Dims dims;
+        auto const values = f.read<float>(std::string("/") + group + "/" + name, &dims);
+        if (dims.size() != 1 || dims[0] != storage.extent(0))
+          throw TrainingError(path + ": /" + group + "/" + name + " has the wrong size");
+        auto h = Kokkos::create_mirror_view(storage);
+        std::copy(values.begin(), values.end(), h.data());
+        Kokkos::deep_copy(storage, h);
+      });
+    };
+    load("params", model_.params);
+    load("adam_m", adam_m_);
+    load("adam_v", adam_v_);
+    step_ = int(f.attribute_int("/", "step"));
+    sampler_.restore(f.attribute_int("/", "sampler_epoch"), f.attribute_int("/", "sampler_cursor"));
+  } catch (io::H5Error const& e) {
+    throw TrainingError(std::string("cannot resume: ") + e.what());
+  }
+  if (log_) *log_ << fmt::format("resumed from {} at step {}\n", path, step_);
+}
+
+}  // namespace joule

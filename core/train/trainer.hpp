@@ -1,0 +1,80 @@
+#pragma once
+// The training loop: micro-batches with gradient accumulation, AdamW with warm-up + cosine
+// learning rate and global-norm clipping, held-out evaluation (loss and exact caption accuracy
+// by greedy decoding), progress lines, checkpoints that resume the same trajectory, and a stop
+// with a clear message on NaN/Inf.
+#include "core/model/model.hpp"
+#include "core/ops/adamw.hpp"
+
+#include <iosfwd>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace joule {
+
+class TrainingError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct EvalResult {
+  double loss = 0;      // mean next-token loss on held-out text positions
+  double accuracy = 0;  // share of held-out samples whose greedy caption equals the reference
+  int samples = 0;
+  std::vector<std::pair<std::string, std::string>> examples;  // (reference, generated)
+};
+
+struct StepRecord {
+  int step = 0;  // 1-based optimizer step
+  double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+};
+
+struct TrainSummary {
+  std::vector<StepRecord> steps;  // this run's steps (after a resume: from the resumed step on)
+  std::vector<std::pair<int, EvalResult>> evals;  // (step, result)
+  double seconds = 0;
+  double tokens_per_second = 0;
+};
+
+class Trainer {
+ public:
+  // Opens and validates the dataset, builds the model and initialises it from train.seed.
+  // Progress goes to `log` (nullptr: silent).
+  Trainer(Config const& config, std::ostream* log);
+
+  // Continues from a checkpoint written by save_checkpoint (same model configuration).
+  void resume(std::string const& checkpoint_path);
+  void save_checkpoint(std::string const& path) const;
+
+  // Trains until config.train.steps (or `max_steps` more steps, if >= 0), evaluating every
+  // eval_every steps and at the end, checkpointing as configured.
+  TrainSummary run(int max_steps = -1);
+  EvalResult evaluate();
+
+  int step() const { return step_; }
+  Model& model() { return model_; }
+  std::size_t train_samples() const { return train_indices_.size(); }
+  std::size_t eval_samples() const { return eval_indices_.size(); }
+
+ private:
+  StepRecord train_step();
+  double learning_rate(int step) const;  // step: 0-based
+  double gradient_norm() const;
+  void optimizer_step(double lr, double grad_scale);
+
+  Config cfg_;
+  std::ostream* log_;
+  Dataset data_;
+  std::vector<std::size_t> train_indices_, eval_indices_;
+  BatchSampler sampler_;
+  Model model_;
+  ModelParameters<float, DeviceMemory> adam_m_, adam_v_;
+  ExecSpace space_;
+  int step_ = 0;  // optimizer steps done
+};
+
+// One line per evaluation / summary, shared by `joule train` and tests.
+std::string format_eval(EvalResult const& e);
+
+}  // namespace joule
