@@ -1,6 +1,6 @@
 # Thin wrapper over CMake: every target installs what it needs first (apps/scripts/install-deps.sh),
 # so on a fresh Debian 12 machine `make run` and `make test` are all there is to type.
-#   make run     the main job (for now: the operator benchmark)
+#   make run     the main job: train the tiny captioning model (synthetic data made on the way)
 #   make test    build and run the test suite (what CI runs)
 #   make bench-torch   the benchmark next to PyTorch (installs Debian's python3-torch)
 # Use your own Kokkos (e.g. CUDA on a GH200 node): make test Kokkos_ROOT=/path/to/kokkos
@@ -17,7 +17,7 @@ else
   KOKKOS := $(JOULE_DEPS_PREFIX)
 endif
 
-.PHONY: all deps configure build test run bench-torch clean
+.PHONY: all deps configure build test run bench bench-torch clean
 all: build
 
 deps:
@@ -33,6 +33,9 @@ test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 run: build
+	./$(BUILD)/apps/joule train --config apps/configs/tiny.json --make-data
+
+bench: build
 	./$(BUILD)/apps/joule bench
 
 bench-torch: build

@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 
 namespace joule::apps {
 
@@ -25,7 +27,29 @@ std::function<int()> add_data_command(CLI::App& app) {
   synth->add_option("--image-size", o->image_size, "image height and width")->check(CLI::Range(8, 4096));
   synth->add_option("--text-len", o->text_len, "tokens per caption incl. BOS/EOS/PAD")->check(CLI::Range(3, 4096));
   synth->add_option("--seed", o->seed, "random seed");
+
+  auto info_path = std::make_shared<std::string>();
+  auto* info = data->add_subcommand("info", "validate a dataset file and print its shape and a few captions");
+  info->add_option("file", *info_path, "dataset (HDF5)")->required();
+  info->add_option("--config", *config, "also check it against this configuration's model")
+      ->check(CLI::ExistingFile);
+
   return [=]() -> int {
+    if (*info) {
+      std::optional<Config> cfg;
+      if (!config->empty()) cfg = load_config(*config);
+      auto const ds = Dataset::open(*info_path, cfg ? &cfg->model : nullptr);
+      auto const& s = ds.shape();
+      fmt::print("{}: {} samples, {} frame(s) of {}x{}x{}, text length {}{}\n", *info_path, s.count,
+                 s.frames, s.channels, s.height, s.width, s.text_len,
+                 cfg ? ", matches the configuration" : "");
+      std::vector<std::size_t> first;
+      for (std::size_t i = 0; i < std::min<std::size_t>(3, s.count); ++i) first.push_back(i);
+      auto const b = ds.read(first);
+      for (std::size_t i = 0; i < first.size(); ++i)
+        fmt::print("  [{}] \"{}\"\n", i, decode_caption(&b.tokens[i * s.text_len], s.text_len));
+      return 0;
+    }
     if (!*synth) return -1;
     std::string path = *out;
     if (!config->empty()) {

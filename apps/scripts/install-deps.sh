@@ -5,7 +5,7 @@
 #     source package (Debian's binary packages only have the Serial backend), into a cache prefix.
 # Environment:
 #   JOULE_DEPS_PREFIX   where Kokkos goes (default: ~/.cache/joule/kokkos-3.4.1-openmp)
-#   JOULE_WITH_TORCH=1  also install Debian's python3-torch/python3-h5py (golden files, PyTorch bench)
+#   JOULE_WITH_TORCH=1  also install Debian's python3-torch (golden files, PyTorch bench)
 #   Kokkos_ROOT         if set, the user's own Kokkos is used and nothing is built
 set -euo pipefail
 
@@ -17,8 +17,8 @@ sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libhdf5-dev catch2
           libopenblas-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-          python3 python3-numpy)
-if [ "${JOULE_WITH_TORCH:-0}" = 1 ]; then packages+=(python3-torch python3-h5py); fi
+          python3 python3-numpy python3-h5py python3-pil)
+if [ "${JOULE_WITH_TORCH:-0}" = 1 ]; then packages+=(python3-torch); fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -222,12 +222,15 @@ TrainSummary Trainer::run(int max_steps) {
       double const rate = (step_ - first) / secs;
       *log_ << fmt::format("step {:>5}/{}  loss {:.4f}  lr {:.2e}  grad-norm {:.3f}  {:.1f}k tok/s  ETA {}\n",
                            step_, t.steps, r.loss, r.lr, r.grad_norm,
-                           tokens_per_step * rate / 1000.0, duration((last - step_) / rate));
+                           tokens_per_step * rate / 1000.0, duration((last - step_) / rate))
+            << std::flush;
     }
     bool const eval_now = (t.eval_every > 0 && step_ % t.eval_every == 0) || step_ == t.steps;
     if (eval_now) {
       summary.evals.emplace_back(step_, evaluate());
-      if (log_) *log_ << fmt::format("eval at step {}: {}\n", step_, format_eval(summary.evals.back().second));
+      if (log_)
+        *log_ << fmt::format("eval at step {}: {}\n", step_, format_eval(summary.evals.back().second))
+              << std::flush;
     }
     bool const save_now = !t.checkpoint.empty() &&
                           ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == t.steps);
