@@ -40,9 +40,9 @@ MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_de
 }
 
 namespace {
-template <class View>
-View alloc(char const* name, std::size_t n0, std::size_t n1 = KOKKOS_INVALID_INDEX) {
-  return n1 == KOKKOS_INVALID_INDEX ? View(label(name), n0) : View(label(name), n0, n1);
+template <class View, class... Extents>
+View alloc(char const* name, Extents... extents) {
+  return View(label(name), extents...);
 }
 }  // namespace
 

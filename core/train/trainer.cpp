@@ -87,14 +87,17 @@ double Trainer::learning_rate(int step) const {
 }
 
 double Trainer::gradient_norm() const {
+  // Groups are collected first: a device lambda may not be defined inside another lambda (CUDA).
+  std::vector<Tensor1<float, DeviceMemory>> groups;
+  model_.grads.for_each_group([&](std::string const&, auto const& g) { groups.push_back(g); });
   double sum = 0;
-  model_.grads.for_each_group([&](std::string const&, auto const& g) {
+  for (auto const& g : groups) {
     double part = 0;
     Kokkos::parallel_reduce(
         label("grad_norm"), Kokkos::RangePolicy<ExecSpace>(space_, 0, g.extent(0)),
         KOKKOS_LAMBDA(int i, double& s) { s += double(g(i)) * double(g(i)); }, part);
     sum += part;
-  });
+  }
   return std::sqrt(sum);
 }
 
