@@ -1,0 +1,109 @@
+// A stand-in for libnvidia-ml.so.1, exporting the NVML functions joule calls, so the tests run
+// joule's real dlopen path. Behaviour is set through the environment when nvmlInit_v2 runs:
+//   FAKE_NVML_DEVICES        number of GPUs (default 1)
+//   FAKE_NVML_MJ_PER_READ    the energy counter grows by this many mJ per read (default 500)
+//   FAKE_NVML_ENERGY=0       the energy counter answers NOT_SUPPORTED
+//   FAKE_NVML_POWER_MW       GPU-scope power (default 150000)
+//   FAKE_NVML_C2C=1          C2C mode enabled (Grace Hopper)
+//   FAKE_NVML_MODULE_MW      module-scope power; unset: module scope answers NOT_SUPPORTED
+//   FAKE_NVML_LOST_AFTER     after this many energy reads, every call answers GPU_IS_LOST
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+constexpr int kSuccess = 0, kNotSupported = 3, kInvalid = 2, kGpuLost = 15;
+int g_devices = 1, g_energy = 1, g_c2c = 0, g_lost_after = -1;
+long long g_mj_per_read = 500, g_power_mw = 150000, g_module_mw = -1;
+unsigned long long g_energy_mj = 1000000;
+int g_reads = 0;
+
+long long env(char const* name, long long fallback) {
+  char const* v = std::getenv(name);
+  return v && *v ? std::atoll(v) : fallback;
+}
+bool lost() { return g_lost_after >= 0 && g_reads > g_lost_after; }
+
+struct FieldValue {
+  unsigned int fieldId, scopeId;
+  long long timestamp, latencyUsec;
+  int valueType, nvmlReturn;
+  union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long long ullVal;
+  } value;
+};
+}  // namespace
+
+extern "C" {
+int nvmlInit_v2() {
+  g_devices = int(env("FAKE_NVML_DEVICES", 1));
+  g_energy = int(env("FAKE_NVML_ENERGY", 1));
+  g_c2c = int(env("FAKE_NVML_C2C", 0));
+  g_mj_per_read = env("FAKE_NVML_MJ_PER_READ", 500);
+  g_power_mw = env("FAKE_NVML_POWER_MW", 150000);
+  g_module_mw = env("FAKE_NVML_MODULE_MW", -1);
+  g_lost_after = int(env("FAKE_NVML_LOST_AFTER", -1));
+  g_reads = 0;
+  g_energy_mj = 1000000;
+  return kSuccess;
+}
+int nvmlShutdown() { return kSuccess; }
+int nvmlDeviceGetCount_v2(unsigned* count) {
+  *count = unsigned(g_devices);
+  return kSuccess;
+}
+int nvmlDeviceGetHandleByIndex_v2(unsigned index, void** device) {
+  if (int(index) >= g_devices) return kInvalid;
+  *device = reinterpret_cast<void*>(std::size_t(index) + 1);
+  return kSuccess;
+}
+int nvmlDeviceGetName(void*, char* name, unsigned length) {
+  std::strncpy(name, "Fake H200", length);
+  return kSuccess;
+}
+int nvmlDeviceGetTotalEnergyConsumption(void*, unsigned long long* mj) {
+  if (!g_energy) return kNotSupported;
+  ++g_reads;
+  if (lost()) return kGpuLost;
+  g_energy_mj += g_mj_per_read;
+  *mj = g_energy_mj;
+  return kSuccess;
+}
+int nvmlDeviceGetFieldValues(void*, int count, FieldValue* values) {
+  if (lost()) return kGpuLost;
+  for (int i = 0; i < count; ++i) {
+    FieldValue& v = values[i];
+    v.valueType = 1;  // unsigned int
+    if (v.fieldId != 186) {
+      v.nvmlReturn = kNotSupported;
+    } else if (v.scopeId == 0) {
+      v.nvmlReturn = kSuccess;
+      v.value.uiVal = unsigned(g_power_mw);
+    } else if (v.scopeId == 1 && g_module_mw >= 0) {
+      v.nvmlReturn = kSuccess;
+      v.value.uiVal = unsigned(g_module_mw);
+    } else {
+      v.nvmlReturn = kNotSupported;
+    }
+  }
+  return kSuccess;
+}
+int nvmlDeviceGetC2cModeInfoV(void*, unsigned* info) {
+  *info = unsigned(g_c2c);
+  return kSuccess;
+}
+int nvmlDeviceGetClockInfo(void*, int type, unsigned* mhz) {
+  if (lost()) return kGpuLost;
+  *mhz = type == 1 ? 1980 : 2619;
+  return kSuccess;
+}
+char const* nvmlErrorString(int r) {
+  switch (r) {
+    case kSuccess: return "Success";
+    case kNotSupported: return "Not Supported";
+    case kGpuLost: return "GPU is lost";
+    default: return "Unknown Error";
+  }
+}
+}
