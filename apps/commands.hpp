@@ -9,6 +9,7 @@ namespace joule::apps {
 // Adds the subcommand to `app` and returns the function that runs it once parsed.
 std::function<int()> add_train_command(CLI::App& app);
 std::function<int()> add_data_command(CLI::App& app);
+std::function<int()> add_energy_command(CLI::App& app);
 
 // The embedded default configuration (apps/configs/tiny.json at build time).
 char const* default_config_json();

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   auto* info_cmd = app.add_subcommand("info", "print versions and the execution space");
   auto const run_train = joule::apps::add_train_command(app);
   auto const run_data = joule::apps::add_data_command(app);
+  auto const run_energy = joule::apps::add_energy_command(app);
 
   try {
     app.parse(argc, argv);
@@ -50,7 +51,7 @@ int main(int argc, char** argv) {
   try {
     if (*bench_cmd) return joule::apps::run_bench(bench);
     if (*info_cmd) print_version();
-    for (auto const& run : {run_train, run_data})
+    for (auto const& run : {run_train, run_data, run_energy})
       if (int const rc = run(); rc >= 0) return rc;
   } catch (std::exception const& e) {
     fmt::print(stderr, "joule: error: {}\n", e.what());

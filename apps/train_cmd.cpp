@@ -4,6 +4,7 @@
 
 #include "core/data/synth.hpp"
 #include "core/train/trainer.hpp"
+#include "energy/report.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -24,6 +25,8 @@ struct TrainOptions {
   int steps = -1, recompute_depth = -1, micro_batch = -1;
   long long seed = -1;
   bool make_data = false;
+  bool energy = true;
+  double energy_rate_hz = 20.0;
 };
 
 // The configuration text with command-line overrides applied, so that they are validated (and
@@ -78,7 +81,30 @@ int run_train(TrainOptions const& o) {
                        "pass --make-data to generate the synthetic shapes data there)");
   Trainer trainer(cfg, &std::cout);
   if (!o.resume.empty()) trainer.resume(o.resume);
+
+  // Energy: sensors sampled on their own thread, every Kokkos region of the run measured.
+  std::unique_ptr<energy::Sampler> sampler;
+  std::unique_ptr<energy::RegionRecorder> regions;
+  std::vector<double> e0;
+  double t0 = 0;
+  if (o.energy) {
+    sampler = std::make_unique<energy::Sampler>(
+        energy::discover_sources(energy::SourceOptions::from_environment()), o.energy_rate_hz);
+    regions = std::make_unique<energy::RegionRecorder>(*sampler);
+    sampler->start();
+    t0 = sampler->now();
+    e0 = sampler->snapshot();
+  }
   auto const summary = trainer.run();
+  std::string energy_report;
+  if (sampler) {
+    auto e1 = sampler->snapshot();
+    double const t1 = sampler->now();
+    sampler->stop();
+    for (std::size_t i = 0; i < e1.size(); ++i) e1[i] -= e0[i];
+    energy_report = energy::format_energy_report(*sampler, *regions, t1 - t0, e1);
+    regions.reset();
+  }
 
   fmt::print("\n== summary ==\n");
   if (!summary.steps.empty())
@@ -92,6 +118,7 @@ int run_train(TrainOptions const& o) {
       fmt::print("  {:<34} -> {}{}\n", "\"" + ref + "\"", "\"" + out + "\"", ref == out ? "" : "   (wrong)");
   }
   if (!cfg.train.checkpoint.empty()) fmt::print("checkpoint: {}\n", cfg.train.checkpoint);
+  if (!energy_report.empty()) fmt::print("\n{}", energy_report);
   return 0;
 }
 
@@ -110,6 +137,8 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_option("--checkpoint", o->checkpoint, "write checkpoints here (overrides train.checkpoint)");
   cmd->add_option("--resume", o->resume, "continue from this checkpoint")->check(CLI::ExistingFile);
   cmd->add_flag("--make-data", o->make_data, "generate the synthetic shapes dataset at data.path if missing");
+  cmd->add_flag("!--no-energy", o->energy, "do not measure energy");
+  cmd->add_option("--energy-rate", o->energy_rate_hz, "energy sampling rate in Hz")->check(CLI::Range(0.1, 10000.0));
   return [o, cmd]() -> int { return *cmd ? run_train(*o) : -1; };
 }
 

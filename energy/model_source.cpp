@@ -23,7 +23,7 @@ class ModelSource final : public Source {
  public:
   ModelSource(double idle, double core) : idle_(idle), core_(core) {
     channels_.push_back({kDomainModel,
-                         "model: " + fmt(idle) + " W idle + " + fmt(core) + " W per busy core (process CPU time)",
+                         "CPU-time model, " + fmt(idle) + " W idle + " + fmt(core) + " W per busy core (process CPU time)",
                          Quantity::power, false});
     last_cpu_ = process_cpu_seconds();
     last_wall_ = wall_seconds();

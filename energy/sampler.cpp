@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <map>
 #include <set>
 
 namespace joule::energy {
@@ -43,7 +44,7 @@ void Sampler::sample_locked(double t, bool record) {
     s->read(scratch_);
     values.insert(values.end(), scratch_.begin(), scratch_.end());
   }
-  double const dt = have_last_ ? t - last_t_ : 0.0;
+  double const dt = have_last_ && t > last_t_ ? t - last_t_ : 0.0;
   TracePoint point{t, std::vector<double>(channels_.size(), std::nan(""))};
   for (std::size_t i = 0; i < channels_.size(); ++i) {
     double const v = values[i];
@@ -73,7 +74,7 @@ void Sampler::sample_locked(double t, bool record) {
     }
   }
   have_last_ = true;
-  last_t_ = t;
+  if (t > last_t_) last_t_ = t;
   if (record) trace_.push_back(std::move(point));
 }
 
@@ -130,11 +131,17 @@ void Sampler::stop() {
 }
 
 TotalRule total_rule(std::vector<Sampler::ChannelInfo> const& channels) {
+  // A domain can be read by two sources (module power from NVML and from hwmon): they measure
+  // the same thing, so only the first (most preferred) source's channels of a domain count.
   auto pick = [&](std::set<std::string> const& domains) {
     std::vector<std::size_t> idx;
-    for (std::size_t i = 0; i < channels.size(); ++i)
-      if (channels[i].channel.quantity != Quantity::gauge && domains.count(channels[i].channel.domain))
-        idx.push_back(i);
+    std::map<std::string, std::string> source_of;
+    for (std::size_t i = 0; i < channels.size(); ++i) {
+      auto const& c = channels[i];
+      if (c.channel.quantity == Quantity::gauge || !domains.count(c.channel.domain)) continue;
+      auto const [it, first] = source_of.emplace(c.channel.domain, c.source);
+      if (first || it->second == c.source) idx.push_back(i);
+    }
     return idx;
   };
   auto has = [&](char const* d) { return !pick({d}).empty(); };

@@ -69,6 +69,8 @@ class Sampler {
 //   package only (x86 CPU)           -> package
 //   gpu only                         -> gpu
 //   otherwise                        -> model
+// Within a domain only the most preferred source counts (NVML before hwmon before RAPL), since
+// two sources of one domain read the same hardware.
 struct TotalRule {
   std::vector<std::size_t> channels;  // indices into Sampler::channels()
   std::string description;            // e.g. "module (GH200 module power)"

@@ -116,6 +116,7 @@ void Trainer::optimizer_step(double lr, double grad_scale) {
 }
 
 StepRecord Trainer::train_step() {
+  compat::ScopedRegion region("step");
   auto const t0 = std::chrono::steady_clock::now();
   int const accumulation = cfg_.train.batch / cfg_.train.micro_batch;
   model_.zero_gradients(space_);

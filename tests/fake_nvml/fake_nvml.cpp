@@ -7,6 +7,7 @@
 //   FAKE_NVML_C2C=1          C2C mode enabled (Grace Hopper)
 //   FAKE_NVML_MODULE_MW      module-scope power; unset: module scope answers NOT_SUPPORTED
 //   FAKE_NVML_LOST_AFTER     after this many energy reads, every call answers GPU_IS_LOST
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -14,7 +15,7 @@ namespace {
 constexpr int kSuccess = 0, kNotSupported = 3, kInvalid = 2, kGpuLost = 15;
 int g_devices = 1, g_energy = 1, g_c2c = 0, g_lost_after = -1;
 long long g_mj_per_read = 500, g_power_mw = 150000, g_module_mw = -1;
-unsigned long long g_energy_mj = 1000000;
+unsigned long long g_energy_mj[8];  // per device
 int g_reads = 0;
 
 long long env(char const* name, long long fallback) {
@@ -45,7 +46,7 @@ int nvmlInit_v2() {
   g_module_mw = env("FAKE_NVML_MODULE_MW", -1);
   g_lost_after = int(env("FAKE_NVML_LOST_AFTER", -1));
   g_reads = 0;
-  g_energy_mj = 1000000;
+  for (auto& e : g_energy_mj) e = 1000000;
   return kSuccess;
 }
 int nvmlShutdown() { return kSuccess; }
@@ -62,12 +63,13 @@ int nvmlDeviceGetName(void*, char* name, unsigned length) {
   std::strncpy(name, "Fake H200", length);
   return kSuccess;
 }
-int nvmlDeviceGetTotalEnergyConsumption(void*, unsigned long long* mj) {
+int nvmlDeviceGetTotalEnergyConsumption(void* device, unsigned long long* mj) {
   if (!g_energy) return kNotSupported;
   ++g_reads;
   if (lost()) return kGpuLost;
-  g_energy_mj += g_mj_per_read;
-  *mj = g_energy_mj;
+  auto& counter = g_energy_mj[(reinterpret_cast<std::size_t>(device) - 1) % 8];
+  counter += g_mj_per_read;
+  *mj = counter;
   return kSuccess;
 }
 int nvmlDeviceGetFieldValues(void*, int count, FieldValue* values) {
