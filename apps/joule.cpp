@@ -1,4 +1,5 @@
 // The joule command. Subcommands live in their own files; this file parses and dispatches.
+#include "bench/bench_offload.hpp"
 #include "bench/bench_ops.hpp"
 #include "commands.hpp"
 #include "core/compat.hpp"
@@ -31,7 +32,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("joule ") + JOULE_VERSION);
 
   joule::apps::BenchOptions bench;
-  auto* bench_cmd = app.add_subcommand("bench", "time each operator's forward+backward (GFLOP/s)");
+  std::string suite = "ops";
+  auto* bench_cmd = app.add_subcommand("bench", "benchmarks: operators (GFLOP/s), host AdamW bandwidth, offload overlap");
+  bench_cmd->add_option("--suite", suite, "ops: operator GFLOP/s; adamw: host AdamW vs STREAM triad; offload: overlap")
+      ->check(CLI::IsMember({"ops", "adamw", "offload"}));
   bench_cmd->add_option("--preset", bench.preset, "shapes: vit-base (realistic) or tiny (smoke test)")
       ->check(CLI::IsMember({"vit-base", "tiny"}));
   bench_cmd->add_option("--repeats", bench.repeats, "timed runs per operator (median reported)")
@@ -49,7 +53,13 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    if (*bench_cmd) return joule::apps::run_bench(bench);
+    if (*bench_cmd) {
+      joule::apps::OffloadBenchOptions offload;
+      offload.repeats = bench.repeats;
+      if (suite == "adamw") return joule::apps::run_adamw_bandwidth_bench(offload);
+      if (suite == "offload") return joule::apps::run_offload_overlap_bench(offload);
+      return joule::apps::run_bench(bench);
+    }
     if (*info_cmd) print_version();
     for (auto const& run : {run_train, run_data, run_energy})
       if (int const rc = run(); rc >= 0) return rc;

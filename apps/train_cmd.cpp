@@ -22,7 +22,8 @@ namespace {
 
 struct TrainOptions {
   std::string config_path, data, checkpoint, resume;
-  int steps = -1, recompute_depth = -1, micro_batch = -1;
+  int steps = -1, recompute_depth = -1, micro_batch = -1, host_threads = -1;
+  double offload_ratio = -1;
   long long seed = -1;
   bool make_data = false;
   bool energy = true;
@@ -52,6 +53,8 @@ Config configure(TrainOptions const& o) {
     if (o.steps >= 0) j["train"]["steps"] = o.steps;
     if (o.recompute_depth >= 0) j["train"]["recompute_depth"] = o.recompute_depth;
     if (o.micro_batch >= 0) j["train"]["micro_batch"] = o.micro_batch;
+    if (o.offload_ratio >= 0) j["train"]["offload_ratio"] = o.offload_ratio;
+    if (o.host_threads >= 0) j["train"]["host_threads"] = o.host_threads;
     if (o.seed >= 0) j["train"]["seed"] = o.seed;
     if (!o.checkpoint.empty()) j["train"]["checkpoint"] = o.checkpoint;
   }
@@ -134,6 +137,9 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_option("--recompute-depth", o->recompute_depth, "blocks to recompute (overrides train.recompute_depth)");
   cmd->add_option("--micro-batch", o->micro_batch, "samples per forward/backward (overrides train.micro_batch)");
   cmd->add_option("--seed", o->seed, "seed (overrides train.seed)");
+  cmd->add_option("--offload-ratio", o->offload_ratio,
+                  "share of parameter bytes whose AdamW state lives on the host (overrides train.offload_ratio)");
+  cmd->add_option("--host-threads", o->host_threads, "threads for the host optimizer, 0 = all (overrides train.host_threads)");
   cmd->add_option("--checkpoint", o->checkpoint, "write checkpoints here (overrides train.checkpoint)");
   cmd->add_option("--resume", o->resume, "continue from this checkpoint")->check(CLI::ExistingFile);
   cmd->add_flag("--make-data", o->make_data, "generate the synthetic shapes dataset at data.path if missing");

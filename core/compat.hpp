@@ -65,4 +65,17 @@ void gemm(ExecutionSpace const& space, char const* trans_a, char const* trans_b,
 #endif
 }
 
+// An execution space instance that can run independently of the default one (its own CUDA
+// stream), for copies that should overlap with compute. Kokkos >= 4 splits one off the default
+// instance; older Kokkos has no portable way, and the default instance is used (correct, no
+// overlap).
+template <class ExecutionSpace>
+ExecutionSpace independent_instance() {
+#if KOKKOS_VERSION >= 40000
+  return Kokkos::Experimental::partition_space(ExecutionSpace(), 1)[0];
+#else
+  return ExecutionSpace();
+#endif
+}
+
 }  // namespace joule::compat

@@ -5,6 +5,7 @@
 #include "support/test_support.hpp"
 #include "support/tiny_config.hpp"
 
+#include <cstring>
 #include <sstream>
 
 using namespace joule;
@@ -92,4 +93,74 @@ TEST_CASE("training: a non-finite loss stops the run with a clear message", "[tr
   auto const& w = trainer.model().params.embed.patch_bias;
   Kokkos::deep_copy(Kokkos::subview(w, 0), std::numeric_limits<float>::quiet_NaN());
   REQUIRE_THROWS_WITH(trainer.run(), Catch::Contains("step 1: the loss is nan"));
+}
+
+namespace {
+std::vector<float> final_parameters(Config cfg, double ratio, int steps) {
+  cfg.train.offload_ratio = ratio;
+  cfg.train.steps = steps;
+  Trainer t(cfg, nullptr);
+  t.run();
+  std::vector<float> out;
+  t.model().params.for_each_group([&](std::string const&, auto const& g) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g);
+    out.insert(out.end(), h.data(), h.data() + h.span());
+  });
+  return out;
+}
+}  // namespace
+
+TEST_CASE("offload: every offload ratio trains to the same parameters as none", "[train][offload]") {
+  TempFile data(".h5");
+  auto cfg = write_data_and_config(data.path());
+  // Groups: embed, block.0..2, head. 0.3 falls between group boundaries.
+  auto const sizes = parameter_group_sizes(cfg.model);
+  REQUIRE(sizes.size() == 5);
+  SECTION("with gradient clipping: host updates after the backward pass") { cfg.train.grad_clip = 1.0; }
+  SECTION("without clipping: host updates during the backward pass, on one host thread") {
+    cfg.train.grad_clip = 0.0;
+    cfg.train.host_threads = 1;
+  }
+  auto const reference = final_parameters(cfg, 0.0, 6);
+  for (double const ratio : {0.25, 0.3, 0.5, 1.0}) {
+    INFO("offload ratio " << ratio);
+    auto const p = final_parameters(cfg, ratio, 6);
+    REQUIRE(p.size() == reference.size());
+    // Same AdamW arithmetic on the same backend: the same bits.
+    REQUIRE(std::memcmp(p.data(), reference.data(), p.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("offload: the achieved ratio is rounded to whole groups and the state goes where predicted",
+          "[train][offload]") {
+  TempFile data(".h5");
+  auto cfg = write_data_and_config(data.path());
+  auto const sizes = parameter_group_sizes(cfg.model);
+  std::size_t total = 0;
+  for (auto s : sizes) total += s;
+  for (double const ratio : {0.0, 0.3, 0.5, 1.0}) {
+    INFO("ratio " << ratio);
+    cfg.train.offload_ratio = ratio;
+    Trainer t(cfg, nullptr);
+    auto const& o = t.optimizer();
+    auto const e = estimate_optimizer_memory(cfg.model, ratio);
+    REQUIRE(o.achieved_ratio() == Approx(e.achieved_ratio));
+    REQUIRE(o.device_state_bytes() == e.device);
+    REQUIRE(o.host_state_bytes() == e.host);
+    // No other choice of whole groups is closer to the target.
+    double best = 1e300;
+    for (unsigned mask = 0; mask < (1u << sizes.size()); ++mask) {
+      std::size_t host = 0;
+      for (std::size_t i = 0; i < sizes.size(); ++i)
+        if (mask & (1u << i)) host += sizes[i];
+      best = std::min(best, std::abs(double(host) / total - ratio));
+    }
+    REQUIRE(std::abs(o.achieved_ratio() - ratio) <= best + 0.05);
+    REQUIRE(e.device + e.host / 2 == 2 * total * sizeof(float));  // moments are somewhere, once
+    if (ratio == 1.0) REQUIRE(o.device_state_bytes() == 0);
+  }
+  cfg.train.offload_ratio = 0.5;
+  auto bad = tiny_config_json(data.path());
+  bad["train"]["offload_ratio"] = 1.5;
+  REQUIRE_THROWS_WITH(parse_config(bad.dump(), "cfg"), Catch::Contains("train.offload_ratio is 1.5; allowed: [0, 1]"));
 }

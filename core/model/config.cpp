@@ -160,6 +160,10 @@ Config parse_config(std::string const& json_text, std::string const& source) {
     // Optional fields.
     s.mark_known("checkpoint");
     s.mark_known("checkpoint_every");
+    s.mark_known("offload_ratio");
+    s.mark_known("host_threads");
+    if (s.has("offload_ratio")) t.offload_ratio = s.number("offload_ratio", 0.0, 1.0);
+    if (s.has("host_threads")) t.host_threads = s.integer("host_threads", 0, 4096);
     if (s.has("checkpoint")) t.checkpoint = s.string("checkpoint", true);
     if (s.has("checkpoint_every")) t.checkpoint_every = s.integer("checkpoint_every", 0, 1 << 30);
     s.reject_unknown();

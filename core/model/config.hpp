@@ -62,6 +62,8 @@ struct TrainConfig {
   int log_every = 20;
   std::uint64_t seed = 1;
   int recompute_depth = 0;     // first k blocks recompute their activations in the backward pass
+  double offload_ratio = 0.0;  // share of parameter bytes whose optimizer state lives on the host
+  int host_threads = 0;        // threads for the host optimizer; 0: all
   std::string checkpoint;      // "" = no checkpoints
   int checkpoint_every = 0;    // 0: only at the end (if checkpoint is set)
 };

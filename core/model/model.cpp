@@ -162,7 +162,10 @@ CrossEntropyResult Model::forward(ExecSpace const& space) {
   return result;
 }
 
-void Model::backward(ExecSpace const& space, double d_loss) {
+void Model::backward(ExecSpace const& space, double d_loss, std::function<void(int)> const& group_ready) {
+  auto ready = [&](int group) {
+    if (group_ready) group_ready(group);
+  };
   compat::ScopedRegion region("backward");
   int const L = cfg_.layers, n_img = cfg_.image_tokens();
   Tensor1<T, DeviceMemory> const no_bias;
@@ -170,12 +173,14 @@ void Model::backward(ExecSpace const& space, double d_loss) {
   linear_backward(space, d_lnf_, grads.head.lm_head, no_bias, logits_, lnf_, params.head.lm_head);
   layernorm_backward(space, d_residual_[L % 2], grads.head.lnf_weight, grads.head.lnf_bias, d_lnf_,
                      residual_[L], params.head.lnf_weight, lnf_mean_, lnf_rstd_);
+  ready(L + 1);  // head (with tied embeddings its LM-head gradient goes to embed, finished last)
   for (int l = L - 1; l >= 0; --l) {
     auto const& acts = acts_for(l);
     if (l < recompute_depth_)  // same kernels, same inputs: the same activations, bit for bit
       block_forward(space, shape_, residual_[l + 1], acts, params.blocks[l], residual_[l]);
     block_backward(space, shape_, d_residual_[l % 2], grads.blocks[l], block_work_,
                    d_residual_[(l + 1) % 2], residual_[l], acts, params.blocks[l]);
+    ready(1 + l);
   }
   auto const& g = grads.embed;
   sequence_concat_backward(space, d_image_emb_, d_text_emb_, g.wpe, d_residual_[0], n_img, cfg_.text_len);
@@ -183,6 +188,7 @@ void Model::backward(ExecSpace const& space, double d_loss) {
   Tensor4<T, DeviceMemory> const no_pixels;
   patch_embed_backward(space, no_pixels, Tensor2<T, DeviceMemory>(), g.patch_weight, g.patch_bias,
                        d_image_emb_, patches_, params.embed.patch_weight, cfg_.patch_size);
+  ready(0);
 }
 
 }  // namespace joule

@@ -131,7 +131,12 @@ class Model {
   void set_batch(ExecSpace const& space, HostBatch const& batch, int n_valid);
   CrossEntropyResult forward(ExecSpace const& space);
   // Backward of d_loss * loss; accumulates into gradients. Needs the preceding forward().
-  void backward(ExecSpace const& space, double d_loss);
+  // group_ready(g), if given, is called as soon as the gradients of parameter group g
+  // (for_each_group order: 0 embed, 1 + l block l, L + 1 head) are complete — kernels enqueued
+  // on `space`, not necessarily finished — so an optimizer can start on them while the backward
+  // pass goes on with earlier layers.
+  void backward(ExecSpace const& space, double d_loss,
+                std::function<void(int group)> const& group_ready = {});
   // [B*S, V] logits of the last forward() (overwritten by backward()).
   Tensor2<T, DeviceMemory> const& logits() const { return logits_; }
   // Sets text token `position` of every sample (for greedy decoding).

@@ -32,30 +32,19 @@ std::string duration(double s) {
   return fmt::format("{}m{:02d}s", int(s) / 60, int(s) % 60);
 }
 
-// Parameters, gradients and moments as matching flat slices, one per tensor.
-template <class F>
-void for_each_slice(ModelParameters<float, DeviceMemory> const& a, ModelParameters<float, DeviceMemory> const& b,
-                    ModelParameters<float, DeviceMemory> const& c, ModelParameters<float, DeviceMemory> const& d,
-                    F&& f) {
-  using Flat = Kokkos::View<float*, DeviceMemory>;
-  std::vector<std::pair<std::string, Flat>> slices[4];
-  int k = 0;
-  for (auto const* p : {&a, &b, &c, &d}) {
-    p->for_each_tensor([&](std::string const& name, auto const& view) {
-      slices[k].emplace_back(name, Flat(view.data(), view.span()));
-    });
-    ++k;
-  }
-  for (std::size_t i = 0; i < slices[0].size(); ++i) {
-    bool const matrix = [&] {
-      std::string const& n = slices[0][i].first;
-      return n.find("weight") != std::string::npos && n.find(".ln") == std::string::npos;
-    }();
-    f(slices[0][i].first, matrix, slices[0][i].second, slices[1][i].second, slices[2][i].second,
-      slices[3][i].second);
-  }
-}
+}  // namespace
 
+namespace {
+OptimizerSettings optimizer_settings(TrainConfig const& t) {
+  OptimizerSettings o;
+  o.beta1 = t.beta1;
+  o.beta2 = t.beta2;
+  o.weight_decay = t.weight_decay;
+  o.grad_clip = t.grad_clip;
+  o.offload_ratio = t.offload_ratio;
+  o.host_threads = t.host_threads;
+  return o;
+}
 }  // namespace
 
 std::string format_eval(EvalResult const& e) {
@@ -71,11 +60,23 @@ Trainer::Trainer(Config const& config, std::ostream* log)
       eval_indices_(range(train_indices_.size(), data_.shape().count)),
       sampler_(train_indices_, config.train.micro_batch, config.train.seed),
       model_(config.model, config.train.micro_batch, config.train.recompute_depth),
-      adam_m_("adam_m.", config.model),
-      adam_v_("adam_v.", config.model) {
+      optimizer_(model_, optimizer_settings(config.train)) {
   if (data_.shape().count < 2)
     throw TrainingError(config.data.path + ": needs at least 2 samples (one to train on, one held out)");
   model_.init_parameters(config.train.seed);
+  optimizer_.sync_master_weights();
+}
+
+std::string Trainer::offload_summary() const {
+  auto const& o = optimizer_;
+  std::string groups;
+  for (std::size_t i = 0; i < o.group_names().size(); ++i)
+    if (o.offloaded()[i]) groups += (groups.empty() ? "" : ", ") + o.group_names()[i];
+  return fmt::format("optimizer offload: requested ratio {:.3f}, achieved {:.3f} (whole groups{}{}); "
+                     "AdamW state on the device {:.2f} MiB, on the host {:.2f} MiB, host threads {}",
+                     cfg_.train.offload_ratio, o.achieved_ratio(), groups.empty() ? "" : ": ", groups,
+                     o.device_state_bytes() / 1048576.0, o.host_state_bytes() / 1048576.0,
+                     cfg_.train.host_threads > 0 ? std::to_string(cfg_.train.host_threads) : std::string("all"));
 }
 
 double Trainer::learning_rate(int step) const {
@@ -86,41 +87,15 @@ double Trainer::learning_rate(int step) const {
   return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-double Trainer::gradient_norm() const {
-  // Groups are collected first: a device lambda may not be defined inside another lambda (CUDA).
-  std::vector<Tensor1<float, DeviceMemory>> groups;
-  model_.grads.for_each_group([&](std::string const&, auto const& g) { groups.push_back(g); });
-  double sum = 0;
-  for (auto const& g : groups) {
-    double part = 0;
-    Kokkos::parallel_reduce(
-        label("grad_norm"), Kokkos::RangePolicy<ExecSpace>(space_, 0, g.extent(0)),
-        KOKKOS_LAMBDA(int i, double& s) { s += double(g(i)) * double(g(i)); }, part);
-    sum += part;
-  }
-  return std::sqrt(sum);
-}
-
-void Trainer::optimizer_step(double lr, double grad_scale) {
-  compat::ScopedRegion region("optimizer_device");
-  AdamWConfig opt;
-  opt.lr = lr;
-  opt.beta1 = cfg_.train.beta1;
-  opt.beta2 = cfg_.train.beta2;
-  for_each_slice(model_.params, model_.grads, adam_m_, adam_v_,
-                 [&](std::string const&, bool matrix, auto const& p, auto const& g, auto const& m, auto const& v) {
-                   // Weight decay on weight matrices only, not on biases, norms or embeddings.
-                   opt.weight_decay = matrix ? cfg_.train.weight_decay : 0.0;
-                   adamw_update(space_, p, g, m, v, opt, step_ + 1, grad_scale);
-                 });
-}
-
 StepRecord Trainer::train_step() {
   compat::ScopedRegion region("step");
   auto const t0 = std::chrono::steady_clock::now();
   int const accumulation = cfg_.train.batch / cfg_.train.micro_batch;
+  double const lr = learning_rate(step_);
+  optimizer_.begin_step(lr, step_ + 1);
   model_.zero_gradients(space_);
   double loss = 0;
+  std::function<void(int)> const group_ready = [this](int group) { optimizer_.gradients_ready(group); };
   for (int micro = 0; micro < accumulation; ++micro) {
     auto const batch = data_.read(sampler_.next());
     model_.set_batch(space_, batch, cfg_.train.micro_batch);
@@ -129,16 +104,15 @@ StepRecord Trainer::train_step() {
       throw TrainingError(fmt::format("step {}: the loss is {} — stopping (lower train.lr or raise "
                                       "train.warmup_steps)", step_ + 1, l));
     loss += l / accumulation;
-    model_.backward(space_, 1.0 / accumulation);
+    // On the last micro-batch the optimizer starts on each group as soon as it is final.
+    model_.backward(space_, 1.0 / accumulation, micro + 1 == accumulation ? group_ready : std::function<void(int)>());
   }
-  double const norm = gradient_norm();
+  double const norm = optimizer_.gradient_norm();
   if (!std::isfinite(norm))
     throw TrainingError(fmt::format("step {}: the gradient norm is {} — stopping", step_ + 1, norm));
   double const clip = cfg_.train.grad_clip;
   double const scale = (clip > 0 && norm > clip) ? clip / norm : 1.0;
-  double const lr = learning_rate(step_);
-  optimizer_step(lr, scale);
-  space_.fence();
+  optimizer_.finish_step(scale);
   ++step_;
   StepRecord r;
   r.step = step_;
@@ -217,7 +191,8 @@ TrainSummary Trainer::run(int max_steps) {
                          "samples ({} x {}), recompute depth {}, on {}\n",
                          model_.params.count(), train_indices_.size(), eval_indices_.size(), t.steps,
                          t.batch, t.batch / t.micro_batch, t.micro_batch, t.recompute_depth,
-                         ExecSpace::name());
+                         ExecSpace::name())
+          << offload_summary() << "\n";
   while (step_ < last) {
     StepRecord const r = train_step();
     summary.steps.push_back(r);
@@ -263,8 +238,7 @@ void Trainer::save_checkpoint(std::string const& path) const {
       });
     };
     save("params", model_.params);
-    save("adam_m", adam_m_);
-    save("adam_v", adam_v_);
+    optimizer_.save(f);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw TrainingError("cannot move checkpoint " + tmp + " to " + path);
@@ -292,8 +266,8 @@ void Trainer::resume(std::string const& path) {
       });
     };
     load("params", model_.params);
-    load("adam_m", adam_m_);
-    load("adam_v", adam_v_);
+    optimizer_.sync_master_weights();
+    optimizer_.load(f);
     step_ = int(f.attribute_int("/", "step"));
     sampler_.restore(f.attribute_int("/", "sampler_epoch"), f.attribute_int("/", "sampler_cursor"));
   } catch (io::H5Error const& e) {

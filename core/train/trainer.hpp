@@ -5,6 +5,7 @@
 // with a clear message on NaN/Inf.
 #include "core/model/model.hpp"
 #include "core/ops/adamw.hpp"
+#include "core/train/optimizer.hpp"
 
 #include <iosfwd>
 #include <stdexcept>
@@ -54,14 +55,14 @@ class Trainer {
 
   int step() const { return step_; }
   Model& model() { return model_; }
+  Optimizer const& optimizer() const { return optimizer_; }
+  std::string offload_summary() const;  // requested and achieved ratio, groups, bytes
   std::size_t train_samples() const { return train_indices_.size(); }
   std::size_t eval_samples() const { return eval_indices_.size(); }
 
  private:
   StepRecord train_step();
   double learning_rate(int step) const;  // step: 0-based
-  double gradient_norm() const;
-  void optimizer_step(double lr, double grad_scale);
 
   Config cfg_;
   std::ostream* log_;
@@ -69,8 +70,8 @@ class Trainer {
   std::vector<std::size_t> train_indices_, eval_indices_;
   BatchSampler sampler_;
   Model model_;
-  ModelParameters<float, DeviceMemory> adam_m_, adam_v_;
   ExecSpace space_;
+  Optimizer optimizer_;
   int step_ = 0;  // optimizer steps done
 };
 
