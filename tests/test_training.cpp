@@ -33,7 +33,9 @@ std::vector<double> losses(TrainSummary const& s) {
 TEST_CASE("training: resuming from a checkpoint continues the uninterrupted loss trajectory",
           "[train][checkpoint]") {
   TempFile data(".h5"), checkpoint(".ckpt.h5");
-  auto const cfg = write_data_and_config(data.path());  // 12 steps, 2 micro-batches each
+  auto cfg = write_data_and_config(data.path());  // 12 steps, 2 micro-batches each
+  SECTION("all optimizer state on the device") { cfg.train.offload_ratio = 0.0; }
+  SECTION("half of it on the host") { cfg.train.offload_ratio = 0.5; }
 
   Trainer uninterrupted(cfg, nullptr);
   auto const full = losses(uninterrupted.run());
