@@ -3,6 +3,7 @@
 #   make run     the main job: train the tiny captioning model (synthetic data made on the way)
 #   make test    build and run the test suite (what CI runs)
 #   make bench-torch   the benchmark next to PyTorch (installs Debian's python3-torch)
+#   make compile-check the GPU build checked without a GPU (nvcc for sm_90 against Kokkos 5.x)
 # Use your own Kokkos (e.g. CUDA on a GH200 node): make test Kokkos_ROOT=/path/to/kokkos
 JOULE_DEPS_PREFIX ?= $(HOME)/.cache/joule/kokkos-3.4.1-openmp
 BUILD ?= build
@@ -17,7 +18,7 @@ else
   KOKKOS := $(JOULE_DEPS_PREFIX)
 endif
 
-.PHONY: all deps configure build test run bench bench-torch clean
+.PHONY: all deps configure build test run bench bench-torch compile-check clean
 all: build
 
 deps:
@@ -42,6 +43,11 @@ bench-torch: build
 	JOULE_WITH_TORCH=1 $(DEPS_ENV) bash apps/scripts/install-deps.sh
 	./$(BUILD)/apps/joule bench --json $(BUILD)/bench.json
 	/usr/bin/python3 apps/scripts/bench_torch.py $(BUILD)/bench.json
+
+# Every translation unit compiled for CUDA sm_90 (nvcc) and with g++ in C++20 against Kokkos 5.x
+# (and the Kokkos 4.5 / Kokkos-Kernels 4.5 pair): GPU builds checked without a GPU. CI runs it.
+compile-check:
+	bash cmake/compile-check/compile_check.sh
 
 clean:
 	rm -rf $(BUILD)

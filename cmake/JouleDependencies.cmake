@@ -10,9 +10,50 @@ if(NOT TARGET Kokkos::kokkoskernels)
 endif()
 message(STATUS "joule: Kokkos ${Kokkos_VERSION}, devices: ${Kokkos_DEVICES}")
 
-# joule's kernels are lambdas; a CUDA build needs them enabled in Kokkos.
+# joule's kernels are lambdas; a CUDA build needs them enabled in Kokkos (always on from 4.0).
 if(Kokkos_ENABLE_CUDA)
-  kokkos_check(OPTIONS CUDA_LAMBDA)
+  if(Kokkos_VERSION VERSION_LESS 4.0)
+    kokkos_check(OPTIONS CUDA_LAMBDA)
+  endif()
+  # fmt 9 turns its C++14 constexpr off under nvcc (__NVCC__) but keeps its C++20 constexpr on,
+  # so in C++20 (Kokkos 5) constexpr functions call non-constexpr ones and the host compiler
+  # rejects them. The host compilers nvcc uses support relaxed constexpr: turn it back on.
+  add_compile_definitions(FMT_USE_CONSTEXPR=1)
+endif()
+
+# What the GEMMs run on: Kokkos-Kernels' BLAS TPLs, read from its configuration header.
+get_target_property(_kk_includes Kokkos::kokkoskernels INTERFACE_INCLUDE_DIRECTORIES)
+set(JOULE_KK_TPLS "")
+foreach(_dir IN LISTS _kk_includes)
+  if(EXISTS "${_dir}/KokkosKernels_config.h")
+    file(STRINGS "${_dir}/KokkosKernels_config.h" _tpl_lines REGEX "^#define KOKKOSKERNELS_ENABLE_TPL_(BLAS|CUBLAS)")
+    foreach(_line IN LISTS _tpl_lines)
+      string(REGEX REPLACE "^#define KOKKOSKERNELS_ENABLE_TPL_([A-Z]+).*" "\\1" _tpl "${_line}")
+      list(APPEND JOULE_KK_TPLS ${_tpl})
+    endforeach()
+    break()
+  endif()
+endforeach()
+list(REMOVE_DUPLICATES JOULE_KK_TPLS)
+message(STATUS "joule: Kokkos-Kernels BLAS TPLs: ${JOULE_KK_TPLS}")
+
+# The GH200 build (CMakePresets.json "gh200"): CUDA for Hopper, OpenMP for the Grace cores,
+# cuBLAS under the GEMMs. Stop at configure time, saying what is missing, rather than build
+# something slower or broken.
+option(JOULE_GH200 "Require a Grace Hopper configuration of Kokkos (CUDA + OpenMP, Hopper, cuBLAS)" OFF)
+if(JOULE_GH200)
+  if(Kokkos_VERSION VERSION_LESS 4.0)
+    message(FATAL_ERROR "JOULE_GH200: Kokkos ${Kokkos_VERSION} found at ${Kokkos_DIR}; a GH200 build "
+                        "needs Kokkos 4.x or 5.x built with -DKokkos_ENABLE_CUDA=ON "
+                        "-DKokkos_ENABLE_OPENMP=ON -DKokkos_ARCH_HOPPER90=ON (pass its prefix as Kokkos_ROOT)")
+  endif()
+  kokkos_check(DEVICES CUDA OPENMP)
+  kokkos_check(ARCH HOPPER90)
+  if(NOT "CUBLAS" IN_LIST JOULE_KK_TPLS)
+    message(FATAL_ERROR "JOULE_GH200: Kokkos-Kernels at ${KokkosKernels_DIR} was built without the cuBLAS "
+                        "TPL (KokkosKernels_config.h has no KOKKOSKERNELS_ENABLE_TPL_CUBLAS); rebuild it with "
+                        "-DKokkosKernels_ENABLE_TPL_CUBLAS=ON")
+  endif()
 endif()
 
 find_package(OpenMP)

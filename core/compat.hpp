@@ -1,9 +1,8 @@
 #pragma once
-// The one place where Kokkos version differences live. joule builds against Kokkos 3.4 (Debian's
+// The one place where Kokkos (core) version differences live; those of Kokkos-Kernels are in
+// compat_kernels.hpp, so that code which needs no Kokkos-Kernels does not include it. joule builds against Kokkos 3.4 (Debian's
 // trilinos source) and 4.x/5.x (what GH200 users have); everything else in joule uses only the
 // names defined here or API that exists unchanged in all of them.
-#include <KokkosBlas3_gemm.hpp>
-#include <KokkosKernels_config.h>
 #include <Kokkos_Core.hpp>
 
 #include <string>
@@ -48,22 +47,6 @@ class ScopedRegion {
   ScopedRegion(ScopedRegion const&) = delete;
   ScopedRegion& operator=(ScopedRegion const&) = delete;
 };
-
-// KokkosBlas::gemm takes an execution space instance from Kokkos-Kernels 3.7 on (the version
-// macro itself only exists from then). Before, gemm runs on the default instance of the views'
-// space: fence the caller's instance first so the ordering is the same.
-template <class ExecutionSpace, class A, class B, class C>
-void gemm(ExecutionSpace const& space, char const* trans_a, char const* trans_b,
-          typename C::const_value_type alpha, A const& a, B const& b,
-          typename C::const_value_type beta, C const& c) {
-#if defined(KOKKOSKERNELS_VERSION) && KOKKOSKERNELS_VERSION >= 30700
-  KokkosBlas::gemm(space, trans_a, trans_b, alpha, a, b, beta, c);
-#else
-  space.fence();
-  KokkosBlas::gemm(trans_a, trans_b, alpha, a, b, beta, c);
-  typename C::execution_space().fence();
-#endif
-}
 
 // An execution space instance that can run independently of the default one (its own CUDA
 // stream), for copies that should overlap with compute. Kokkos >= 4 splits one off the default

@@ -3,6 +3,7 @@
 // The matrix products go through KokkosBlas::gemm, so they run on OpenBLAS (host) or cuBLAS
 // (CUDA) where Kokkos-Kernels has those TPLs, and on Kokkos-Kernels' own kernels otherwise.
 #include "core/ops/detail/column_sum.hpp"
+#include "core/compat_kernels.hpp"
 #include "core/tensor.hpp"
 
 namespace joule {

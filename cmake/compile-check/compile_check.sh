@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Compile check for GPU builds on a machine without a GPU (and without a CUDA Kokkos install):
+# every translation unit of core/, parallel/, scheduler/, energy/ and apps/ is compiled (compile
+# only: nothing links or runs)
+#   - with nvcc for CUDA sm_90 (Hopper) in C++20, against Kokkos 5.x headers configured for
+#     CUDA + OpenMP + Serial;
+#   - with g++ in C++20 against the same headers configured for OpenMP + Serial; translation
+#     units that need Kokkos-Kernels against the Kokkos 4.5 / Kokkos-Kernels 4.5 pair, the newest
+#     Debian ships together. (Kokkos 4.5's CUDA backend does not compile with CUDA 13, so for CUDA
+#     those units see Kokkos 5.x and a declaration of gemm: kernels-declarations/.)
+# Deprecated Kokkos code is configured out, so using deprecated API fails the check.
+# Headers come from Debian's newer releases (binary packages libkokkos-dev,
+# libtrilinos-kokkos-dev, libtrilinos-kokkos-kernels-dev), fetched with apt-get download through a
+# private sources list and unpacked with dpkg -x into a cache folder, never installed. If the
+# archive no longer offers them, the check fails loudly.
+# Environment: NVCC (default: nvcc on PATH or /usr/local/cuda/bin/nvcc), JOULE_COMPILE_CHECK_CACHE,
+# JOULE_COMPILE_CHECK_ONLY (a grep pattern: check only the matching translation units).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cache="${JOULE_COMPILE_CHECK_CACHE:-$HOME/.cache/joule/compile-check}"
+nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
+cxx="${CXX:-g++}"
+jobs="$(nproc)"
+log() { printf '[compile-check] %s\n' "$*" >&2; }
+die() { printf '[compile-check] FAILED: %s\n' "$*" >&2; exit 1; }
+
+[ -x "$nvcc" ] || die "no nvcc (looked for '$nvcc'); install the CUDA toolkit or set NVCC"
+mkdir -p "$cache"
+
+# --- 1. Kokkos headers from Debian's archive ------------------------------------------------------
+packages=(libkokkos-dev libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev)
+if [ ! -f "$cache/.unpacked" ]; then
+  apt_dir="$cache/apt"
+  mkdir -p "$apt_dir/lists/partial" "$cache/debs"
+  echo "deb http://deb.debian.org/debian sid main" > "$apt_dir/sources.list"
+  apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+            -o "Dir::State::Lists=$apt_dir/lists" -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
+  log "fetching ${packages[*]} from Debian sid (download only, nothing is installed)"
+  apt-get "${apt_opts[@]}" update -q >/dev/null || die "apt-get update of the sid package lists failed"
+  (cd "$cache/debs" && apt-get "${apt_opts[@]}" download "${packages[@]}" >/dev/null) ||
+    die "Debian no longer offers ${packages[*]}: the compile check cannot run"
+  for p in "${packages[@]}"; do
+    deb="$(ls "$cache/debs/${p}_"*.deb 2>/dev/null | head -1)"
+    [ -n "$deb" ] || die "package $p was not downloaded"
+    rm -rf "$cache/$p" && dpkg -x "$deb" "$cache/$p"
+  done
+  touch "$cache/.unpacked"
+fi
+k5="$cache/libkokkos-dev/usr/include/kokkos"
+k45="$cache/libtrilinos-kokkos-dev/usr/include/kokkos"
+kk45="$cache/libtrilinos-kokkos-kernels-dev/usr/include/trilinos"
+for d in "$k5" "$k45" "$kk45"; do [ -d "$d" ] || die "missing unpacked headers $d"; done
+version() { sed -n 's/^#define KOKKOS_VERSION \([0-9]*\).*/\1/p' "$1/KokkosCore_config.h"; }
+v5="$(version "$k5")"; v45="$(version "$k45")"
+[ "${v5:0:1}" = 5 ] || die "libkokkos-dev holds Kokkos $v5, expected 5.x"
+log "Kokkos $v5 (libkokkos-dev), Kokkos $v45 + Kokkos-Kernels (libtrilinos-kokkos*-dev)"
+
+# --- 2. Configuration headers for a CUDA + OpenMP (GH200) build and a host-only build -------------
+# KokkosCore_config.h: the packaged header with the settings in *.settings applied; the backend
+# headers and desul's Config.hpp from the templates beside this script.
+generate() {  # generate OUT_DIR KOKKOS_INCLUDE SETTINGS BACKENDS...
+  local out="$1" inc="$2" settings="$3"; shift 3
+  local backends="$*" fwd="" decl="" setup="" desul=""
+  mkdir -p "$out/desul/atomics"
+  cp "$inc/KokkosCore_config.h" "$out/KokkosCore_config.h"
+  while read -r action macro; do
+    case "$action" in
+      define) sed -i -E "s@^(/\* #undef $macro \*/|#define $macro)\$@#define $macro@" "$out/KokkosCore_config.h"
+              grep -q "^#define $macro\$" "$out/KokkosCore_config.h" ||
+                sed -i "s@^#define KOKKOS_VERSION_PATCH.*@&\n#define $macro@" "$out/KokkosCore_config.h" ;;
+      undef)  sed -i -E "s@^#define $macro\$@/* #undef $macro */@" "$out/KokkosCore_config.h" ;;
+    esac
+  done < <(grep -Ev '^(#|$)' "$here/$settings")
+  for b in $backends; do
+    fwd+="#include <fwd/Kokkos_Fwd_$b.hpp>"$'\n'
+    decl+="#include <decl/Kokkos_Declare_$b.hpp>"$'\n'
+    [ "$b" = CUDA ] && setup+="#include <setup/Kokkos_Setup_Cuda.hpp>"$'\n'
+    [ "$b" = CUDA ] && desul+="#define DESUL_ATOMICS_ENABLE_CUDA"$'\n'
+    [ "$b" = OPENMP ] && desul+="#define DESUL_ATOMICS_ENABLE_OPENMP"$'\n'
+  done
+  fill() { awk -v B="$backends" -v F="$fwd" -v D="$decl" -v S="$setup" -v U="$desul" '
+      { gsub(/@BACKENDS@/, B); gsub(/@FWD_INCLUDES@/, F); gsub(/@DECLARE_INCLUDES@/, D);
+        gsub(/@SETUP_INCLUDES@/, S); gsub(/@DESUL_DEFINES@/, U); print }' "$here/$1" > "$2"; }
+  fill KokkosCore_Config_FwdBackend.hpp.in "$out/KokkosCore_Config_FwdBackend.hpp"
+  fill KokkosCore_Config_DeclareBackend.hpp.in "$out/KokkosCore_Config_DeclareBackend.hpp"
+  fill KokkosCore_Config_SetupBackend.hpp.in "$out/KokkosCore_Config_SetupBackend.hpp"
+  fill desul_Config.hpp.in "$out/desul/atomics/Config.hpp"
+}
+work="$(mktemp -d)"; trap '[ -n "${KEEP:-}" ] && echo "kept $work" >&2 || rm -rf "$work"' EXIT
+# Host backends first: CUDA's headers instantiate host mirrors of the host space.
+generate "$work/cuda5" "$k5" cuda_openmp.settings OPENMP SERIAL CUDA
+generate "$work/host5" "$k5" openmp.settings OPENMP SERIAL
+generate "$work/host45" "$k45" openmp.settings OPENMP SERIAL
+# The generated header `joule` itself needs (apps/default_config.hpp from CMake).
+mkdir -p "$work/gen" && { echo '#pragma once'; echo 'namespace joule::apps { inline constexpr char const* kDefaultConfigJson = "{}"; }'; } > "$work/gen/default_config.hpp"
+
+# --- 3. Compile every translation unit ---------------------------------------------------------
+units=()
+while IFS= read -r f; do units+=("$f"); done < <(cd "$repo" && find core parallel scheduler energy apps -name '*.cpp' 2>/dev/null | sort | grep -E "${JOULE_COMPILE_CHECK_ONLY:-.}")
+[ "${#units[@]}" -gt 0 ] || die "no translation units found"
+common=(-I"$repo" -I"$work/gen" -I"$repo/apps" -I/usr/include/hdf5/serial -DJOULE_VERSION=\"check\")
+needs_kernels() {  # does the unit include Kokkos-Kernels? (preprocess without it and see)
+  ! "$cxx" -std=c++20 -fopenmp -E "${common[@]}" -I"$work/host5" -I"$k5" "$repo/$1" >/dev/null 2>&1
+}
+compile_one() {  # compile_one MODE UNIT -> prints a result line, returns non-zero on failure
+  local mode="$1" unit="$2" set cfg inc logf="$work/log.$mode.${2//\//_}"
+  if needs_kernels "$unit" && [ "$mode" = host ]; then
+    set="4.5+KK4.5"; inc=(-I"$k45" -I"$kk45"); cfg=host45
+  elif needs_kernels "$unit"; then  # see kernels-declarations/KokkosBlas3_gemm.hpp
+    set="$v5+gemm-decl"; inc=(-I"$k5" -I"$here/kernels-declarations"); cfg=cuda5
+  else
+    set="$v5"; inc=(-I"$k5"); cfg="${mode}5"
+  fi
+  local rc=0
+  if [ "$mode" = cuda ]; then
+    "$nvcc" -x cu -std=c++20 -arch=sm_90 --extended-lambda --expt-relaxed-constexpr \
+      -Xcompiler -fopenmp -Wno-deprecated-gpu-targets -DFMT_USE_CONSTEXPR=1 "${common[@]}" -I"$work/$cfg" "${inc[@]}" \
+      -c "$repo/$unit" -o /dev/null >"$logf" 2>&1 || rc=$?
+    # nvcc only warns (#20011/#20014) when device code calls a host-only function; in joule's own
+    # code that is an error (Kokkos' desul atomics trigger the same warning harmlessly: they guard
+    # the call by target, so only warnings located in this repository count).
+    if grep -E "^$repo/[^(]*\([0-9]+\): warning #2001[14]-D" "$logf" >"$logf.device"; then
+      rc=1
+      sed 's/warning #2001/error (device code calls a host function) #2001/' "$logf.device" >>"$logf"
+    fi
+  else
+    "$cxx" -std=c++20 -fopenmp -fsyntax-only -Wall "${common[@]}" -I"$work/$cfg" "${inc[@]}" \
+      "$repo/$unit" >"$logf" 2>&1 || rc=$?
+  fi
+  printf '%-6s %-17s %-38s %s\n' "$mode" "$set" "$unit" "$([ $rc = 0 ] && echo ok || echo FAILED)"
+  if [ $rc != 0 ]; then
+    { echo "--- $mode $unit:"; grep -m 12 -E 'error' "$logf" || tail -20 "$logf"; } >>"$work/errors"
+  fi
+  return 0
+}
+log "compiling ${#units[@]} translation units for CUDA sm_90 (nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')) and for g++ C++20, $jobs at a time"
+results="$work/results"
+: > "$results"
+for mode in cuda host; do
+  for u in "${units[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 0.2; done
+    ( compile_one "$mode" "$u" >>"$results" ) &
+  done
+done
+wait
+sort "$results"
+[ -f "$work/errors" ] && cat "$work/errors" >&2
+[ "$(wc -l < "$results")" = "$((2 * ${#units[@]}))" ] || die "only $(wc -l < "$results") of $((2 * ${#units[@]})) compilations reported"
+if grep -q FAILED "$results"; then die "$(grep -c FAILED "$results") translation unit(s) do not compile (errors above)"; fi
+log "all $(wc -l < "$results") compilations passed"

@@ -1,0 +1,3 @@
+#pragma once
+// Companion of the declaration-only KokkosBlas3_gemm.hpp (CUDA compile check only).
+#define KOKKOSKERNELS_VERSION 40501
