@@ -147,22 +147,31 @@ void adamw_slices(Space const& space, std::vector<std::pair<std::size_t, std::si
 }
 }  // namespace
 
+AdamWConfig Optimizer::adamw_config() const {
+  AdamWConfig cfg;  // weight decay is set per slice
+  cfg.lr = lr_;
+  cfg.beta1 = settings_.beta1;
+  cfg.beta2 = settings_.beta2;
+  cfg.eps = settings_.eps;
+  return cfg;
+}
+
+void Optimizer::copy_gradient_to_host(Group& g) {
+  if (g.copied) return;
+  // Copies run on their own instance: the gradient must be final on the compute instance first.
+  compute_.fence();
+  compat::ScopedRegion region("d2h");
+  Kokkos::deep_copy(copies_, g.host_grad, g.grad);
+  g.copied = true;
+}
+
 void Optimizer::update_host(Group& g, double grad_scale) {
-  if (!g.copied) {
-    compat::ScopedRegion region("d2h");
-    Kokkos::deep_copy(copies_, g.host_grad, g.grad);
-    g.copied = true;
-  }
+  copy_gradient_to_host(g);
   copies_.fence();  // the gradient has landed
   {
     compat::ScopedRegion region("optimizer_host");
-    AdamWConfig cfg;
-    cfg.lr = lr_;
-    cfg.beta1 = settings_.beta1;
-    cfg.beta2 = settings_.beta2;
-    cfg.eps = settings_.eps;
-    adamw_slices(HostExecSpace(), g.decayed, g.host_param, g.host_grad, g.host_m, g.host_v, cfg,
-                 settings_.weight_decay, step_, grad_scale, settings_.host_threads);
+    adamw_slices(HostExecSpace(), g.decayed, g.host_param, g.host_grad, g.host_m, g.host_v,
+                 adamw_config(), settings_.weight_decay, step_, grad_scale, settings_.host_threads);
     HostExecSpace().fence();
   }
   {
@@ -175,13 +184,7 @@ void Optimizer::update_host(Group& g, double grad_scale) {
 void Optimizer::gradients_ready(int group) {
   if (group < 0 || group >= int(groups_.size()) || !offloaded_[group]) return;
   Group& g = groups_[group];
-  // Copies run on their own instance: the gradient must be final on the compute instance first.
-  compute_.fence();
-  {
-    compat::ScopedRegion region("d2h");
-    Kokkos::deep_copy(copies_, g.host_grad, g.grad);
-    g.copied = true;
-  }
+  copy_gradient_to_host(g);
   // Without clipping the update needs nothing else: do it now, during the backward pass.
   if (settings_.grad_clip <= 0) update_host(g, 1.0);
 }
@@ -191,12 +194,7 @@ double Optimizer::gradient_norm() {
   for (auto& g : groups_) {  // group by group, in a fixed order, whatever the placement
     double part = 0;
     if (g.host_grad.extent(0)) {
-      if (!g.copied) {
-        compat::ScopedRegion region("d2h");
-        compute_.fence();
-        Kokkos::deep_copy(copies_, g.host_grad, g.grad);
-        g.copied = true;
-      }
+      copy_gradient_to_host(g);
       copies_.fence();
       auto const h = g.host_grad;
       Kokkos::parallel_reduce(
@@ -221,13 +219,8 @@ void Optimizer::finish_step(double grad_scale) {
       continue;
     }
     compat::ScopedRegion region("optimizer_device");
-    AdamWConfig cfg;
-    cfg.lr = lr_;
-    cfg.beta1 = settings_.beta1;
-    cfg.beta2 = settings_.beta2;
-    cfg.eps = settings_.eps;
-    adamw_slices(compute_, g.decayed, g.param, g.grad, g.m, g.v, cfg, settings_.weight_decay, step_,
-                 grad_scale, 0);
+    adamw_slices(compute_, g.decayed, g.param, g.grad, g.m, g.v, adamw_config(), settings_.weight_decay,
+                 step_, grad_scale, 0);
   }
   compute_.fence();
   copies_.fence();  // every host -> device copy is complete before the next forward pass

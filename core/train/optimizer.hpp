@@ -95,6 +95,8 @@ class Optimizer {
     std::vector<std::pair<std::size_t, std::size_t>> decayed;  // [begin, end) slices with weight decay
     bool copied = false, updated = false;
   };
+  AdamWConfig adamw_config() const;       // this step's settings, weight decay aside
+  void copy_gradient_to_host(Group& g);  // once per step, after the gradient is final
   void update_host(Group& g, double grad_scale);
 
   Model& model_;
