@@ -1,0 +1,91 @@
+#include "parallel/mpi_communicator.hpp"
+
+#include <mpi.h>
+
+#include <vector>
+
+namespace joule::parallel {
+
+namespace {
+
+void check(int code, char const* what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw CommError(std::string("MPI ") + what + " failed: " + std::string(text, length));
+}
+
+// MPI counts are int: send large buffers in chunks.
+constexpr std::size_t kMaxChunk = std::size_t(1) << 30;
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    check(MPI_Comm_rank(comm_, &rank_), "Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "Comm_size");
+  }
+  ~MpiCommunicator() override {
+    if (owned_) MPI_Comm_free(&comm_);
+  }
+  std::string backend() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void allreduce_sum(float* data, std::size_t count) override { allreduce(data, count, MPI_FLOAT); }
+  void allreduce_sum(double* data, std::size_t count) override { allreduce(data, count, MPI_DOUBLE); }
+
+  void alltoall(float const* send, float* recv, std::size_t count) override {
+    if (count > kMaxChunk) throw CommError("alltoall: " + std::to_string(count) + " elements per rank is more than MPI's int counts allow");
+    check(MPI_Alltoall(send, int(count), MPI_FLOAT, recv, int(count), MPI_FLOAT, comm_), "Alltoall");
+  }
+  void broadcast(void* data, std::size_t bytes, int root) override {
+    auto* p = static_cast<char*>(data);
+    for (std::size_t done = 0; done < bytes; done += kMaxChunk) {
+      std::size_t const n = bytes - done < kMaxChunk ? bytes - done : kMaxChunk;
+      check(MPI_Bcast(p + done, int(n), MPI_BYTE, root, comm_), "Bcast");
+    }
+  }
+  void barrier() override { check(MPI_Barrier(comm_), "Barrier"); }
+  std::unique_ptr<Communicator> split(int color, int key) const override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, color, key, &sub), "Comm_split");
+    return std::make_unique<MpiCommunicator>(sub, true);
+  }
+
+ private:
+  template <class T>
+  void allreduce(T* data, std::size_t count, MPI_Datatype type) {
+    for (std::size_t done = 0; done < count; done += kMaxChunk) {
+      std::size_t const n = count - done < kMaxChunk ? count - done : kMaxChunk;
+      check(MPI_Allreduce(MPI_IN_PLACE, data + done, int(n), type, MPI_SUM, comm_), "Allreduce");
+    }
+  }
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (!initialised) {
+    int provided = 0;
+    check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "Init_thread");
+  }
+}
+
+MpiSession::~MpiSession() {
+  int finalised = 0;
+  MPI_Finalized(&finalised);
+  if (!finalised) MPI_Finalize();
+}
+
+std::unique_ptr<Communicator> MpiSession::world() const {
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
+}
+
+}  // namespace joule::parallel

@@ -1,0 +1,19 @@
+#pragma once
+// The MPI backend. MpiSession initialises MPI once per process (MPI_THREAD_FUNNELED: only the
+// main thread communicates) and finalises it at exit. Errors return codes instead of aborting
+// (MPI_ERRORS_RETURN) and become CommError with MPI's message; a rank that dies makes mpirun end
+// the others (OpenMPI's default), so nobody waits forever.
+#include "parallel/communicator.hpp"
+
+namespace joule::parallel {
+
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(MpiSession const&) = delete;
+  MpiSession& operator=(MpiSession const&) = delete;
+  std::unique_ptr<Communicator> world() const;
+};
+
+}  // namespace joule::parallel

@@ -1,0 +1,104 @@
+// Communicators and the process layout, run under mpirun with 1, 2 and 4 processes (ctest does
+// that; --oversubscribe on the 2-core CI machine). Every rank runs every test case; a failure on
+// any rank fails mpirun.
+#define CATCH_CONFIG_RUNNER
+#include "parallel/layout.hpp"
+#include "parallel/mpi_communicator.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <vector>
+
+using namespace joule::parallel;
+
+namespace {
+Communicator* g_world = nullptr;
+}
+
+TEST_CASE("mpi: allreduce sums random data from every rank, at odd sizes", "[parallel][mpi]") {
+  auto& w = *g_world;
+  for (std::size_t const n : {std::size_t(1), std::size_t(7), std::size_t(1000003)}) {
+    std::vector<float> mine(n);
+    std::vector<double> mine_d(n), expected(n, 0.0);
+    for (int r = 0; r < w.size(); ++r) {
+      std::mt19937 rng(1234 + r);
+      std::uniform_real_distribution<double> d(-1, 1);
+      for (std::size_t i = 0; i < n; ++i) {
+        double const v = d(rng);
+        expected[i] += v;
+        if (r == w.rank()) mine_d[i] = v, mine[i] = float(v);
+      }
+    }
+    w.allreduce_sum(mine_d.data(), n);
+    w.allreduce_sum(mine.data(), n);
+    for (std::size_t i = 0; i < n; i += (n > 1000 ? 997 : 1)) {
+      REQUIRE(mine_d[i] == Approx(expected[i]).epsilon(1e-12).margin(1e-12));
+      REQUIRE(mine[i] == Approx(expected[i]).epsilon(1e-5).margin(1e-5));
+    }
+  }
+}
+
+TEST_CASE("mpi: alltoall delivers block j of rank r to rank j's slot r", "[parallel][mpi]") {
+  auto& w = *g_world;
+  std::size_t const count = 13;
+  std::vector<float> send(count * w.size()), recv(count * w.size(), -1.0f);
+  for (int j = 0; j < w.size(); ++j)
+    for (std::size_t k = 0; k < count; ++k) send[j * count + k] = float(w.rank() * 1000 + j * 10) + k * 0.5f;
+  w.alltoall(send.data(), recv.data(), count);
+  for (int r = 0; r < w.size(); ++r)
+    for (std::size_t k = 0; k < count; ++k)
+      REQUIRE(recv[r * count + k] == float(r * 1000 + w.rank() * 10) + k * 0.5f);
+}
+
+TEST_CASE("mpi: broadcast and sub-groups from the layout", "[parallel][mpi][layout]") {
+  auto& w = *g_world;
+  long long value = w.rank() == 0 ? 424242 : -1;
+  w.broadcast(&value, sizeof value, 0);
+  REQUIRE(value == 424242);
+  int const shards = w.size() % 2 == 0 ? 2 : 1;
+  auto const layout = make_layout(w.size(), w.rank(), shards, /*heads=*/4, /*seq_len=*/52);
+  REQUIRE(layout.dp * layout.seq_shards == w.size());
+  REQUIRE(layout.dp_rank * layout.seq_shards + layout.seq_rank == w.rank());
+  // The sequence group (same dp_rank) and the data-parallel group (same seq_rank).
+  auto seq = w.split(layout.dp_rank, layout.seq_rank);
+  auto dp = w.split(layout.seq_rank, layout.dp_rank);
+  REQUIRE(seq->size() == layout.seq_shards);
+  REQUIRE(seq->rank() == layout.seq_rank);
+  REQUIRE(dp->size() == layout.dp);
+  double ranks_in_seq = w.rank();
+  seq->allreduce_sum(&ranks_in_seq, 1);
+  double expected = 0;
+  for (int s = 0; s < layout.seq_shards; ++s) expected += layout.dp_rank * layout.seq_shards + s;
+  REQUIRE(ranks_in_seq == expected);
+  w.barrier();
+}
+
+TEST_CASE("layout: a layout that violates a constraint is rejected, naming it", "[parallel][layout]") {
+  REQUIRE_THROWS_WITH(make_layout(4, 0, 3, 12, 48), Catch::Contains("must divide the number of processes"));
+  REQUIRE_THROWS_WITH(make_layout(4, 0, 4, 6, 48), Catch::Contains("divide the number of attention heads (6)"));
+  REQUIRE_THROWS_WITH(make_layout(4, 0, 4, 8, 50), Catch::Contains("divide the sequence length (50"));
+  REQUIRE_THROWS_WITH(make_layout(4, 5, 2, 8, 48), Catch::Contains("outside the world"));
+  auto const l = make_layout(4, 3, 2, 8, 48);
+  REQUIRE((l.seq_rank == 1 && l.dp_rank == 1 && l.dp == 2));
+}
+
+TEST_CASE("config: ranks given different configurations all stop, naming the ranks", "[parallel][config]") {
+  auto& w = *g_world;
+  REQUIRE_NOTHROW(require_same_config(w, "{\"model\": 1}"));
+  if (w.size() == 1) return;
+  std::string const cfg = w.rank() == w.size() - 1 ? "{\"model\": 2}" : "{\"model\": 1}";
+  REQUIRE_THROWS_WITH(require_same_config(w, cfg),
+                      Catch::Contains("rank(s) " + std::to_string(w.size() - 1) + " were given another configuration"));
+}
+
+int main(int argc, char* argv[]) {
+  MpiSession mpi(&argc, &argv);
+  auto world = mpi.world();
+  g_world = world.get();
+  Catch::Session session;
+  int rc = session.applyCommandLine(argc, argv);
+  if (rc == 0) rc = session.run();
+  // Every rank reports; mpirun fails if any rank fails.
+  return rc;
+}
