@@ -5,10 +5,13 @@
 #include "core/data/synth.hpp"
 #include "core/train/trainer.hpp"
 #include "energy/report.hpp"
+#include "parallel/layout.hpp"
+#include "parallel/mpi_communicator.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -76,13 +79,36 @@ void make_data_if_missing(Config const& cfg) {
   fmt::print("wrote {} synthetic samples to {}\n", s.count, cfg.data.path);
 }
 
+// Started by mpirun (or another MPI launcher)? Then train data-parallel over its processes.
+bool launched_by_mpi() {
+  for (char const* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
 int run_train(TrainOptions const& o) {
   Config const cfg = configure(o);
-  if (o.make_data) make_data_if_missing(cfg);
+  std::unique_ptr<parallel::MpiSession> mpi;
+  std::unique_ptr<parallel::Communicator> world;
+  DataParallel dp;
+  if (launched_by_mpi()) {
+    mpi = std::make_unique<parallel::MpiSession>(nullptr, nullptr);
+    world = mpi->world();
+    parallel::require_same_config(*world, cfg.json);
+    dp.rank = world->rank();
+    dp.size = world->size();
+    dp.allreduce_sum = [&](float* p, std::size_t n) { world->allreduce_sum(p, n); };
+    dp.allreduce_sum_double = [&](double* p, std::size_t n) { world->allreduce_sum(p, n); };
+  }
+  bool const root = dp.rank == 0;
+  if (o.make_data && root) make_data_if_missing(cfg);
+  if (world) world->barrier();
   if (!std::filesystem::exists(cfg.data.path))
     throw DatasetError(cfg.data.path + ": no such dataset (make one with `joule data synth`, or "
                        "pass --make-data to generate the synthetic shapes data there)");
-  Trainer trainer(cfg, &std::cout);
+  if (root && dp.size > 1)
+    fmt::print("data parallel over {} processes (MPI): each step's micro-batches are dealt round-robin\n", dp.size);
+  Trainer trainer(cfg, root ? &std::cout : nullptr, dp);
   if (!o.resume.empty()) trainer.resume(o.resume);
 
   // Energy: sensors sampled on their own thread, every Kokkos region of the run measured.
@@ -109,6 +135,7 @@ int run_train(TrainOptions const& o) {
     regions.reset();
   }
 
+  if (!root) return 0;  // rank 0 reports
   fmt::print("\n== summary ==\n");
   if (!summary.steps.empty())
     fmt::print("steps {} -> {} in {:.1f} s ({:.0f} tokens/s); train loss {:.4f} -> {:.4f}\n",
@@ -121,7 +148,9 @@ int run_train(TrainOptions const& o) {
       fmt::print("  {:<34} -> {}{}\n", "\"" + ref + "\"", "\"" + out + "\"", ref == out ? "" : "   (wrong)");
   }
   if (!cfg.train.checkpoint.empty()) fmt::print("checkpoint: {}\n", cfg.train.checkpoint);
-  if (!energy_report.empty()) fmt::print("\n{}", energy_report);
+  if (!energy_report.empty())
+    fmt::print("\n{}{}", energy_report,
+               dp.size > 1 ? "(rank 0's regions and its sensors only: cross-rank aggregation is not done yet)\n" : "");
   return 0;
 }
 

@@ -52,7 +52,7 @@ std::string format_eval(EvalResult const& e) {
                      100.0 * e.accuracy, e.samples);
 }
 
-Trainer::Trainer(Config const& config, std::ostream* log)
+Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_parallel)
     : cfg_(config),
       log_(log),
       data_(Dataset::open(config.data.path, &config.model)),
@@ -60,7 +60,13 @@ Trainer::Trainer(Config const& config, std::ostream* log)
       eval_indices_(range(train_indices_.size(), data_.shape().count)),
       sampler_(train_indices_, config.train.micro_batch, config.train.seed),
       model_(config.model, config.train.micro_batch, config.train.recompute_depth),
-      optimizer_(model_, optimizer_settings(config.train)) {
+      optimizer_(model_, optimizer_settings(config.train)),
+      dp_(std::move(data_parallel)) {
+  int const micro_batches = config.train.batch / config.train.micro_batch;
+  if (dp_.size > 1 && (micro_batches % dp_.size != 0 || !dp_.allreduce_sum || !dp_.allreduce_sum_double))
+    throw TrainingError("data parallelism over " + std::to_string(dp_.size) + " processes: train.batch / "
+                        "train.micro_batch = " + std::to_string(micro_batches) +
+                        " micro-batches per step must be a multiple of the number of processes");
   if (data_.shape().count < 2)
     throw TrainingError(config.data.path + ": needs at least 2 samples (one to train on, one held out)");
   model_.init_parameters(config.train.seed);
@@ -87,6 +93,19 @@ double Trainer::learning_rate(int step) const {
   return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
+void Trainer::allreduce_gradients() {
+  compat::ScopedRegion region("comm");
+  space_.fence();
+  model_.grads.for_each_group([&](std::string const&, auto const& g) {
+    // One bucket per parameter group. Device buffers are staged through the host (a CUDA-aware
+    // MPI or NCCL will take them directly).
+    auto h = Kokkos::create_mirror_view(g);
+    Kokkos::deep_copy(h, g);
+    dp_.allreduce_sum(h.data(), h.extent(0));
+    Kokkos::deep_copy(g, h);
+  });
+}
+
 StepRecord Trainer::train_step() {
   compat::ScopedRegion region("step");
   auto const t0 = std::chrono::steady_clock::now();
@@ -95,18 +114,27 @@ StepRecord Trainer::train_step() {
   optimizer_.begin_step(lr, step_ + 1);
   model_.zero_gradients(space_);
   double loss = 0;
+  // On a single process the optimizer starts on each group of the last micro-batch as soon as it
+  // is final; with several, gradients are summed across processes first.
   std::function<void(int)> const group_ready = [this](int group) { optimizer_.gradients_ready(group); };
+  int const last_mine = accumulation - dp_.size + dp_.rank;
   for (int micro = 0; micro < accumulation; ++micro) {
-    auto const batch = data_.read(sampler_.next());
+    auto const samples = sampler_.next();  // every process draws every batch: the same order
+    if (micro % dp_.size != dp_.rank) continue;
+    auto const batch = data_.read(samples);
     model_.set_batch(space_, batch, cfg_.train.micro_batch);
-    double const l = model_.forward(space_).loss;
-    if (!std::isfinite(l))
-      throw TrainingError(fmt::format("step {}: the loss is {} — stopping (lower train.lr or raise "
-                                      "train.warmup_steps)", step_ + 1, l));
-    loss += l / accumulation;
-    // On the last micro-batch the optimizer starts on each group as soon as it is final.
-    model_.backward(space_, 1.0 / accumulation, micro + 1 == accumulation ? group_ready : std::function<void(int)>());
+    loss += model_.forward(space_).loss / accumulation;
+    bool const hook = dp_.size == 1 && micro == last_mine;
+    model_.backward(space_, 1.0 / accumulation, hook ? group_ready : std::function<void(int)>());
   }
+  if (dp_.size > 1) {
+    dp_.allreduce_sum_double(&loss, 1);
+    allreduce_gradients();
+    for (int g = 0; g < int(optimizer_.group_names().size()); ++g) optimizer_.gradients_ready(g);
+  }
+  if (!std::isfinite(loss))
+    throw TrainingError(fmt::format("step {}: the loss is {} — stopping (lower train.lr or raise "
+                                    "train.warmup_steps)", step_ + 1, loss));
   double const norm = optimizer_.gradient_norm();
   if (!std::isfinite(norm))
     throw TrainingError(fmt::format("step {}: the gradient norm is {} — stopping", step_ + 1, norm));
@@ -211,7 +239,7 @@ TrainSummary Trainer::run(int max_steps) {
         *log_ << fmt::format("eval at step {}: {}\n", step_, format_eval(summary.evals.back().second))
               << std::flush;
     }
-    bool const save_now = !t.checkpoint.empty() &&
+    bool const save_now = !t.checkpoint.empty() && dp_.rank == 0 &&
                           ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == t.steps);
     if (save_now) save_checkpoint(t.checkpoint);
   }

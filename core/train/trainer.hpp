@@ -7,6 +7,7 @@
 #include "core/ops/adamw.hpp"
 #include "core/train/optimizer.hpp"
 
+#include <functional>
 #include <iosfwd>
 #include <stdexcept>
 #include <string>
@@ -38,11 +39,22 @@ struct TrainSummary {
   double tokens_per_second = 0;
 };
 
+// Data parallelism across processes, as the caller provides it (core knows no communicator;
+// apps/ wires in parallel::Communicator). Every process holds the whole model; an optimizer
+// step's micro-batches are dealt round-robin to the processes (each draws the same shuffled
+// order and takes its share), their gradients are summed across processes group by group
+// (region "comm") and every process then takes the same optimizer step.
+struct DataParallel {
+  int rank = 0, size = 1;
+  std::function<void(float* data, std::size_t count)> allreduce_sum;    // host buffers, in place
+  std::function<void(double* data, std::size_t count)> allreduce_sum_double;
+};
+
 class Trainer {
  public:
   // Opens and validates the dataset, builds the model and initialises it from train.seed.
   // Progress goes to `log` (nullptr: silent).
-  Trainer(Config const& config, std::ostream* log);
+  Trainer(Config const& config, std::ostream* log, DataParallel data_parallel = {});
 
   // Continues from a checkpoint written by save_checkpoint (same model configuration).
   void resume(std::string const& checkpoint_path);
@@ -62,6 +74,7 @@ class Trainer {
 
  private:
   StepRecord train_step();
+  void allreduce_gradients();
   double learning_rate(int step) const;  // step: 0-based
 
   Config cfg_;
@@ -72,6 +85,7 @@ class Trainer {
   Model model_;
   ExecSpace space_;
   Optimizer optimizer_;
+  DataParallel dp_;
   int step_ = 0;  // optimizer steps done
 };
 
