@@ -54,10 +54,7 @@ std::function<int()> add_data_command(CLI::App& app) {
     std::string path = *out;
     if (!config->empty()) {
       Config const cfg = load_config(*config);
-      o->frames = cfg.model.frames;
-      o->image_size = cfg.model.image_size;
-      o->channels = cfg.model.channels;
-      o->text_len = cfg.model.text_len;
+      *o = SynthOptions::for_model(cfg.model, o->count, o->seed);
       if (path.empty()) path = cfg.data.path;
     }
     if (path.empty()) throw std::invalid_argument("joule data synth: give --out FILE (or --config)");

@@ -68,13 +68,7 @@ void make_data_if_missing(Config const& cfg) {
   if (std::filesystem::exists(cfg.data.path)) return;
   auto const parent = std::filesystem::path(cfg.data.path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
-  SynthOptions s;
-  s.count = 4096;
-  s.frames = cfg.model.frames;
-  s.image_size = cfg.model.image_size;
-  s.channels = cfg.model.channels;
-  s.text_len = cfg.model.text_len;
-  s.seed = cfg.train.seed;
+  auto const s = SynthOptions::for_model(cfg.model, 4096, cfg.train.seed);
   write_synthetic(cfg.data.path, s);
   fmt::print("wrote {} synthetic samples to {}\n", s.count, cfg.data.path);
 }

@@ -43,13 +43,7 @@ TEST_CASE("data parallel: losses and parameters equal the single-process run", "
   SECTION("without offload") { j["train"]["offload_ratio"] = 0.0; }
   SECTION("with half of the optimizer state on the host") { j["train"]["offload_ratio"] = 0.5; }
   auto const cfg = parse_config(j.dump(), "test config");
-  SynthOptions o;
-  o.count = 48;
-  o.frames = cfg.model.frames;
-  o.image_size = cfg.model.image_size;
-  o.text_len = cfg.model.text_len;
-  o.seed = 5;
-  write_synthetic(data.path(), o);
+  write_synthetic(data.path(), SynthOptions::for_model(cfg.model, 48, 5));
 
   auto const reference = train(cfg, {}, 4);
   DataParallel dp;
@@ -85,12 +79,7 @@ TEST_CASE("data parallel: micro-batches that cannot be dealt evenly are refused"
   if (w.size() < 3) return;
   test::TempFile data(".rank" + std::to_string(w.rank()) + ".h5");
   auto const cfg = parse_config(test::tiny_config_json(data.path()).dump());  // 2 micro-batches
-  SynthOptions o;
-  o.count = 8;
-  o.frames = cfg.model.frames;
-  o.image_size = cfg.model.image_size;
-  o.text_len = cfg.model.text_len;
-  write_synthetic(data.path(), o);
+  write_synthetic(data.path(), SynthOptions::for_model(cfg.model, 8, 1));
   DataParallel dp;
   dp.rank = w.rank();
   dp.size = w.size();

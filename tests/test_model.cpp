@@ -17,13 +17,7 @@ namespace {
 Config tiny_config() { return parse_config(tiny_config_json("unused.h5").dump(), "test config"); }
 
 HostBatch synthetic_batch(ModelConfig const& m, int batch, std::uint64_t seed) {
-  SynthOptions o;
-  o.count = batch;
-  o.frames = m.frames;
-  o.image_size = m.image_size;
-  o.text_len = m.text_len;
-  o.seed = seed;
-  auto d = make_synthetic(o);
+  auto d = make_synthetic(SynthOptions::for_model(m, batch, seed));
   HostBatch b;
   b.images = d.images;
   b.tokens = d.tokens;

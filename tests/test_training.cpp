@@ -14,13 +14,7 @@ using namespace joule::test;
 namespace {
 Config write_data_and_config(std::string const& data_path, std::size_t count = 40) {
   auto const cfg = parse_config(tiny_config_json(data_path).dump(), "test config");
-  SynthOptions o;
-  o.count = count;
-  o.frames = cfg.model.frames;
-  o.image_size = cfg.model.image_size;
-  o.text_len = cfg.model.text_len;
-  o.seed = 3;
-  write_synthetic(data_path, o);
+  write_synthetic(data_path, SynthOptions::for_model(cfg.model, count, 3));
   return cfg;
 }
 std::vector<double> losses(TrainSummary const& s) {

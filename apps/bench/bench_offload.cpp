@@ -77,11 +77,7 @@ int run_offload_overlap_bench(OffloadBenchOptions const& o) {
   })");
   cfg_json["data"]["path"] = data;
   Config cfg = parse_config(cfg_json.dump(), "offload bench");
-  SynthOptions s;
-  s.count = 256;
-  s.image_size = 32;
-  s.text_len = 36;
-  write_synthetic(data, s);
+  write_synthetic(data, SynthOptions::for_model(cfg.model, 256, 1));
 
   fmt::print("offload overlap: {} layers, d_model {}, batch {}, gradient clipping off (host updates run "
              "during the backward pass);\n  ratios interleaved over {} rounds of {} steps, medians\n",

@@ -17,6 +17,18 @@ struct SynthOptions {
   int channels = 3;
   int text_len = 36;
   std::uint64_t seed = 1;
+
+  // Samples shaped for a model: its frames, image size, channels and text length.
+  static SynthOptions for_model(ModelConfig const& m, std::size_t count, std::uint64_t seed) {
+    SynthOptions o;
+    o.count = count;
+    o.frames = m.frames;
+    o.image_size = m.image_size;
+    o.channels = m.channels;
+    o.text_len = m.text_len;
+    o.seed = seed;
+    return o;
+  }
 };
 
 // Generates the samples in memory (returned as a shape plus buffers) ...
