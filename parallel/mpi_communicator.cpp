@@ -19,6 +19,26 @@ void check(int code, char const* what) {
 // MPI counts are int: send large buffers in chunks.
 constexpr std::size_t kMaxChunk = std::size_t(1) << 30;
 
+class MpiRequest final : public Request {
+ public:
+  ~MpiRequest() override {
+    for (auto& r : requests_)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);  // abandoned (an error unwinds): let MPI finish it
+  }
+  void add(MPI_Request r) { requests_.push_back(r); }
+  bool test() override {
+    int done = 0;
+    check(MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE), "Testall");
+    return done != 0;
+  }
+  void wait() override {
+    check(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE), "Waitall");
+  }
+
+ private:
+  std::vector<MPI_Request> requests_;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
@@ -35,6 +55,35 @@ class MpiCommunicator final : public Communicator {
 
   void allreduce_sum(float* data, std::size_t count) override { allreduce(data, count, MPI_FLOAT); }
   void allreduce_sum(double* data, std::size_t count) override { allreduce(data, count, MPI_DOUBLE); }
+
+  std::unique_ptr<Request> start_allreduce_sum(float* data, std::size_t count) override {
+    auto request = std::make_unique<MpiRequest>();
+    for (std::size_t done = 0; done < count; done += kMaxChunk) {
+      std::size_t const n = count - done < kMaxChunk ? count - done : kMaxChunk;
+      MPI_Request r = MPI_REQUEST_NULL;
+      check(MPI_Iallreduce(MPI_IN_PLACE, data + done, int(n), MPI_FLOAT, MPI_SUM, comm_, &r), "Iallreduce");
+      request->add(r);
+    }
+    return request;
+  }
+
+  std::vector<std::string> gather(std::string const& mine, int root) override {
+    if (mine.size() > kMaxChunk) throw CommError("gather: " + std::to_string(mine.size()) + " bytes is more than MPI's int counts allow");
+    int const length = int(mine.size());
+    std::vector<int> lengths(rank_ == root ? size_ : 0), offsets(lengths.size(), 0);
+    check(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm_), "Gather");
+    std::size_t total = 0;
+    for (std::size_t r = 0; r < lengths.size(); ++r) {
+      offsets[r] = int(total);
+      total += std::size_t(lengths[r]);
+    }
+    std::vector<char> all(total + 1);
+    check(MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, root,
+                      comm_), "Gatherv");
+    std::vector<std::string> out;
+    for (std::size_t r = 0; r < lengths.size(); ++r) out.emplace_back(all.data() + offsets[r], std::size_t(lengths[r]));
+    return out;
+  }
 
   void alltoall(float const* send, float* recv, std::size_t count) override {
     if (count > kMaxChunk) throw CommError("alltoall: " + std::to_string(count) + " elements per rank is more than MPI's int counts allow");

@@ -1,9 +1,11 @@
-// Data-parallel training under mpirun (1, 2, 4 processes): the losses and the parameters after
-// several steps equal a single-process run's within 1e-5 relative. Every rank also computes that
-// single-process reference itself.
+// Training over several processes under mpirun (1, 2, 4 processes): data parallelism, and
+// Ulysses sequence shards x data parallelism for every seq_shards that divides the process count.
+// The losses, every gradient after one step and the parameters after several steps equal a
+// single-process run's within 1e-5 relative. Every rank also computes that reference itself.
 #define CATCH_CONFIG_RUNNER
 #include "core/data/synth.hpp"
 #include "core/train/trainer.hpp"
+#include "parallel/layout.hpp"
 #include "parallel/mpi_communicator.hpp"
 #include "support/tiny_config.hpp"
 
@@ -19,18 +21,39 @@ parallel::Communicator* g_world = nullptr;
 
 struct Result {
   std::vector<double> losses;
-  std::vector<float> params;
+  std::vector<float> params, grads;
 };
 
-Result train(Config const& cfg, DataParallel dp, int steps) {
-  Trainer t(cfg, nullptr, std::move(dp));
-  Result r;
-  for (auto const& s : t.run(steps).steps) r.losses.push_back(s.loss);
-  t.model().params.for_each_group([&](std::string const&, auto const& g) {
+std::vector<float> flatten(ModelParameters<float, DeviceMemory> const& p) {
+  std::vector<float> v;
+  p.for_each_group([&](std::string const&, auto const& g) {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g);
-    r.params.insert(r.params.end(), h.data(), h.data() + h.span());
+    v.insert(v.end(), h.data(), h.data() + h.span());
   });
+  return v;
+}
+
+// grads: the first step's (summed) gradients; params: after `steps` steps.
+Result train(Config const& cfg, DataParallel dp, int steps, SequenceShards shards = {}) {
+  Trainer t(cfg, nullptr, std::move(dp), std::move(shards));
+  Result r;
+  for (auto const& s : t.run(1).steps) r.losses.push_back(s.loss);
+  r.grads = flatten(t.model().grads);
+  for (auto const& s : t.run(steps - 1).steps) r.losses.push_back(s.loss);
+  r.params = flatten(t.model().params);
   return r;
+}
+
+// ||a - b|| / ||b||, and the largest element difference.
+std::pair<double, double> difference(std::vector<float> const& a, std::vector<float> const& b) {
+  double diff = 0, norm = 0, worst = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    double const d = double(a[i]) - b[i];
+    diff += d * d;
+    norm += double(b[i]) * b[i];
+    worst = std::max(worst, std::abs(d));
+  }
+  return {std::sqrt(diff / norm), worst};
 }
 }  // namespace
 
@@ -86,6 +109,81 @@ TEST_CASE("data parallel: micro-batches that cannot be dealt evenly are refused"
   dp.allreduce_sum = [&](float* p, std::size_t n) { w.allreduce_sum(p, n); };
   dp.allreduce_sum_double = [&](double* p, std::size_t n) { w.allreduce_sum(p, n); };
   REQUIRE_THROWS_WITH(Trainer(cfg, nullptr, dp), Catch::Contains("must be a multiple of the number of processes"));
+}
+
+TEST_CASE("sequence shards x data parallel: loss, gradients and parameters equal the single-process run",
+          "[parallel][train][ulysses]") {
+  auto& w = *g_world;
+  test::TempFile data(".rank" + std::to_string(w.rank()) + ".h5");
+  auto j = test::tiny_config_json(data.path());
+  // 4 heads of 16 and 40 tokens (4 image + 36 text): 1, 2 and 4 shards all fit; with 4 shards the
+  // first shard holds the 4 image tokens and 6 text tokens, the prefix mask crossing shards.
+  j["model"]["d_model"] = 64;
+  j["model"]["heads"] = 4;
+  j["model"]["layers"] = 2;
+  j["model"]["frames"] = 1;
+  j["model"]["text_len"] = 36;
+  j["train"]["batch"] = 8;
+  j["train"]["micro_batch"] = 2;  // 4 micro-batches
+  j["train"]["recompute_depth"] = 1;
+  for (int shards = 1; shards <= w.size(); shards *= 2) {
+    if (w.size() % shards != 0) continue;
+    auto const layout = parallel::make_layout(w.size(), w.rank(), shards, 4, 40);
+    j["train"]["seq_shards"] = 1;
+    auto const reference_cfg = parse_config(j.dump(), "test config");
+    j["train"]["seq_shards"] = shards;
+    auto const cfg = parse_config(j.dump(), "test config");
+    write_synthetic(data.path(), SynthOptions::for_model(cfg.model, 40, 9));
+
+    auto seq_group = w.split(layout.dp_rank, layout.seq_rank);
+    DataParallel dp;
+    dp.rank = layout.dp_rank;
+    dp.size = layout.dp;
+    dp.allreduce_sum = [&](float* p, std::size_t n) { w.allreduce_sum(p, n); };
+    dp.allreduce_sum_double = [&](double* p, std::size_t n) { w.allreduce_sum(p, n); };
+    dp.start_allreduce_sum = [&](float* p, std::size_t n) {
+      std::shared_ptr<parallel::Request> r = w.start_allreduce_sum(p, n);
+      return PendingSum{[r] { return r->test(); }, [r] { r->wait(); }};
+    };
+    SequenceShards seq;
+    seq.rank = layout.seq_rank;
+    seq.size = shards;
+    seq.alltoall = [&](float const* s, float* r, std::size_t n) { seq_group->alltoall(s, r, n); };
+    seq.allreduce_sum = [&](double* p, std::size_t n) { seq_group->allreduce_sum(p, n); };
+
+    INFO(w.size() << " processes: seq_shards " << shards << " x dp " << layout.dp << ", rank " << w.rank());
+    auto const ref = train(reference_cfg, {}, 3);
+    auto const got = train(cfg, dp, 3, seq);
+    // The first step: the loss and every gradient.
+    REQUIRE(got.grads.size() == ref.grads.size());
+    auto const [grad_rel, grad_worst] = difference(got.grads, ref.grads);
+    INFO("gradients: relative difference " << grad_rel << ", largest element difference " << grad_worst);
+    REQUIRE(grad_rel <= 1e-5);
+    // Element by element, relative to the gradient's scale (single elements can be ~0).
+    double scale = 0;
+    for (float g : ref.grads) scale = std::max(scale, double(std::abs(g)));
+    REQUIRE(grad_worst <= 1e-5 * scale);
+    // Three steps: the losses and the parameters.
+    REQUIRE(got.losses.size() == ref.losses.size());
+    for (std::size_t i = 0; i < ref.losses.size(); ++i) REQUIRE(got.losses[i] == Approx(ref.losses[i]).epsilon(1e-5));
+    auto const [param_rel, param_worst] = difference(got.params, ref.params);
+    INFO("parameters after 3 steps: relative difference " << param_rel << ", largest element difference " << param_worst);
+    REQUIRE(param_rel <= 1e-5);
+    REQUIRE(param_worst <= 1e-4);
+  }
+}
+
+TEST_CASE("sequence shards: a layout that breaks a constraint is refused before training",
+          "[parallel][ulysses]") {
+  auto& w = *g_world;
+  test::TempFile data(".rank" + std::to_string(w.rank()) + ".h5");
+  auto j = test::tiny_config_json(data.path());  // 2 heads, 42 tokens
+  j["train"]["seq_shards"] = 4;
+  REQUIRE_THROWS_WITH(parse_config(j.dump()), Catch::Contains("seq_shards") && Catch::Contains("must divide model.heads"));
+  if (w.size() % 3 != 0)
+    REQUIRE_THROWS_WITH(parallel::make_layout(w.size(), w.rank(), 3, 6, 42),
+                        Catch::Contains("must divide the number of processes"));
+  REQUIRE_NOTHROW(parallel::make_layout(w.size(), w.rank(), 1, 4, 42));
 }
 
 int main(int argc, char* argv[]) {

@@ -10,15 +10,19 @@
 #include "core/ops/layernorm.hpp"
 #include "core/ops/linear.hpp"
 #include "core/model/parameter_group.hpp"
+#include "core/model/sequence_shards.hpp"
 
 #include <string>
 
 namespace joule {
 
+// seq is the whole sequence; with shards > 1 (Ulysses) a rank holds seq/shards tokens of each
+// sample and runs heads/shards heads of attention over all seq tokens.
 struct BlockShape {
-  int batch = 1, seq = 1, channels = 1, heads = 1, mlp_hidden = 4;
+  int batch = 1, seq = 1, channels = 1, heads = 1, mlp_hidden = 4, shards = 1;
   AttentionMask mask = AttentionMask::causal();
-  int tokens() const { return batch * seq; }
+  int tokens() const { return batch * seq / shards; }  // rows this rank holds
+  int local_heads() const { return heads / shards; }
 };
 
 // C = channels, M = mlp_hidden. All tensors live in one contiguous `storage` buffer, in the
@@ -67,14 +71,17 @@ struct BlockParameters {
   }
 };
 
-// What the forward pass keeps for the backward pass. N = B*S tokens, H heads.
+// What the forward pass keeps for the backward pass. N = B*S/P tokens held, H heads, P shards
+// (P = 1: qkv_heads and att_heads are qkv and att themselves).
 template <class T, class MemorySpace>
 struct BlockActivations {
   Tensor2<T, MemorySpace> ln1;                 // [N, C]
   Tensor1<T, MemorySpace> ln1_mean, ln1_rstd;  // [N]
   Tensor2<T, MemorySpace> qkv;                 // [N, 3C]
   Tensor2<T, MemorySpace> att;                 // [N, C]
-  Tensor2<T, MemorySpace> att_lse;             // [B*H, S]
+  Tensor2<T, MemorySpace> att_lse;             // [B*H/P, S]
+  Tensor2<T, MemorySpace> qkv_heads;           // [B*S, 3C/P]  this rank's heads, every token
+  Tensor2<T, MemorySpace> att_heads;           // [B*S, C/P]
   Tensor2<T, MemorySpace> x2;                  // [N, C]  residual stream after attention
   Tensor2<T, MemorySpace> ln2;                 // [N, C]
   Tensor1<T, MemorySpace> ln2_mean, ln2_rstd;  // [N]
@@ -90,7 +97,9 @@ struct BlockActivations {
     ln1_rstd = decltype(ln1_rstd)(label("ln1_rstd"), n);
     qkv = decltype(qkv)(label("qkv"), n, 3 * c);
     att = decltype(att)(label("att"), n, c);
-    att_lse = decltype(att_lse)(label("att_lse"), s.batch * s.heads, s.seq);
+    att_lse = decltype(att_lse)(label("att_lse"), s.batch * s.local_heads(), s.seq);
+    qkv_heads = s.shards > 1 ? decltype(qkv_heads)(label("qkv_heads"), s.batch * s.seq, 3 * c / s.shards) : qkv;
+    att_heads = s.shards > 1 ? decltype(att_heads)(label("att_heads"), s.batch * s.seq, c / s.shards) : att;
     x2 = decltype(x2)(label("x2"), n, c);
     ln2 = decltype(ln2)(label("ln2"), n, c);
     ln2_mean = decltype(ln2_mean)(label("ln2_mean"), n);
@@ -108,7 +117,8 @@ struct BlockWorkspace {
   Tensor2<T, MemorySpace> d_att;   // [N, C]
   Tensor2<T, MemorySpace> d_qkv;   // [N, 3C]
   Tensor2<T, MemorySpace> d_fc;    // [N, M]
-  Tensor2<T, MemorySpace> delta;   // [B*H, S]
+  Tensor2<T, MemorySpace> delta;   // [B*H/P, S]
+  Tensor2<T, MemorySpace> d_qkv_heads, d_att_heads;  // [B*S, 3C/P], [B*S, C/P] (P = 1: d_qkv, d_att)
 
   BlockWorkspace() = default;
   explicit BlockWorkspace(BlockShape const& s, std::string const& prefix = "block") {
@@ -119,19 +129,29 @@ struct BlockWorkspace {
     d_att = decltype(d_att)(label("d_att"), n, c);
     d_qkv = decltype(d_qkv)(label("d_qkv"), n, 3 * c);
     d_fc = decltype(d_fc)(label("d_fc"), n, m);
-    delta = decltype(delta)(label("delta"), s.batch * s.heads, s.seq);
+    delta = decltype(delta)(label("delta"), s.batch * s.local_heads(), s.seq);
+    d_qkv_heads = s.shards > 1 ? decltype(d_qkv)(label("d_qkv_heads"), s.batch * s.seq, 3 * c / s.shards) : d_qkv;
+    d_att_heads = s.shards > 1 ? decltype(d_att)(label("d_att_heads"), s.batch * s.seq, c / s.shards) : d_att;
   }
 };
 
-// y [N, C] = block(x [N, C])
+// y [N, C] = block(x [N, C]). With s.shards > 1, `exchange` runs the Ulysses all-to-alls.
 template <class ExecutionSpace, class T, class MemorySpace, class Y, class X>
 void block_forward(ExecutionSpace const& space, BlockShape const& s, Y const& y,
                    BlockActivations<T, MemorySpace> const& a,
-                   BlockParameters<T, MemorySpace> const& p, X const& x) {
+                   BlockParameters<T, MemorySpace> const& p, X const& x,
+                   SequenceExchange<T, MemorySpace> const* exchange = nullptr) {
   compat::ScopedRegion region("joule::block_forward");
   layernorm_forward(space, a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_weight, p.ln1_bias);
   linear_forward(space, a.qkv, a.ln1, p.qkv_weight, p.qkv_bias);
-  attention_forward(space, a.att, a.att_lse, a.qkv, s.batch, s.heads, s.mask);
+  require(s.shards == 1 || exchange != nullptr, "block_forward", "sequence shards need an exchange");
+  if (s.shards > 1 && exchange != nullptr) {
+    exchange->to_heads(space, a.qkv_heads, a.qkv, 3);
+    attention_forward(space, a.att_heads, a.att_lse, a.qkv_heads, s.batch, s.local_heads(), s.mask);
+    exchange->to_local(space, a.att, a.att_heads, 1);
+  } else {
+    attention_forward(space, a.att, a.att_lse, a.qkv, s.batch, s.heads, s.mask);
+  }
   linear_forward(space, a.x2, a.att, p.proj_weight, p.proj_bias);
   residual_forward(space, a.x2, a.x2, x);
   layernorm_forward(space, a.ln2, a.ln2_mean, a.ln2_rstd, a.x2, p.ln2_weight, p.ln2_bias);
@@ -146,7 +166,8 @@ template <class ExecutionSpace, class T, class MemorySpace, class DX, class DY, 
 void block_backward(ExecutionSpace const& space, BlockShape const& s, DX const& d_x,
                     BlockParameters<T, MemorySpace> const& g, BlockWorkspace<T, MemorySpace> const& w,
                     DY const& d_y, X const& x, BlockActivations<T, MemorySpace> const& a,
-                    BlockParameters<T, MemorySpace> const& p) {
+                    BlockParameters<T, MemorySpace> const& p,
+                    SequenceExchange<T, MemorySpace> const* exchange = nullptr) {
   compat::ScopedRegion region("joule::block_backward");
   // MLP branch, then the skip connection around it.
   linear_backward(space, w.d_fc, g.fc_proj_weight, g.fc_proj_bias, d_y, a.fc_gelu, p.fc_proj_weight);
@@ -157,8 +178,16 @@ void block_backward(ExecutionSpace const& space, BlockShape const& s, DX const& 
   residual_backward(space, w.d_x2, d_y);
   // Attention branch, then the skip connection around it.
   linear_backward(space, w.d_att, g.proj_weight, g.proj_bias, w.d_x2, a.att, p.proj_weight);
-  attention_backward(space, w.d_qkv, w.delta, w.d_att, a.qkv, a.att, a.att_lse, s.batch, s.heads,
-                     s.mask);
+  require(s.shards == 1 || exchange != nullptr, "block_backward", "sequence shards need an exchange");
+  if (s.shards > 1 && exchange != nullptr) {
+    exchange->to_heads(space, w.d_att_heads, w.d_att, 1);
+    attention_backward(space, w.d_qkv_heads, w.delta, w.d_att_heads, a.qkv_heads, a.att_heads,
+                       a.att_lse, s.batch, s.local_heads(), s.mask);
+    exchange->to_local(space, w.d_qkv, w.d_qkv_heads, 3);
+  } else {
+    attention_backward(space, w.d_qkv, w.delta, w.d_att, a.qkv, a.att, a.att_lse, s.batch, s.heads,
+                       s.mask);
+  }
   linear_backward(space, w.d_ln, g.qkv_weight, g.qkv_bias, w.d_qkv, a.ln1, p.qkv_weight);
   layernorm_backward(space, d_x, g.ln1_weight, g.ln1_bias, w.d_ln, x, p.ln1_weight, a.ln1_mean,
                      a.ln1_rstd);

@@ -162,6 +162,14 @@ Config parse_config(std::string const& json_text, std::string const& source) {
     s.mark_known("checkpoint_every");
     s.mark_known("offload_ratio");
     s.mark_known("host_threads");
+    s.mark_known("seq_shards");
+    if (s.has("seq_shards")) {
+      t.seq_shards = s.integer("seq_shards", 1, 4096);
+      if (cfg.model.heads % t.seq_shards != 0 || cfg.model.seq_len() % t.seq_shards != 0)
+        s.fail("seq_shards", "is " + std::to_string(t.seq_shards) + ", which must divide model.heads (" +
+                                 std::to_string(cfg.model.heads) + ") and the sequence length (" +
+                                 std::to_string(cfg.model.seq_len()) + " = image tokens + text_len)");
+    }
     if (s.has("offload_ratio")) t.offload_ratio = s.number("offload_ratio", 0.0, 1.0);
     if (s.has("host_threads")) t.host_threads = s.integer("host_threads", 0, 4096);
     if (s.has("checkpoint")) t.checkpoint = s.string("checkpoint", true);

@@ -64,6 +64,7 @@ struct TrainConfig {
   int recompute_depth = 0;     // first k blocks recompute their activations in the backward pass
   double offload_ratio = 0.0;  // share of parameter bytes whose optimizer state lives on the host
   int host_threads = 0;        // threads for the host optimizer; 0: all
+  int seq_shards = 1;          // processes sharing each sequence (Ulysses); divides the process count
   std::string checkpoint;      // "" = no checkpoints
   int checkpoint_every = 0;    // 0: only at the end (if checkpoint is set)
 };

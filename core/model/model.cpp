@@ -19,23 +19,27 @@ BlockShape block_shape(ModelConfig const& m, int batch) {
   return s;
 }
 
-MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_depth) {
+MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_depth, int seq_shards) {
   std::size_t const f = sizeof(float), i32 = sizeof(int);
-  std::size_t const B = batch, S = m.seq_len(), C = m.d_model, M = m.mlp_hidden(), V = m.vocab(),
-                    H = m.heads, L = m.layers, Ni = B * m.image_tokens(), Nt = B * m.text_len,
-                    N = B * S, Fp = m.patch_features();
+  std::size_t const P = seq_shards, B = batch, S = m.seq_len(), C = m.d_model, M = m.mlp_hidden(),
+                    V = m.vocab(), H = m.heads / P, L = m.layers, Ni = B * m.image_tokens(),
+                    Nt = B * m.text_len, N = B * S / P, Fp = m.patch_features();
+  bool const sharded = P > 1;  // H: heads per rank; N: tokens held
   std::size_t const block_params = 4 * C + 3 * C * C + 3 * C + C * C + C + M * C + M + C * M + C;
   std::size_t const params = C * Fp + C + S * C + V * C + L * block_params + 2 * C +
                              (m.tie_embeddings ? 0 : V * C);
-  std::size_t const per_block = N * (7 * C + 4 + 2 * M) + B * H * S;  // BlockActivations
+  std::size_t const per_block = N * (7 * C + 4 + 2 * M) + B * H * S +  // BlockActivations
+                                (sharded ? B * S * 4 * C / P : 0);      // + qkv_heads, att_heads
   std::size_t const kept_blocks = (L - recompute_depth) + (recompute_depth > 0 ? 1 : 0);
   MemoryEstimate e;
   e.parameters = params * f;
   e.gradients = params * f;
   e.activations = f * (Ni * Fp + Ni * C + Nt * C + (L + 1) * N * C + kept_blocks * per_block +
-                       N * C + 4 * N + N * V);
+                       N * C + 4 * N + N * V + (sharded ? B * S * C : 0));
   e.workspace = f * (B * m.frames * m.channels * m.image_size * m.image_size) + i32 * (Nt + N) +
                 f * (N * (6 * C + M) + B * H * S + 2 * N * C + N * C + Ni * C + Nt * C);
+  if (sharded)  // d_qkv_heads, d_att_heads, d_x0, the all-to-all send and receive buffers
+    e.workspace += f * (B * S * 4 * C / P + B * S * C + 2 * N * 3 * C);
   return e;
 }
 
@@ -46,20 +50,28 @@ View alloc(char const* name, Extents... extents) {
 }
 }  // namespace
 
-Model::Model(ModelConfig const& config, int batch, int recompute_depth)
+Model::Model(ModelConfig const& config, int batch, int recompute_depth, SequenceShards shards)
     : params("param.", config),
       grads("grad.", config),
       cfg_(config),
       batch_(batch),
       recompute_depth_(recompute_depth),
-      shape_(block_shape(config, batch)) {
+      shape_(block_shape(config, batch)),
+      shards_(std::move(shards)) {
   require(batch >= 1, "Model", "batch must be >= 1");
+  int const P = shards_.size;
+  require(P >= 1 && shards_.rank >= 0 && shards_.rank < P, "Model", "sequence shard rank outside the group");
+  require(config.heads % P == 0 && config.seq_len() % P == 0, "Model",
+          std::to_string(P) + " sequence shards must divide the heads (" + std::to_string(config.heads) +
+              ") and the sequence length (" + std::to_string(config.seq_len()) + ")");
+  require(P == 1 || bool(shards_.allreduce_sum), "Model", "sequence shards need an all-reduce function");
+  shape_.shards = P;
   require(recompute_depth >= 0 && recompute_depth <= config.layers, "Model",
           "recompute_depth " + std::to_string(recompute_depth) + " outside [0, " +
               std::to_string(config.layers) + "]");
   if (config.tie_embeddings) grads.head.lm_head = grads.embed.wte;
   int const B = batch, S = cfg_.seq_len(), C = cfg_.d_model, Ni = B * cfg_.image_tokens(),
-            Nt = B * cfg_.text_len, N = B * S;
+            Nt = B * cfg_.text_len, N = B * S / P;
   images_ = Tensor4<T, DeviceMemory>(label("work.images"), B * cfg_.frames, cfg_.channels,
                                      cfg_.image_size, cfg_.image_size);
   tokens_ = Kokkos::View<int*, DeviceMemory>(label("work.tokens"), Nt);
@@ -69,6 +81,7 @@ Model::Model(ModelConfig const& config, int batch, int recompute_depth)
   image_emb_ = alloc<Tensor2<T, DeviceMemory>>("act.image_emb", Ni, C);
   text_emb_ = alloc<Tensor2<T, DeviceMemory>>("act.text_emb", Nt, C);
   for (int l = 0; l <= cfg_.layers; ++l) residual_.push_back(alloc<Tensor2<T, DeviceMemory>>("act.residual", N, C));
+  x0_ = P > 1 ? alloc<Tensor2<T, DeviceMemory>>("act.x0", B * S, C) : residual_[0];
   int const kept = (cfg_.layers - recompute_depth) + (recompute_depth > 0 ? 1 : 0);
   for (int k = 0; k < kept; ++k) block_acts_.emplace_back(shape_, "act.block");
   lnf_ = alloc<Tensor2<T, DeviceMemory>>("act.lnf", N, C);
@@ -84,6 +97,8 @@ Model::Model(ModelConfig const& config, int batch, int recompute_depth)
   d_lnf_ = alloc<Tensor2<T, DeviceMemory>>("work.d_lnf", N, C);
   d_image_emb_ = alloc<Tensor2<T, DeviceMemory>>("work.d_image_emb", Ni, C);
   d_text_emb_ = alloc<Tensor2<T, DeviceMemory>>("work.d_text_emb", Nt, C);
+  d_x0_ = P > 1 ? alloc<Tensor2<T, DeviceMemory>>("work.d_x0", B * S, C) : d_residual_[0];
+  if (P > 1) exchange_ = SequenceExchange<T, DeviceMemory>(shards_, B, S / P, C);
 }
 
 BlockActivations<Model::T, DeviceMemory> const& Model::acts_for(int layer) const {
@@ -131,12 +146,17 @@ void Model::set_batch(ExecSpace const& space, HostBatch const& batch, int n_vali
   for (std::size_t i = 0; i < h_images.span(); ++i) h_images.data()[i] = batch.images[i] * (2.0f / 255.0f) - 1.0f;
   auto h_tokens = Kokkos::create_mirror_view(tokens_);
   auto h_targets = Kokkos::create_mirror_view(targets_);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < S; ++t) {
+      int const row = logits_row(b, t);
+      if (row >= 0) h_targets(row) = kIgnoreIndex;
+    }
   for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < S; ++t) h_targets(b * S + t) = kIgnoreIndex;
     for (int j = 0; j < T_; ++j) {
       h_tokens(b * T_ + j) = batch.tokens[b * T_ + j];
       bool const has_next = j + 1 < T_ && batch.tokens[b * T_ + j + 1] != kTokenPad;
-      if (b < n_valid && has_next) h_targets(b * S + n_img + j) = batch.tokens[b * T_ + j + 1];
+      int const row = logits_row(b, n_img + j);
+      if (b < n_valid && has_next && row >= 0) h_targets(row) = batch.tokens[b * T_ + j + 1];
     }
   }
   Kokkos::deep_copy(space, images_, h_images);
@@ -145,19 +165,51 @@ void Model::set_batch(ExecSpace const& space, HostBatch const& batch, int n_vali
   space.fence();  // the host mirrors go out of scope
 }
 
+int Model::logits_row(int b, int position) const {
+  int const held = cfg_.seq_len() / shards_.size, shard = position / held;
+  return shard == shards_.rank ? b * held + position % held : -1;
+}
+
+namespace detail {
+// rows [b*S/P + t] of local <-> rows [b*S + r*S/P + t] of whole (this shard's part of each sequence)
+template <class Local, class Whole>
+void copy_shard_rows(ExecSpace const& space, Local const& local, Whole const& whole, int seq, int shards,
+                     int rank, bool to_local) {
+  int const held = seq / shards, c = local.extent(1), rows = local.extent(0);
+  Kokkos::parallel_for(
+      label("sequence_shard_rows"),
+      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {rows, c}), KOKKOS_LAMBDA(int r, int i) {
+        int const w = (r / held) * seq + rank * held + r % held;
+        if (to_local)
+          local(r, i) = whole(w, i);
+        else
+          whole(w, i) = local(r, i);
+      });
+}
+}  // namespace detail
+
 CrossEntropyResult Model::forward(ExecSpace const& space) {
   compat::ScopedRegion region("forward");
   auto const& e = params.embed;
   int const n_img = cfg_.image_tokens();
   patch_embed_forward(space, image_emb_, patches_, images_, e.patch_weight, e.patch_bias, cfg_.patch_size);
   token_embedding_forward(space, text_emb_, tokens_, e.wte);
-  sequence_concat_forward(space, residual_[0], image_emb_, text_emb_, e.wpe, n_img, cfg_.text_len);
+  // Every shard embeds whole sequences (cheap next to the blocks) and keeps its rows.
+  sequence_concat_forward(space, x0_, image_emb_, text_emb_, e.wpe, n_img, cfg_.text_len);
+  if (shards_.size > 1)
+    detail::copy_shard_rows(space, residual_[0], x0_, cfg_.seq_len(), shards_.size, shards_.rank, true);
   for (int l = 0; l < cfg_.layers; ++l)
-    block_forward(space, shape_, residual_[l + 1], acts_for(l), params.blocks[l], residual_[l]);
+    block_forward(space, shape_, residual_[l + 1], acts_for(l), params.blocks[l], residual_[l], exchange());
   auto const& h = params.head;
   layernorm_forward(space, lnf_, lnf_mean_, lnf_rstd_, residual_[cfg_.layers], h.lnf_weight, h.lnf_bias);
   linear_forward(space, logits_, lnf_, h.lm_head, Tensor1<T, DeviceMemory>());
-  auto const result = cross_entropy_forward(space, ce_lse_, ce_losses_, logits_, targets_);
+  auto result = cross_entropy_forward(space, ce_lse_, ce_losses_, logits_, targets_);
+  if (shards_.size > 1) {  // the mean over every shard's text positions
+    double sums[2] = {result.loss * result.counted_rows, double(result.counted_rows)};
+    shards_.allreduce_sum(sums, 2);
+    result.counted_rows = int(std::llround(sums[1]));
+    result.loss = result.counted_rows ? sums[0] / sums[1] : 0.0;
+  }
   counted_rows_ = result.counted_rows;
   return result;
 }
@@ -177,13 +229,17 @@ void Model::backward(ExecSpace const& space, double d_loss, std::function<void(i
   for (int l = L - 1; l >= 0; --l) {
     auto const& acts = acts_for(l);
     if (l < recompute_depth_)  // same kernels, same inputs: the same activations, bit for bit
-      block_forward(space, shape_, residual_[l + 1], acts, params.blocks[l], residual_[l]);
+      block_forward(space, shape_, residual_[l + 1], acts, params.blocks[l], residual_[l], exchange());
     block_backward(space, shape_, d_residual_[l % 2], grads.blocks[l], block_work_,
-                   d_residual_[(l + 1) % 2], residual_[l], acts, params.blocks[l]);
+                   d_residual_[(l + 1) % 2], residual_[l], acts, params.blocks[l], exchange());
     ready(1 + l);
   }
   auto const& g = grads.embed;
-  sequence_concat_backward(space, d_image_emb_, d_text_emb_, g.wpe, d_residual_[0], n_img, cfg_.text_len);
+  if (shards_.size > 1) {  // the other shards' rows contribute through their own gradients
+    Kokkos::deep_copy(space, d_x0_, T(0));
+    detail::copy_shard_rows(space, d_residual_[0], d_x0_, cfg_.seq_len(), shards_.size, shards_.rank, false);
+  }
+  sequence_concat_backward(space, d_image_emb_, d_text_emb_, g.wpe, d_x0_, n_img, cfg_.text_len);
   token_embedding_backward(space, g.wte, d_text_emb_, tokens_);
   Tensor4<T, DeviceMemory> const no_pixels;
   patch_embed_backward(space, no_pixels, Tensor2<T, DeviceMemory>(), g.patch_weight, g.patch_bias,

@@ -11,6 +11,7 @@
 #include "core/data/dataset.hpp"
 #include "core/model/block.hpp"
 #include "core/model/config.hpp"
+#include "core/model/sequence_shards.hpp"
 #include "core/ops/cross_entropy.hpp"
 
 #include <cstdint>
@@ -109,17 +110,24 @@ struct MemoryEstimate {
   std::size_t workspace = 0;    // inputs, backward scratch
   std::size_t total() const { return parameters + gradients + activations + workspace; }
 };
-MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_depth);
+// seq_shards > 1: what each of the ranks sharing a sequence allocates (Ulysses, see
+// sequence_shards.hpp).
+MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_depth, int seq_shards = 1);
 
 class Model {
  public:
   using T = float;
   // batch: samples per forward/backward (the micro-batch). Allocates everything up front.
-  Model(ModelConfig const& config, int batch, int recompute_depth);
+  // With shards.size = P > 1 this rank holds tokens [r*S/P, (r+1)*S/P) of every sample (Ulysses
+  // sequence parallelism); every rank of the group is given the same batch, and forward() and
+  // backward() are collective over the group.
+  Model(ModelConfig const& config, int batch, int recompute_depth, SequenceShards shards = {});
 
   ModelConfig const& config() const { return cfg_; }
   int batch() const { return batch_; }
   int recompute_depth() const { return recompute_depth_; }
+  SequenceShards const& shards() const { return shards_; }
+  int tokens_held() const { return shape_.tokens(); }  // B*S/P rows of every activation
 
   // GPT-2-style initialisation, deterministic for a seed.
   void init_parameters(std::uint64_t seed);
@@ -129,6 +137,7 @@ class Model {
   // targets = next text token, ignored at image positions and where the next token is PAD.
   // Samples at index >= n_valid get all targets ignored (padding of a last, short batch).
   void set_batch(ExecSpace const& space, HostBatch const& batch, int n_valid);
+  // The loss is the mean over the text positions of the whole sequences (all shards).
   CrossEntropyResult forward(ExecSpace const& space);
   // Backward of d_loss * loss; accumulates into gradients. Needs the preceding forward().
   // group_ready(g), if given, is called as soon as the gradients of parameter group g
@@ -137,8 +146,10 @@ class Model {
   // pass goes on with earlier layers.
   void backward(ExecSpace const& space, double d_loss,
                 std::function<void(int group)> const& group_ready = {});
-  // [B*S, V] logits of the last forward() (overwritten by backward()).
+  // [B*S/P, V] logits of the last forward() (overwritten by backward()), this rank's tokens.
   Tensor2<T, DeviceMemory> const& logits() const { return logits_; }
+  // The row of logits() for sample b, sequence position `position`; -1 if another shard has it.
+  int logits_row(int b, int position) const;
   // Sets text token `position` of every sample (for greedy decoding).
   Kokkos::View<int*, DeviceMemory> const& tokens() const { return tokens_; }
 
@@ -148,23 +159,28 @@ class Model {
   ModelConfig cfg_;
   int batch_, recompute_depth_;
   BlockShape shape_;
+  SequenceShards shards_;
+  SequenceExchange<T, DeviceMemory> exchange_;  // used when shards_.size > 1
   // Inputs.
   Tensor4<T, DeviceMemory> images_;           // [B*F, C_in, H, W]
   Kokkos::View<int*, DeviceMemory> tokens_;   // [B*T]
-  Kokkos::View<int*, DeviceMemory> targets_;  // [B*S]
+  Kokkos::View<int*, DeviceMemory> targets_;  // [B*S/P]  this rank's positions
   // Activations kept for the backward pass.
   Tensor2<T, DeviceMemory> patches_, image_emb_, text_emb_;   // [B*n_img, Fp], [B*n_img, C], [B*T, C]
-  std::vector<Tensor2<T, DeviceMemory>> residual_;           // L+1 x [B*S, C]: input of each block
+  Tensor2<T, DeviceMemory> x0_;                               // [B*S, C] embedded sequences (all shards)
+  std::vector<Tensor2<T, DeviceMemory>> residual_;           // L+1 x [B*S/P, C]: input of each block
   std::vector<BlockActivations<T, DeviceMemory>> block_acts_; // blocks k..L-1 (+ one shared for 0..k-1)
-  Tensor2<T, DeviceMemory> lnf_;                              // [B*S, C]
-  Tensor1<T, DeviceMemory> lnf_mean_, lnf_rstd_, ce_lse_, ce_losses_;  // [B*S]
-  Tensor2<T, DeviceMemory> logits_;                           // [B*S, V], gradient in place
+  Tensor2<T, DeviceMemory> lnf_;                              // [B*S/P, C]
+  Tensor1<T, DeviceMemory> lnf_mean_, lnf_rstd_, ce_lse_, ce_losses_;  // [B*S/P]
+  Tensor2<T, DeviceMemory> logits_;                           // [B*S/P, V], gradient in place
   // Backward workspace.
   BlockWorkspace<T, DeviceMemory> block_work_;
   Tensor2<T, DeviceMemory> d_residual_[2], d_lnf_, d_image_emb_, d_text_emb_;
+  Tensor2<T, DeviceMemory> d_x0_;  // [B*S, C] (P > 1: zero outside this rank's rows)
   int counted_rows_ = 0;
 
   BlockActivations<T, DeviceMemory> const& acts_for(int layer) const;
+  SequenceExchange<T, DeviceMemory> const* exchange() const { return shards_.size > 1 ? &exchange_ : nullptr; }
 };
 
 }  // namespace joule

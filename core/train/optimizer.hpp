@@ -66,6 +66,7 @@ class Optimizer {
   double achieved_ratio() const { return achieved_ratio_; }
   std::vector<std::string> const& group_names() const { return names_; }
   std::vector<bool> const& offloaded() const { return offloaded_; }
+  Tensor1<float, DeviceMemory> const& gradient_buffer(int group) const { return groups_[group].grad; }
   std::size_t device_state_bytes() const;  // moments kept on the device
   std::size_t host_state_bytes() const;    // master weights, gradients, moments on the host
 

@@ -52,18 +52,23 @@ std::string format_eval(EvalResult const& e) {
                      100.0 * e.accuracy, e.samples);
 }
 
-Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_parallel)
+Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_parallel, SequenceShards shards)
     : cfg_(config),
       log_(log),
       data_(Dataset::open(config.data.path, &config.model)),
       train_indices_(range(0, data_.shape().count - held_out_count(data_.shape().count, config.data.eval_fraction))),
       eval_indices_(range(train_indices_.size(), data_.shape().count)),
       sampler_(train_indices_, config.train.micro_batch, config.train.seed),
-      model_(config.model, config.train.micro_batch, config.train.recompute_depth),
+      model_(config.model, config.train.micro_batch, config.train.recompute_depth, std::move(shards)),
       optimizer_(model_, optimizer_settings(config.train)),
       dp_(std::move(data_parallel)) {
   int const micro_batches = config.train.batch / config.train.micro_batch;
-  if (dp_.size > 1 && (micro_batches % dp_.size != 0 || !dp_.allreduce_sum || !dp_.allreduce_sum_double))
+  if (model_.shards().size != config.train.seq_shards)
+    throw TrainingError("train.seq_shards = " + std::to_string(config.train.seq_shards) + " but this process was given " +
+                        std::to_string(model_.shards().size) + " sequence shard(s)");
+  if (distributed() && (!dp_.allreduce_sum || !dp_.allreduce_sum_double))
+    throw TrainingError("training over several processes needs their all-reduce functions");
+  if (dp_.size > 1 && micro_batches % dp_.size != 0)
     throw TrainingError("data parallelism over " + std::to_string(dp_.size) + " processes: train.batch / "
                         "train.micro_batch = " + std::to_string(micro_batches) +
                         " micro-batches per step must be a multiple of the number of processes");
@@ -93,17 +98,39 @@ double Trainer::learning_rate(int step) const {
   return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-void Trainer::allreduce_gradients() {
+void Trainer::start_gradient_sum(int group) {
   compat::ScopedRegion region("comm");
-  space_.fence();
-  model_.grads.for_each_group([&](std::string const&, auto const& g) {
-    // One bucket per parameter group. Device buffers are staged through the host (a CUDA-aware
-    // MPI or NCCL will take them directly).
-    auto h = Kokkos::create_mirror_view(g);
-    Kokkos::deep_copy(h, g);
-    dp_.allreduce_sum(h.data(), h.extent(0));
-    Kokkos::deep_copy(g, h);
-  });
+  Bucket b;
+  b.group = group;
+  b.grad = optimizer_.gradient_buffer(group);
+  space_.fence();  // the backward kernels that wrote this group are done
+  float* data = b.grad.data();
+  bool const host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, DeviceMemory>::accessible;
+  if (!dp_.device_pointers && !host_memory) {  // MPI without device support: stage through the host
+    b.staged = Kokkos::create_mirror_view(b.grad);
+    Kokkos::deep_copy(b.staged, b.grad);
+    data = b.staged.data();
+  }
+  if (dp_.start_allreduce_sum) {
+    b.pending = dp_.start_allreduce_sum(data, b.grad.extent(0));
+  } else {
+    dp_.allreduce_sum(data, b.grad.extent(0));
+    b.pending = {[] { return true; }, [] {}};
+  }
+  for (auto& earlier : buckets_) earlier.pending.test();  // MPI progresses only inside MPI calls
+  buckets_.push_back(std::move(b));
+}
+
+void Trainer::finish_gradient_sums() {
+  for (auto& b : buckets_) {
+    {
+      compat::ScopedRegion region("comm");
+      b.pending.wait();
+      if (b.staged.data() != nullptr && b.staged.data() != b.grad.data()) Kokkos::deep_copy(b.grad, b.staged);
+    }
+    optimizer_.gradients_ready(b.group);
+  }
+  buckets_.clear();
 }
 
 StepRecord Trainer::train_step() {
@@ -114,9 +141,14 @@ StepRecord Trainer::train_step() {
   optimizer_.begin_step(lr, step_ + 1);
   model_.zero_gradients(space_);
   double loss = 0;
-  // On a single process the optimizer starts on each group of the last micro-batch as soon as it
-  // is final; with several, gradients are summed across processes first.
-  std::function<void(int)> const group_ready = [this](int group) { optimizer_.gradients_ready(group); };
+  // On the last micro-batch each group is handed on as soon as the backward pass has finished it:
+  // on a single process to the optimizer, with several to the all-reduce of its bucket first.
+  std::function<void(int)> const group_ready = [this](int group) {
+    if (distributed())
+      start_gradient_sum(group);
+    else
+      optimizer_.gradients_ready(group);
+  };
   int const last_mine = accumulation - dp_.size + dp_.rank;
   for (int micro = 0; micro < accumulation; ++micro) {
     auto const samples = sampler_.next();  // every process draws every batch: the same order
@@ -124,13 +156,12 @@ StepRecord Trainer::train_step() {
     auto const batch = data_.read(samples);
     model_.set_batch(space_, batch, cfg_.train.micro_batch);
     loss += model_.forward(space_).loss / accumulation;
-    bool const hook = dp_.size == 1 && micro == last_mine;
-    model_.backward(space_, 1.0 / accumulation, hook ? group_ready : std::function<void(int)>());
+    model_.backward(space_, 1.0 / accumulation, micro == last_mine ? group_ready : std::function<void(int)>());
   }
-  if (dp_.size > 1) {
+  if (distributed()) {
+    finish_gradient_sums();
+    loss /= model_.shards().size;  // every shard of a replica holds the same (whole-sequence) loss
     dp_.allreduce_sum_double(&loss, 1);
-    allreduce_gradients();
-    for (int g = 0; g < int(optimizer_.group_names().size()); ++g) optimizer_.gradients_ready(g);
   }
   if (!std::isfinite(loss))
     throw TrainingError(fmt::format("step {}: the loss is {} — stopping (lower train.lr or raise "
@@ -153,8 +184,8 @@ StepRecord Trainer::train_step() {
 
 EvalResult Trainer::evaluate() {
   compat::ScopedRegion region("evaluate");
-  int const B = cfg_.train.micro_batch, T_ = cfg_.model.text_len, S = cfg_.model.seq_len(),
-            V = cfg_.model.vocab(), n_img = cfg_.model.image_tokens();
+  int const B = cfg_.train.micro_batch, T_ = cfg_.model.text_len, V = cfg_.model.vocab(),
+            n_img = cfg_.model.image_tokens();
   std::size_t const n = std::min<std::size_t>(eval_indices_.size(), cfg_.train.eval_samples);
   EvalResult r;
   double loss_sum = 0;
@@ -180,13 +211,22 @@ EvalResult Trainer::evaluate() {
       model_.set_batch(space_, gen, 0);
       model_.forward(space_);
       Kokkos::deep_copy(logits, model_.logits());
-      bool all_done = true;
+      // The shard holding position n_img + j picks the next token; with several shards the others
+      // contribute 0 to the sum that tells everybody.
+      std::vector<double> picks(B, 0.0);
       for (int b = 0; b < B; ++b) {
-        if (done[b]) continue;
-        int const row = b * S + n_img + j;
+        int const row = model_.logits_row(b, n_img + j);
+        if (done[b] || row < 0) continue;
         int best = 0;
         for (int v = 1; v < V; ++v)
           if (logits(row, v) > logits(row, best)) best = v;
+        picks[b] = best;
+      }
+      if (model_.shards().active()) model_.shards().allreduce_sum(picks.data(), picks.size());
+      bool all_done = true;
+      for (int b = 0; b < B; ++b) {
+        if (done[b]) continue;
+        int const best = int(picks[b]);
         gen.tokens[b * T_ + j + 1] = best;
         if (best == kTokenEos || best == kTokenPad) done[b] = true;
         all_done = all_done && done[b];

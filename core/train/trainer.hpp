@@ -39,22 +39,35 @@ struct TrainSummary {
   double tokens_per_second = 0;
 };
 
-// Data parallelism across processes, as the caller provides it (core knows no communicator;
-// apps/ wires in parallel::Communicator). Every process holds the whole model; an optimizer
-// step's micro-batches are dealt round-robin to the processes (each draws the same shuffled
-// order and takes its share), their gradients are summed across processes group by group
-// (region "comm") and every process then takes the same optimizer step.
+// Parallelism across processes, as the caller provides it (core knows no communicator; apps/
+// wires in parallel::Communicator). W = dp x P processes: P sequence shards (Ulysses, see
+// core/model/sequence_shards.hpp) per data-parallel replica. An optimizer step's micro-batches are
+// dealt round-robin to the replicas (each draws the same shuffled order and takes its share; the
+// shards of a replica take the same ones); the partial gradients of all W processes are summed
+// bucket by bucket (one bucket per parameter group, started as the backward pass finishes it, in
+// region "comm") and every process then takes the same optimizer step.
+struct PendingSum {
+  std::function<bool()> test;  // progress; true once complete
+  std::function<void()> wait;
+};
 struct DataParallel {
-  int rank = 0, size = 1;
-  std::function<void(float* data, std::size_t count)> allreduce_sum;    // host buffers, in place
-  std::function<void(double* data, std::size_t count)> allreduce_sum_double;
+  int rank = 0, size = 1;  // this process's replica, and the number of replicas
+  // Sums over all W processes, in place. Host memory unless device_pointers (NCCL).
+  std::function<void(float* data, std::size_t count)> allreduce_sum;
+  std::function<void(double* data, std::size_t count)> allreduce_sum_double;  // host memory
+  // Optional: starts a sum and returns its completion, so gradient buckets travel while the
+  // backward pass goes on. Without it, buckets are summed after the backward pass.
+  std::function<PendingSum(float* data, std::size_t count)> start_allreduce_sum;
+  bool device_pointers = false;
 };
 
 class Trainer {
  public:
   // Opens and validates the dataset, builds the model and initialises it from train.seed.
   // Progress goes to `log` (nullptr: silent).
-  Trainer(Config const& config, std::ostream* log, DataParallel data_parallel = {});
+  // With sequence shards (config.train.seq_shards = shards.size > 1) the process holds its
+  // share of every sequence; `shards` are the collectives over its sequence group.
+  Trainer(Config const& config, std::ostream* log, DataParallel data_parallel = {}, SequenceShards shards = {});
 
   // Continues from a checkpoint written by save_checkpoint (same model configuration).
   void resume(std::string const& checkpoint_path);
@@ -74,7 +87,9 @@ class Trainer {
 
  private:
   StepRecord train_step();
-  void allreduce_gradients();
+  bool distributed() const { return dp_.size * model_.shards().size > 1; }
+  void start_gradient_sum(int group);  // bucket `group` is final on this process
+  void finish_gradient_sums();         // waits for every bucket and hands it to the optimizer
   double learning_rate(int step) const;  // step: 0-based
 
   Config cfg_;
@@ -86,6 +101,13 @@ class Trainer {
   ExecSpace space_;
   Optimizer optimizer_;
   DataParallel dp_;
+  struct Bucket {
+    int group;
+    Tensor1<float, DeviceMemory> grad;
+    compat::host_mirror_t<Tensor1<float, DeviceMemory>> staged;  // host copy, when MPI needs one
+    PendingSum pending;
+  };
+  std::vector<Bucket> buckets_;  // this step's, in the order the backward pass finished them
   int step_ = 0;  // optimizer steps done
 };
 
