@@ -5,8 +5,7 @@
 #include "core/data/synth.hpp"
 #include "core/train/trainer.hpp"
 #include "energy/report.hpp"
-#include "parallel/layout.hpp"
-#include "parallel/mpi_communicator.hpp"
+#include "processes.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -25,7 +24,7 @@ namespace {
 
 struct TrainOptions {
   std::string config_path, data, checkpoint, resume;
-  int steps = -1, recompute_depth = -1, micro_batch = -1, host_threads = -1;
+  int steps = -1, recompute_depth = -1, micro_batch = -1, host_threads = -1, seq_shards = -1;
   double offload_ratio = -1;
   long long seed = -1;
   bool make_data = false;
@@ -58,6 +57,7 @@ Config configure(TrainOptions const& o) {
     if (o.micro_batch >= 0) j["train"]["micro_batch"] = o.micro_batch;
     if (o.offload_ratio >= 0) j["train"]["offload_ratio"] = o.offload_ratio;
     if (o.host_threads >= 0) j["train"]["host_threads"] = o.host_threads;
+    if (o.seq_shards >= 0) j["train"]["seq_shards"] = o.seq_shards;
     if (o.seed >= 0) j["train"]["seed"] = o.seed;
     if (!o.checkpoint.empty()) j["train"]["checkpoint"] = o.checkpoint;
   }
@@ -73,36 +73,25 @@ void make_data_if_missing(Config const& cfg) {
   fmt::print("wrote {} synthetic samples to {}\n", s.count, cfg.data.path);
 }
 
-// Started by mpirun (or another MPI launcher)? Then train data-parallel over its processes.
-bool launched_by_mpi() {
-  for (char const* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE"})
-    if (std::getenv(v)) return true;
-  return false;
-}
-
 int run_train(TrainOptions const& o) {
   Config const cfg = configure(o);
-  std::unique_ptr<parallel::MpiSession> mpi;
-  std::unique_ptr<parallel::Communicator> world;
-  DataParallel dp;
-  if (launched_by_mpi()) {
-    mpi = std::make_unique<parallel::MpiSession>(nullptr, nullptr);
-    world = mpi->world();
-    parallel::require_same_config(*world, cfg.json);
-    dp.rank = world->rank();
-    dp.size = world->size();
-    dp.allreduce_sum = [&](float* p, std::size_t n) { world->allreduce_sum(p, n); };
-    dp.allreduce_sum_double = [&](double* p, std::size_t n) { world->allreduce_sum(p, n); };
-  }
-  bool const root = dp.rank == 0;
+  if (cfg.train.seq_shards > 1 && !launched_by_mpi())
+    throw ConfigError("train.seq_shards = " + std::to_string(cfg.train.seq_shards) + " splits each sequence over " +
+                      std::to_string(cfg.train.seq_shards) + " processes: start joule with mpirun -np N, N a multiple of " +
+                      std::to_string(cfg.train.seq_shards));
+  Processes procs(cfg);
+  auto* world = procs.world();
+  bool const root = procs.root();
   if (o.make_data && root) make_data_if_missing(cfg);
   if (world) world->barrier();
   if (!std::filesystem::exists(cfg.data.path))
     throw DatasetError(cfg.data.path + ": no such dataset (make one with `joule data synth`, or "
                        "pass --make-data to generate the synthetic shapes data there)");
-  if (root && dp.size > 1)
-    fmt::print("data parallel over {} processes (MPI): each step's micro-batches are dealt round-robin\n", dp.size);
-  Trainer trainer(cfg, root ? &std::cout : nullptr, dp);
+  auto const& layout = procs.layout();
+  if (root && layout.world > 1)
+    fmt::print("{} processes ({}): {} sequence shard(s) x {} data-parallel replica(s); micro-batches dealt "
+               "round-robin to the replicas\n", layout.world, procs.backend(), layout.seq_shards, layout.dp);
+  Trainer trainer(cfg, root ? &std::cout : nullptr, procs.data_parallel(), procs.sequence_shards());
   if (!o.resume.empty()) trainer.resume(o.resume);
 
   // Energy: sensors sampled on their own thread, every Kokkos region of the run measured.
@@ -125,7 +114,14 @@ int run_train(TrainOptions const& o) {
     double const t1 = sampler->now();
     sampler->stop();
     for (std::size_t i = 0; i < e1.size(); ++i) e1[i] -= e0[i];
-    energy_report = energy::format_energy_report(*sampler, *regions, t1 - t0, e1);
+    if (world) {  // every rank measured its own regions and sensors; rank 0 reports them all
+      auto const texts = world->gather(energy::summarize_rank(*sampler, *regions, procs.rank(), t1 - t0, e1).to_json(), 0);
+      std::vector<energy::RankEnergy> ranks;
+      for (auto const& t : texts) ranks.push_back(energy::RankEnergy::from_json(t));
+      if (root) energy_report = energy::format_energy_report_across_ranks(ranks);
+    } else {
+      energy_report = energy::format_energy_report(*sampler, *regions, t1 - t0, e1);
+    }
     regions.reset();
   }
 
@@ -142,9 +138,7 @@ int run_train(TrainOptions const& o) {
       fmt::print("  {:<34} -> {}{}\n", "\"" + ref + "\"", "\"" + out + "\"", ref == out ? "" : "   (wrong)");
   }
   if (!cfg.train.checkpoint.empty()) fmt::print("checkpoint: {}\n", cfg.train.checkpoint);
-  if (!energy_report.empty())
-    fmt::print("\n{}{}", energy_report,
-               dp.size > 1 ? "(rank 0's regions and its sensors only: cross-rank aggregation is not done yet)\n" : "");
+  if (!energy_report.empty()) fmt::print("\n{}", energy_report);
   return 0;
 }
 
@@ -163,6 +157,8 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_option("--offload-ratio", o->offload_ratio,
                   "share of parameter bytes whose AdamW state lives on the host (overrides train.offload_ratio)");
   cmd->add_option("--host-threads", o->host_threads, "threads for the host optimizer, 0 = all (overrides train.host_threads)");
+  cmd->add_option("--seq-shards", o->seq_shards,
+                  "processes sharing each sequence, Ulysses style (overrides train.seq_shards; needs mpirun)");
   cmd->add_option("--checkpoint", o->checkpoint, "write checkpoints here (overrides train.checkpoint)");
   cmd->add_option("--resume", o->resume, "continue from this checkpoint")->check(CLI::ExistingFile);
   cmd->add_flag("--make-data", o->make_data, "generate the synthetic shapes dataset at data.path if missing");

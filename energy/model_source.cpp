@@ -50,7 +50,10 @@ class ModelSource final : public Source {
 }  // namespace
 
 std::unique_ptr<Source> open_model(SourceOptions const& options) {
-  return std::make_unique<ModelSource>(options.model_idle_watts, options.model_core_watts);
+  // Idle power belongs to the node: only its local rank 0 counts it, so totals over the ranks of
+  // a node add it once.
+  double const idle = options.local_rank > 0 ? 0.0 : options.model_idle_watts;
+  return std::make_unique<ModelSource>(idle, options.model_core_watts);
 }
 
 }  // namespace joule::energy

@@ -1,5 +1,7 @@
 #include "energy/report.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <algorithm>
 #include <chrono>
@@ -119,6 +121,109 @@ std::string format_energy_report(Sampler const& sampler, RegionRecorder const& r
       << fmt("%.2f", 100.0 * sampler.thread_cpu_seconds() / std::max(run_seconds * cores, 1e-9))
       << "% of " << cores << " cores)\n";
   for (auto const& n : sampler.notes()) out << "note: " << n << "\n";
+  return out.str();
+}
+
+std::string RankEnergy::to_json() const {
+  nlohmann::json j;
+  j["rank"] = rank;
+  j["total_description"] = total_description;
+  j["measured"] = measured;
+  j["run_seconds"] = run_seconds;
+  j["run_energy_j"] = run_energy_j;
+  j["hook_seconds"] = hook_seconds;
+  j["sampler_cpu_seconds"] = sampler_cpu_seconds;
+  j["notes"] = notes;
+  for (auto const& [name, r] : regions) j["regions"][name] = {r.calls, r.seconds, r.energy_j};
+  return j.dump();
+}
+
+RankEnergy RankEnergy::from_json(std::string const& text) {
+  try {
+    auto const j = nlohmann::json::parse(text);
+    RankEnergy e;
+    e.rank = j.at("rank");
+    e.total_description = j.at("total_description");
+    e.measured = j.at("measured");
+    e.run_seconds = j.at("run_seconds");
+    e.run_energy_j = j.at("run_energy_j");
+    e.hook_seconds = j.at("hook_seconds");
+    e.sampler_cpu_seconds = j.at("sampler_cpu_seconds");
+    e.notes = j.at("notes").get<std::vector<std::string>>();
+    if (j.contains("regions"))
+      for (auto const& [name, r] : j.at("regions").items()) e.regions[name] = {r.at(0), r.at(1), r.at(2)};
+    return e;
+  } catch (nlohmann::json::exception const& x) {
+    throw std::runtime_error(std::string("a rank's energy figures could not be read: ") + x.what());
+  }
+}
+
+RankEnergy summarize_rank(Sampler const& sampler, RegionRecorder const& regions, int rank,
+                          double run_seconds, std::vector<double> const& run_energy) {
+  auto const rule = total_rule(sampler.channels());
+  RankEnergy e;
+  e.rank = rank;
+  e.total_description = rule.description;
+  e.measured = rule.measured;
+  e.run_seconds = run_seconds;
+  e.run_energy_j = sum(run_energy, rule.channels);
+  for (auto const& [name, st] : regions.stats()) e.regions[name] = {st.calls, st.seconds, sum(st.energy, rule.channels)};
+  e.hook_seconds = regions.hook_seconds();
+  e.sampler_cpu_seconds = sampler.thread_cpu_seconds();
+  e.notes = sampler.notes();
+  return e;
+}
+
+std::string format_energy_report_across_ranks(std::vector<RankEnergy> const& ranks) {
+  std::ostringstream out;
+  if (ranks.empty()) return "";
+  std::size_t measured = 0;
+  for (auto const& r : ranks) measured += r.measured;
+  std::string const kind = measured == ranks.size() ? "measured"
+                           : measured == 0          ? "MODEL ESTIMATE"
+                                                    : "partly MODEL ESTIMATE (" + std::to_string(ranks.size() - measured) +
+                                                          " of " + std::to_string(ranks.size()) + " ranks have no sensor)";
+  out << "energy by region over " << ranks.size() << " ranks (joules, " << kind
+      << "; time: the longest rank; energy: summed over the ranks; inclusive regions)
+";
+  std::map<std::string, RankEnergy::Region> sums;
+  for (auto const& r : ranks)
+    for (auto const& [name, x] : r.regions) {
+      auto& s = sums[name];
+      s.calls += x.calls;
+      s.seconds = std::max(s.seconds, x.seconds);
+      s.energy_j += x.energy_j;
+    }
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-34s %9s %10s %14s
+", "region", "calls", "time s", "energy J");
+  out << line;
+  for (auto const& [name, s] : sums) {
+    std::snprintf(line, sizeof line, "  %-34s %9lld %10.3f %14.2f
+", name.c_str(), s.calls, s.seconds, s.energy_j);
+    out << line;
+  }
+  double total = 0, longest = 0, hooks = 0;
+  for (auto const& r : ranks) {
+    total += r.run_energy_j;
+    longest = std::max(longest, r.run_seconds);
+    hooks += r.hook_seconds;
+  }
+  std::snprintf(line, sizeof line, "  %-34s %9d %10.3f %14.2f
+", "(whole run)", int(ranks.size()), longest, total);
+  out << line;
+  out << "per rank:";
+  for (auto const& r : ranks)
+    out << fmt(" %.2f J", r.run_energy_j) << " (rank " << r.rank << ", " << (r.measured ? "measured" : "model")
+        << ")";
+  out << "
+measurement overhead: region hooks " << fmt("%.3f", hooks) << " s summed over the ranks
+";
+  std::set<std::string> notes;
+  for (auto const& r : ranks)
+    for (auto const& n : r.notes) notes.insert(n);
+  for (auto const& n : notes) out << "note: " << n << "
+";
   return out.str();
 }
 

@@ -26,6 +26,8 @@ log() { printf '[compile-check] %s\n' "$*" >&2; }
 die() { printf '[compile-check] FAILED: %s\n' "$*" >&2; exit 1; }
 
 [ -x "$nvcc" ] || die "no nvcc (looked for '$nvcc'); install the CUDA toolkit or set NVCC"
+cuda_include="$(dirname "$(dirname "$(readlink -f "$nvcc")")")/include"
+[ -f "$cuda_include/nccl.h" ] || die "no nccl.h in $cuda_include (the CUDA toolkit on these machines ships NCCL)"
 mkdir -p "$cache"
 
 # --- 1. Kokkos headers from Debian's archive ------------------------------------------------------
@@ -114,6 +116,11 @@ compile_one() {  # compile_one MODE UNIT -> prints a result line, returns non-ze
     set="$v5"; inc=(-I"$k5"); cfg="${mode}5"
   fi
   local rc=0
+  # The NCCL backend exists on CUDA builds (JOULE_HAVE_NCCL); on host builds it is not compiled.
+  if [ "$unit" = parallel/nccl_communicator.cpp ] && [ "$mode" = host ]; then
+    printf '%-6s %-17s %-38s %s\n' "$mode" "-" "$unit" "ok (CUDA builds only)"; return 0
+  fi
+  [ "$mode" = cuda ] && inc+=(-I"$cuda_include" -DJOULE_HAVE_NCCL)
   if [ "$mode" = cuda ]; then
     "$nvcc" -x cu -std=c++20 -arch=sm_90 --extended-lambda --expt-relaxed-constexpr \
       -Xcompiler -fopenmp -Wno-deprecated-gpu-targets -DFMT_USE_CONSTEXPR=1 "${common[@]}" -I"$work/$cfg" "${inc[@]}" \
@@ -150,3 +157,24 @@ sort "$results"
 [ "$(wc -l < "$results")" = "$((2 * ${#units[@]}))" ] || die "only $(wc -l < "$results") of $((2 * ${#units[@]})) compilations reported"
 if grep -q FAILED "$results"; then die "$(grep -c FAILED "$results") translation unit(s) do not compile (errors above)"; fi
 log "all $(wc -l < "$results") compilations passed"
+
+# --- 4. The NCCL backend links against the toolkit's libnccl and libcudart (it cannot run here:
+# no GPU). Only when no JOULE_COMPILE_CHECK_ONLY filter excludes it.
+if printf '%s\n' "${units[@]}" | grep -qx parallel/nccl_communicator.cpp; then
+  cat > "$work/nccl_link_main.cpp" <<'MAIN'
+#include "parallel/mpi_communicator.hpp"
+#include "parallel/nccl_communicator.hpp"
+int main(int argc, char** argv) {
+  joule::parallel::MpiSession mpi(&argc, &argv);
+  if (argc > 1) joule::parallel::make_nccl_communicator(*mpi.world());  // linked, never run here
+  return 0;
+}
+MAIN
+  nccl_lib="$(dirname "$cuda_include")/lib64"
+  [ -e "$nccl_lib/libnccl.so" ] || die "no libnccl.so in $nccl_lib (the CUDA toolkit ships it on these machines)"
+  "$nvcc" -std=c++20 -arch=sm_90 -I"$repo" -I"$cuda_include" "${common[@]}" "$work/nccl_link_main.cpp" \
+    "$repo/parallel/nccl_communicator.cpp" "$repo/parallel/mpi_communicator.cpp" -o "$work/nccl_link_check" \
+    -L"$nccl_lib" -lnccl -lcudart $(mpicxx --showme:link) >"$work/log.nccl_link" 2>&1 \
+    || { cat "$work/log.nccl_link" >&2; die "the NCCL backend does not link"; }
+  log "the NCCL backend compiles and links (libnccl from $nccl_lib; not run: no GPU here)"
+fi

@@ -1,0 +1,75 @@
+#include "processes.hpp"
+
+#if defined(JOULE_HAVE_NCCL)
+#include "parallel/nccl_communicator.hpp"
+#endif
+
+#include <cstdlib>
+
+namespace joule::apps {
+
+bool launched_by_mpi() {
+  for (char const* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+Processes::Processes(Config const& cfg) {
+  if (!launched_by_mpi()) {
+    layout_ = parallel::make_layout(1, 0, cfg.train.seq_shards, cfg.model.heads, cfg.model.seq_len());
+    return;
+  }
+  mpi_ = std::make_unique<parallel::MpiSession>(nullptr, nullptr);
+  world_ = mpi_->world();
+  parallel::require_same_config(*world_, cfg.json);
+  relayout(cfg.train.seq_shards, cfg);
+}
+
+void Processes::relayout(int seq_shards, Config const& cfg) {
+  int const w = world_ ? world_->size() : 1, r = world_ ? world_->rank() : 0;
+  layout_ = parallel::make_layout(w, r, seq_shards, cfg.model.heads, cfg.model.seq_len());
+  if (!world_) return;
+#if defined(JOULE_HAVE_NCCL)
+  if (!sums_) sums_ = parallel::make_nccl_communicator(*world_);
+  sequence_ = parallel::make_nccl_communicator(*world_->split(layout_.dp_rank, layout_.seq_rank));
+#else
+  sequence_ = world_->split(layout_.dp_rank, layout_.seq_rank);
+#endif
+}
+
+std::string Processes::backend() const {
+  if (!world_) return "single process";
+  return sums_ ? "nccl + mpi" : "mpi";
+}
+
+DataParallel Processes::data_parallel() const {
+  DataParallel dp;
+  dp.rank = layout_.dp_rank;
+  dp.size = layout_.dp;
+  if (!world_) return dp;
+  parallel::Communicator* floats = sums_ ? sums_.get() : world_.get();
+  parallel::Communicator* host = world_.get();
+  dp.device_pointers = floats->device_buffers();
+  dp.allreduce_sum = [floats](float* p, std::size_t n) { floats->allreduce_sum(p, n); };
+  dp.allreduce_sum_double = [host](double* p, std::size_t n) { host->allreduce_sum(p, n); };
+  dp.start_allreduce_sum = [floats](float* p, std::size_t n) {
+    std::shared_ptr<parallel::Request> request = floats->start_allreduce_sum(p, n);
+    return PendingSum{[request] { return request->test(); }, [request] { request->wait(); }};
+  };
+  return dp;
+}
+
+SequenceShards Processes::sequence_shards() const {
+  SequenceShards s;
+  s.rank = layout_.seq_rank;
+  s.size = layout_.seq_shards;
+  if (!sequence_ || s.size == 1) return s;
+  parallel::Communicator* group = sequence_.get();
+  s.device_pointers = group->device_buffers();
+  s.alltoall = [group](float const* send, float* recv, std::size_t n) { group->alltoall(send, recv, n); };
+  // Host doubles: the NCCL communicator forwards them to its MPI group.
+  s.allreduce_sum = [group](double* p, std::size_t n) { group->allreduce_sum(p, n); };
+  return s;
+}
+
+}  // namespace joule::apps

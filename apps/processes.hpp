@@ -1,0 +1,44 @@
+#pragma once
+// The processes of one job, as `joule train` and `joule tune` set them up: under an MPI launcher
+// (mpirun), the world is split into sequence groups of train.seq_shards consecutive ranks and
+// data-parallel replicas over them (parallel/layout.hpp); the trainer gets the collectives as
+// functions (core knows no communicator). On a GPU build with NCCL, the float collectives
+// (gradient buckets, Ulysses all-to-alls) run on NCCL over device memory and MPI carries the rest.
+#include "core/model/config.hpp"
+#include "core/train/trainer.hpp"
+#include "parallel/layout.hpp"
+#include "parallel/mpi_communicator.hpp"
+
+#include <memory>
+#include <string>
+
+namespace joule::apps {
+
+// Started by mpirun (or another MPI launcher)?
+bool launched_by_mpi();
+
+class Processes {
+ public:
+  // Single process unless launched by MPI. Checks that every rank has the same configuration.
+  explicit Processes(Config const& cfg);
+  int rank() const { return layout_.rank; }
+  int size() const { return layout_.world; }
+  bool root() const { return layout_.rank == 0; }
+  parallel::ProcessLayout const& layout() const { return layout_; }
+  parallel::Communicator* world() const { return world_.get(); }  // nullptr: single process
+  std::string backend() const;                                    // "single process", "mpi", "nccl + mpi"
+
+  // The trainer's view, for a configuration whose seq_shards the layout was made for (a tuning
+  // trial may use another: layout_for() makes the matching groups).
+  DataParallel data_parallel() const;
+  SequenceShards sequence_shards() const;
+  // Re-lays out the same processes for another seq_shards (a tuning trial); throws LayoutError.
+  void relayout(int seq_shards, Config const& cfg);
+
+ private:
+  std::unique_ptr<parallel::MpiSession> mpi_;
+  std::unique_ptr<parallel::Communicator> world_, sums_, sequence_;
+  parallel::ProcessLayout layout_;
+};
+
+}  // namespace joule::apps

@@ -1,0 +1,92 @@
+#include "parallel/nccl_communicator.hpp"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <string>
+#include <vector>
+
+namespace joule::parallel {
+
+namespace {
+
+void check_nccl(ncclResult_t code, char const* what) {
+  if (code != ncclSuccess) throw CommError(std::string("NCCL ") + what + " failed: " + ncclGetErrorString(code));
+}
+void check_cuda(cudaError_t code, char const* what) {
+  if (code != cudaSuccess) throw CommError(std::string("CUDA ") + what + " failed: " + cudaGetErrorString(code));
+}
+
+class NcclRequest final : public Request {
+ public:
+  explicit NcclRequest(cudaStream_t stream) {
+    check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "EventCreate");
+    check_cuda(cudaEventRecord(done_, stream), "EventRecord");
+  }
+  ~NcclRequest() override { cudaEventDestroy(done_); }
+  bool test() override {
+    cudaError_t const e = cudaEventQuery(done_);
+    if (e == cudaErrorNotReady) return false;
+    check_cuda(e, "EventQuery");
+    return true;
+  }
+  void wait() override { check_cuda(cudaEventSynchronize(done_), "EventSynchronize"); }
+
+ private:
+  cudaEvent_t done_{};
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  explicit NcclCommunicator(std::unique_ptr<Communicator> bootstrap) : mpi_(std::move(bootstrap)) {
+    ncclUniqueId id{};
+    if (mpi_->rank() == 0) check_nccl(ncclGetUniqueId(&id), "GetUniqueId");
+    mpi_->broadcast(&id, sizeof id, 0);
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "StreamCreate");
+    check_nccl(ncclCommInitRank(&comm_, mpi_->size(), id, mpi_->rank()), "CommInitRank");
+  }
+  ~NcclCommunicator() override {
+    ncclCommDestroy(comm_);
+    cudaStreamDestroy(stream_);
+  }
+  std::string backend() const override { return "nccl"; }
+  int rank() const override { return mpi_->rank(); }
+  int size() const override { return mpi_->size(); }
+  bool device_buffers() const override { return true; }
+
+  void allreduce_sum(float* data, std::size_t count) override { start_allreduce_sum(data, count)->wait(); }
+  void allreduce_sum(double* data, std::size_t count) override { mpi_->allreduce_sum(data, count); }  // host
+  std::unique_ptr<Request> start_allreduce_sum(float* data, std::size_t count) override {
+    // The caller has fenced the kernels that wrote `data`; the sum runs on this stream.
+    check_nccl(ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_, stream_), "AllReduce");
+    return std::make_unique<NcclRequest>(stream_);
+  }
+  void alltoall(float const* send, float* recv, std::size_t count) override {
+    check_nccl(ncclGroupStart(), "GroupStart");
+    for (int peer = 0; peer < size(); ++peer) {
+      check_nccl(ncclSend(send + peer * count, count, ncclFloat, peer, comm_, stream_), "Send");
+      check_nccl(ncclRecv(recv + peer * count, count, ncclFloat, peer, comm_, stream_), "Recv");
+    }
+    check_nccl(ncclGroupEnd(), "GroupEnd");
+    check_cuda(cudaStreamSynchronize(stream_), "StreamSynchronize");
+  }
+  void broadcast(void* data, std::size_t bytes, int root) override { mpi_->broadcast(data, bytes, root); }
+  std::vector<std::string> gather(std::string const& mine, int root) override { return mpi_->gather(mine, root); }
+  void barrier() override { mpi_->barrier(); }
+  std::unique_ptr<Communicator> split(int color, int key) const override {
+    return std::make_unique<NcclCommunicator>(mpi_->split(color, key));
+  }
+
+ private:
+  std::unique_ptr<Communicator> mpi_;
+  cudaStream_t stream_{};
+  ncclComm_t comm_{};
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> bootstrap) {
+  return std::make_unique<NcclCommunicator>(std::move(bootstrap));
+}
+
+}  // namespace joule::parallel
