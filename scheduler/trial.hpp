@@ -1,0 +1,93 @@
+#pragma once
+// What the scheduler measures and records: the knobs of one candidate configuration, and the
+// record of one trial (measured, infeasible or failed). Plain data, no Kokkos: the search, the
+// objectives and the HDF5 run log work on these alone.
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace joule::scheduler {
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// One point of the search space. Knobs the search does not vary keep the configuration's value.
+struct Knobs {
+  double offload_ratio = 0;  // share of parameter bytes whose AdamW state is on the host
+  int recompute_depth = 0;   // first k blocks recomputed in the backward pass
+  int seq_shards = 1;        // Ulysses sequence shards (divides the world size)
+  int micro_batch = 0;       // samples per forward/backward (global batch fixed); 0: the config's
+  int host_threads = -1;     // host optimizer threads (0: all); -1: the config's
+  int power_limit_w = 0;     // GPU power limit; 0: not touched
+
+  // "offload 0.50, recompute 2, shards 1" (+ the optional knobs that are set).
+  std::string describe() const;
+  bool operator==(Knobs const& o) const {
+    return offload_ratio == o.offload_ratio && recompute_depth == o.recompute_depth &&
+           seq_shards == o.seq_shards && micro_batch == o.micro_batch &&
+           host_threads == o.host_threads && power_limit_w == o.power_limit_w;
+  }
+  bool operator!=(Knobs const& o) const { return !(*this == o); }
+};
+
+enum class TrialStatus { ok, infeasible, failed };
+char const* to_string(TrialStatus s);          // "ok", "infeasible", "failed"
+TrialStatus trial_status_from(std::string const& s);  // throws std::invalid_argument
+
+// A named region's figures over a trial's measured steps (inclusive, see energy/regions.hpp).
+struct RegionMeasure {
+  std::string name;
+  long long calls = 0;
+  double seconds = 0;
+  double energy_j = 0;  // by the energy total rule (sum of the counted domains)
+};
+
+// Power over time, one column per domain (GPU, CPU, module, model...), watts.
+struct PowerTrace {
+  std::vector<std::string> domains;
+  std::vector<double> time_s;  // [n]
+  std::vector<double> watts;   // [n, domains.size()], row-major
+};
+
+struct TrialRecord {
+  int index = -1;  // 0-based, in measuring order; /trials/NNNN in the log
+  Knobs knobs;
+  TrialStatus status = TrialStatus::ok;
+  std::string reason;  // why infeasible / failed; empty when ok
+  // Per optimizer step (global batch), medians over the measured steps; NaN unless ok.
+  double time_per_step_s = kNaN;
+  double energy_per_step_j = kNaN;
+  double objective = kNaN;      // value of the run's objective for this trial (lower is better)
+  double ci_relative = kNaN;    // half-width of the 95% confidence interval of the objective / objective
+  int repeats = 0;              // measurement rounds taken
+  int warmup_steps = 0, measured_steps = 0;
+  double drift = kNaN;          // reference config's time per step now / at the start of the search
+  std::size_t predicted_device_bytes = 0;  // the memory model's prediction
+  std::vector<double> step_time_s, step_energy_j;  // every measured step
+  std::vector<RegionMeasure> regions;
+  PowerTrace power;
+
+  bool ok() const { return status == TrialStatus::ok; }
+};
+
+// The training run with the chosen configuration.
+struct TrainRecord {
+  struct Step {
+    int step = 0;
+    double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+  };
+  struct Eval {
+    int step = 0;
+    double loss = 0, accuracy = 0;
+    int samples = 0;
+  };
+  Knobs knobs;
+  std::vector<Step> steps;
+  std::vector<Eval> evals;
+  std::vector<RegionMeasure> regions;
+  double seconds = 0, energy_j = kNaN;
+  PowerTrace power;
+};
+
+}  // namespace joule::scheduler
