@@ -96,6 +96,27 @@ void H5File::create_group(std::string const& group) {
   if (g.id < 0) fail("cannot create group " + group);
 }
 
+std::vector<std::string> H5File::children(std::string const& group) const {
+  Handle g{H5Gopen2(id_, group.c_str(), H5P_DEFAULT), H5Gclose};
+  if (g.id < 0) fail("no group " + group);
+  H5G_info_t info;
+  if (H5Gget_info(g.id, &info) < 0) fail("cannot list group " + group);
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    ssize_t const length =
+        H5Lget_name_by_idx(g.id, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (length < 0) fail("cannot list group " + group);
+    std::vector<char> name(std::size_t(length) + 1, '\0');
+    H5Lget_name_by_idx(g.id, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT);
+    names.emplace_back(name.data());
+  }
+  return names;
+}
+
+void H5File::remove(std::string const& object) {
+  if (exists(object) && H5Ldelete(id_, object.c_str(), H5P_DEFAULT) < 0) fail("cannot remove " + object);
+}
+
 std::string H5File::dtype(std::string const& dataset) const {
   Handle d{H5Dopen2(id_, dataset.c_str(), H5P_DEFAULT), H5Dclose};
   if (d.id < 0) fail("no dataset " + dataset);
@@ -188,6 +209,63 @@ JOULE_H5_INSTANTIATE(std::int64_t)
 JOULE_H5_INSTANTIATE(float)
 JOULE_H5_INSTANTIATE(double)
 #undef JOULE_H5_INSTANTIATE
+
+void H5File::write_strings(std::string const& dataset, std::vector<std::string> const& values) {
+  auto const slash = dataset.find_last_of('/');
+  if (slash != std::string::npos && slash > 0) create_group(dataset.substr(0, slash));
+  if (exists(dataset) && H5Ldelete(id_, dataset.c_str(), H5P_DEFAULT) < 0)
+    fail("cannot replace dataset " + dataset);
+  Handle type{H5Tcopy(H5T_C_S1), H5Tclose};
+  H5Tset_size(type.id, H5T_VARIABLE);
+  H5Tset_cset(type.id, H5T_CSET_UTF8);
+  hsize_t const n = values.size();
+  Handle space{H5Screate_simple(1, &n, nullptr), H5Sclose};
+  Handle d{H5Dcreate2(id_, dataset.c_str(), type.id, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+           H5Dclose};
+  if (d.id < 0) fail("cannot create dataset " + dataset);
+  std::vector<char const*> pointers;
+  for (auto const& v : values) pointers.push_back(v.c_str());
+  if (n > 0 && H5Dwrite(d.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()) < 0)
+    fail("cannot write dataset " + dataset);
+}
+
+std::vector<std::string> H5File::read_strings(std::string const& dataset) const {
+  Handle d{H5Dopen2(id_, dataset.c_str(), H5P_DEFAULT), H5Dclose};
+  if (d.id < 0) fail("no dataset " + dataset);
+  Handle type{H5Dget_type(d.id), H5Tclose};
+  if (H5Tget_class(type.id) != H5T_STRING)
+    fail("dataset " + dataset + " has element type " + describe(type.id) + ", expected string");
+  Dims const shape = dims(dataset);
+  if (shape.size() != 1)
+    fail("dataset " + dataset + " has " + std::to_string(shape.size()) + " dimensions, expected a list of strings");
+  std::size_t const n = shape[0];
+  std::vector<std::string> values;
+  if (n == 0) return values;
+  if (H5Tis_variable_str(type.id) > 0) {
+    Handle mem{H5Tcopy(H5T_C_S1), H5Tclose};
+    H5Tset_size(mem.id, H5T_VARIABLE);
+    H5Tset_cset(mem.id, H5Tget_cset(type.id));
+    std::vector<char*> pointers(n, nullptr);
+    if (H5Dread(d.id, mem.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()) < 0)
+      fail("cannot read dataset " + dataset);
+    for (char* p : pointers) {  // HDF5 allocated each string: copy it, then give it back
+      values.emplace_back(p ? p : "");
+      if (p) H5free_memory(p);
+    }
+    return values;
+  }
+  std::size_t const width = H5Tget_size(type.id);
+  std::vector<char> buffer(n * width + 1, '\0');
+  if (H5Dread(d.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()) < 0)
+    fail("cannot read dataset " + dataset);
+  for (std::size_t i = 0; i < n; ++i) {
+    char const* s = buffer.data() + i * width;
+    std::size_t length = 0;
+    while (length < width && s[length] != '\0') ++length;
+    values.emplace_back(s, length);
+  }
+  return values;
+}
 
 namespace {
 hid_t open_object(H5File const& f, hid_t file, std::string const& object) {

@@ -31,6 +31,10 @@ class H5File {
   std::string const& path() const { return path_; }
   bool exists(std::string const& object) const;  // nested paths allowed ("a/b/c")
   void create_group(std::string const& group);    // creates missing parents too
+  // Names of the links directly under a group, in name order.
+  std::vector<std::string> children(std::string const& group) const;
+  // Unlinks an object (group, dataset) if it exists.
+  void remove(std::string const& object);
 
   // Element type of a dataset, as "uint8", "int32", "float32", "float64", ...
   std::string dtype(std::string const& dataset) const;
@@ -45,6 +49,11 @@ class H5File {
   // Rows [first, first + count) along the first dimension.
   template <class T>
   std::vector<T> read_rows(std::string const& dataset, std::size_t first, std::size_t count) const;
+
+  // A 1-D dataset of variable-length UTF-8 strings (names, labels). Reading also accepts
+  // fixed-length strings and throws if the dataset does not hold strings.
+  void write_strings(std::string const& dataset, std::vector<std::string> const& values);
+  std::vector<std::string> read_strings(std::string const& dataset) const;
 
   void set_attribute(std::string const& object, std::string const& name, std::string const& value);
   void set_attribute(std::string const& object, std::string const& name, char const* value) {

@@ -1,0 +1,196 @@
+#include "scheduler/report.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace joule::scheduler {
+
+namespace {
+
+// Reasons are free text (compiler messages, exceptions): one line in a table or a CSV row.
+std::string one_line(std::string const& text) {
+  std::string out = text;
+  for (char& c : out)
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  return out;
+}
+
+std::string number(double value, char const* format = "{:.4g}") {
+  return std::isnan(value) ? "-" : fmt::format(fmt::runtime(format), value);
+}
+
+std::string duration(double s) {
+  if (std::isnan(s)) return "-";
+  if (s < 60) return fmt::format("{:.1f}s", s);
+  return fmt::format("{}m{:02d}s", int(s) / 60, int(s) % 60);
+}
+
+// Knob columns: 0 / -1 mean "the configuration's value" or "not touched" (see trial.hpp).
+std::string micro_batch_text(int v) { return v > 0 ? std::to_string(v) : "config"; }
+std::string host_threads_text(int v) { return v < 0 ? "config" : v == 0 ? "all" : std::to_string(v); }
+std::string power_limit_text(int v) { return v > 0 ? std::to_string(v) : "-"; }
+
+// The ok trial with the shortest time per step, or nullptr.
+TrialRecord const* fastest_ok(RunLogContents const& log) {
+  TrialRecord const* fastest = nullptr;
+  for (auto const& t : log.trials)
+    if (t.ok() && !std::isnan(t.time_per_step_s) && (!fastest || t.time_per_step_s < fastest->time_per_step_s))
+      fastest = &t;
+  return fastest;
+}
+
+void header_section(std::string& out, RunLogContents const& log) {
+  auto const& h = log.header;
+  int ok = 0, infeasible = 0, failed = 0;
+  for (auto const& t : log.trials)
+    (t.status == TrialStatus::ok ? ok : t.status == TrialStatus::infeasible ? infeasible : failed) += 1;
+  out += fmt::format("joule run log {}\n", log.path);
+  out += fmt::format("  created {} by joule {} ({}), Kokkos {} on {}, host {}, {} process{}\n", h.created,
+                     h.joule_version, h.git_commit, h.kokkos_version, h.execution_space, h.host, h.world_size,
+                     h.world_size == 1 ? "" : "es");
+  for (auto const& when : h.resumed) out += fmt::format("  resumed {}\n", when);
+  out += fmt::format("  strategy {}, objective {}; {} trials: {} ok, {} infeasible, {} failed\n", h.strategy,
+                     h.objective, log.trials.size(), ok, infeasible, failed);
+  if (h.device_memory_budget_bytes > 0)
+    out += fmt::format("  device memory budget {:.3g} GiB\n", h.device_memory_budget_bytes / double(1ull << 30));
+  if (h.energy_is_model())
+    out += fmt::format("Energy: MODEL ESTIMATE. The energy figures come from a model, not a measurement ({}).\n",
+                       h.energy_source);
+  else
+    out += fmt::format("Energy: measured ({}).\n", h.energy_source);
+  if (!log.incomplete.empty())
+    out += fmt::format("  {} group{} left half-written when the run stopped, ignored: {}\n", log.incomplete.size(),
+                       log.incomplete.size() == 1 ? " was" : "s were", fmt::join(log.incomplete, ", "));
+}
+
+void trial_table(std::string& out, RunLogContents const& log) {
+  std::string const energy_heading = log.header.energy_is_model() ? "E J (model)" : "E J";
+  out += "\nTrials (T, E: median time and energy per optimizer step; CI: 95% half-width of the objective)\n";
+  out += fmt::format("{:>4}  {:>7} {:>9} {:>6} {:>11} {:>7} {:>7}  {:<10} {:>10} {:>12} {:>10} {:>7}  {}\n", "#",
+                     "offload", "recompute", "shards", "micro-batch", "threads", "power W", "status", "T s",
+                     energy_heading, "objective", "CI", "reason");
+  for (auto const& t : log.trials) {
+    std::string const ci = std::isnan(t.ci_relative) ? "-" : fmt::format("±{:.1f}%", 100 * t.ci_relative);
+    std::string const mark = t.index == log.best ? "*" : " ";
+    out += fmt::format("{:>4}{} {:>7.2f} {:>9} {:>6} {:>11} {:>7} {:>7}  {:<10} {:>10} {:>12} {:>10} {:>7}  {}\n",
+                       t.index, mark, t.knobs.offload_ratio, t.knobs.recompute_depth, t.knobs.seq_shards,
+                       micro_batch_text(t.knobs.micro_batch), host_threads_text(t.knobs.host_threads),
+                       power_limit_text(t.knobs.power_limit_w), to_string(t.status), number(t.time_per_step_s),
+                       number(t.energy_per_step_j, "{:.5g}"), number(t.objective, "{:.5g}"), ci, one_line(t.reason));
+  }
+  out += "  (* chosen; micro-batch/threads \"config\": the configuration's value; power \"-\": not touched)\n";
+}
+
+void pareto_section(std::string& out, RunLogContents const& log) {
+  if (log.pareto.empty()) {
+    out += "\nPareto front: not recorded (the search did not finish)\n";
+    return;
+  }
+  out += fmt::format("\nPareto front (time against energy per step): {} configuration{}\n", log.pareto.size(),
+                     log.pareto.size() == 1 ? "" : "s");
+  out += fmt::format("{:>4}  {:>10} {:>12}  {}\n", "#", "T s", log.header.energy_is_model() ? "E J (model)" : "E J",
+                     "knobs");
+  for (int index : log.pareto) {
+    TrialRecord const* t = log.trial(index);
+    if (!t) continue;  // read_run_log checks this; a hand-made RunLogContents may not
+    out += fmt::format("{:>4}  {:>10} {:>12}  {}\n", index, number(t->time_per_step_s),
+                       number(t->energy_per_step_j, "{:.5g}"), t->knobs.describe());
+  }
+}
+
+void chosen_section(std::string& out, RunLogContents const& log) {
+  TrialRecord const* best = log.trial(log.best);
+  if (!best) {
+    out += "\nChosen configuration: none recorded (the search did not finish)\n";
+    return;
+  }
+  char const* const model = log.header.energy_is_model() ? " (model estimate)" : "";
+  out += fmt::format("\nChosen configuration: trial {}: {}\n", best->index, best->knobs.describe());
+  out += fmt::format("  {} s/step, {} J/step{}, objective {}\n", number(best->time_per_step_s),
+                     number(best->energy_per_step_j, "{:.5g}"), model, number(best->objective, "{:.5g}"));
+  TrialRecord const* fastest = fastest_ok(log);
+  if (!fastest) return;
+  if (fastest->index == best->index) {
+    out += "  it is also the fastest configuration measured, so no time is traded for energy\n";
+    return;
+  }
+  out += fmt::format("  fastest ok configuration: trial {}: {}: {} s/step, {} J/step\n", fastest->index,
+                     fastest->knobs.describe(), number(fastest->time_per_step_s),
+                     number(fastest->energy_per_step_j, "{:.5g}"));
+  double const saved_j = fastest->energy_per_step_j - best->energy_per_step_j;
+  double const saved_pct = 100 * saved_j / fastest->energy_per_step_j;
+  double const lost_pct = 100 * (best->time_per_step_s - fastest->time_per_step_s) / fastest->time_per_step_s;
+  std::string energy;
+  char const* const estimate = log.header.energy_is_model() ? ", model estimate" : "";
+  if (std::isnan(saved_j))
+    energy = "energy not available";
+  else if (saved_j >= 0)
+    energy = fmt::format("energy saved {:.1f}% ({:.2f} J/step{})", saved_pct, saved_j, estimate);
+  else
+    energy = fmt::format("energy spent {:.1f}% more ({:.2f} J/step{})", -saved_pct, -saved_j, estimate);
+  out += fmt::format("  against the fastest: {}, time lost {:.1f}%\n", energy, lost_pct);
+}
+
+void train_section(std::string& out, RunLogContents const& log) {
+  if (!log.train) return;
+  auto const& t = *log.train;
+  out += fmt::format("\nTraining with the chosen configuration ({}): {} steps in {}", t.knobs.describe(),
+                     t.steps.size(), duration(t.seconds));
+  if (!std::isnan(t.energy_j))
+    out += fmt::format(", {:.5g} J{}", t.energy_j, log.header.energy_is_model() ? " (model estimate)" : "");
+  out += "\n";
+  if (!t.steps.empty())
+    out += fmt::format("  final loss {:.4f} (step {})\n", t.steps.back().loss, t.steps.back().step);
+  if (!t.evals.empty()) {
+    auto const& e = t.evals.back();
+    out += fmt::format("  last evaluation (step {}): held-out loss {:.4f}, exact caption accuracy {:.1f}% ({} samples)\n",
+                       e.step, e.loss, 100 * e.accuracy, e.samples);
+  }
+}
+
+// ---- CSV ----
+
+std::string csv_field(std::string const& text) {
+  std::string const line = one_line(text);
+  if (line.find_first_of(",\"") == std::string::npos) return line;
+  std::string quoted = "\"";
+  for (char c : line) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
+std::string csv_number(double value) { return std::isnan(value) ? "" : fmt::format("{}", value); }
+
+}  // namespace
+
+std::string format_run_report(RunLogContents const& log) {
+  std::string out;
+  header_section(out, log);
+  trial_table(out, log);
+  pareto_section(out, log);
+  chosen_section(out, log);
+  train_section(out, log);
+  return out;
+}
+
+std::string format_run_csv(RunLogContents const& log) {
+  std::string out =
+      "index,status,offload_ratio,recompute_depth,seq_shards,micro_batch,host_threads,power_limit_w,"
+      "time_per_step_s,energy_per_step_j,energy_kind,objective,ci_relative,repeats,warmup_steps,measured_steps,"
+      "drift,predicted_device_bytes,chosen,pareto,reason\n";
+  for (auto const& t : log.trials) {
+    bool const on_front = std::find(log.pareto.begin(), log.pareto.end(), t.index) != log.pareto.end();
+    auto const& k = t.knobs;
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", t.index,
+                       to_string(t.status), csv_number(k.offload_ratio), k.recompute_depth, k.seq_shards,
+                       k.micro_batch, k.host_threads, k.power_limit_w, csv_number(t.time_per_step_s),
+                       csv_number(t.energy_per_step_j), csv_field(log.header.energy_kind), csv_number(t.objective),
+                       csv_number(t.ci_relative), t.repeats, t.warmup_steps, t.measured_steps, csv_number(t.drift),
+                       t.predicted_device_bytes, t.index == log.best ? 1 : 0, on_front ? 1 : 0, csv_field(t.reason));
+  }
+  return out;
+}
+
+}  // namespace joule::scheduler

@@ -1,0 +1,125 @@
+#pragma once
+// The HDF5 run log of the energy-aware scheduler: `joule tune` writes one per run (header, every
+// trial as it finishes, the best configuration, the Pareto front, the training run), `joule
+// inspect` and `--resume` read it back. This is the one module that knows the log's layout; the
+// README's "The tuning log (HDF5)" section documents it.
+//
+// Crash safety: every change (create, each trial, best, Pareto front, train, a resume) is one
+// commit: the log is copied to PATH.tmp, changed there, flushed, closed, synced and renamed over
+// PATH. rename() is atomic, so a run killed at any moment (SIGKILL included) leaves the log as it
+// was before or after the change, never a mix, and every finished trial is in it; a leftover
+// PATH.tmp is overwritten by the next commit. The log itself is never open for writing, so
+// `joule inspect` can read it while `joule tune` runs (HDF5 would lock a file open for writing).
+// Each group also gets a `complete` attribute, written last; readers ignore trials without it.
+//
+// Every problem (not HDF5, not a joule log, damaged, mismatching on resume) is a RunLogError whose
+// message names the file and what is wrong; HDF5's own error printing stays off.
+#include "scheduler/trial.hpp"
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace joule::scheduler {
+
+// The root `format` attribute: how a joule run log is recognised (and its layout version).
+inline constexpr char const* kRunLogFormat = "joule-run-log-v1";
+
+class RunLogError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Root attributes: what ran, where, and how energy was obtained.
+struct RunHeader {
+  std::string joule_version, git_commit, kokkos_version, execution_space, host;
+  std::string energy_source;  // description of the sources behind the total
+  std::string energy_kind;    // "measured" or "model"
+  std::string objective, strategy;
+  std::string config_json;  // the full configuration as JSON text
+  std::string created;      // ISO 8601 UTC; filled in by RunLogWriter::create when empty
+  int world_size = 1;
+  double device_memory_budget_bytes = 0;  // 0: none given
+  std::vector<std::string> resumed;       // ISO times of each --resume (written by the writer)
+
+  bool energy_is_model() const { return energy_kind == "model"; }
+};
+
+// Everything a log holds. Trials are the complete ones, in index order.
+struct RunLogContents {
+  std::string path;
+  RunHeader header;
+  std::vector<TrialRecord> trials;
+  int best = -1;            // trial index of /best; -1: not written (run stopped before the end)
+  std::vector<int> pareto;  // trial indices of /pareto, as written
+  std::optional<TrainRecord> train;
+  std::vector<std::string> incomplete;  // trial groups without their `complete` mark (ignored)
+
+  // The trial with this index, or nullptr.
+  TrialRecord const* trial(int index) const;
+};
+
+// Reads a whole log. Throws RunLogError (never an HDF5 error) for a missing file, a file that is
+// not HDF5, an HDF5 file that is not a joule run log, or a damaged one.
+RunLogContents read_run_log(std::string const& path);
+
+// True when path is an HDF5 file whose root `format` is kRunLogFormat; never throws.
+bool is_run_log(std::string const& path);
+
+// Writes one run's log. Cheap to hold: files are open only inside the calls below, each of which
+// is one commit (see above). Moving is allowed; after close() (or a move) further writes throw.
+class RunLogWriter {
+ public:
+  // Creates (truncates) the log and writes the header.
+  static RunLogWriter create(std::string const& path, RunHeader const& header);
+  // Opens an existing log to append to it. Checks that it was made with the same configuration
+  // (compared as JSON values, not text), objective, world size and energy kind as `expected`,
+  // else throws a RunLogError naming the difference. Trials without `complete` are removed; the
+  // finished ones are returned in *finished (if given) so the caller can skip them. The resume
+  // time is added to the header's `resumed` list.
+  static RunLogWriter resume(std::string const& path, RunHeader const& expected,
+                             std::vector<TrialRecord>* finished = nullptr);
+
+  RunLogWriter(RunLogWriter&& other) noexcept;
+  RunLogWriter& operator=(RunLogWriter&& other) noexcept;
+  RunLogWriter(RunLogWriter const&) = delete;
+  RunLogWriter& operator=(RunLogWriter const&) = delete;
+  ~RunLogWriter() = default;  // nothing is held open between calls
+
+  // Adds /trials/NNNN (NNNN = trial.index, zero-padded to 4 digits); on disk when this returns.
+  // Throws if the record is inconsistent (index < 0, power trace of the wrong size) or a
+  // complete trial with that index is already in the log; the log is then unchanged.
+  void append_trial(TrialRecord const& trial);
+  // Replace /best, /pareto, /train (each may be written again, e.g. after a resume).
+  void write_best(TrialRecord const& best);
+  void write_pareto(std::vector<TrialRecord> const& front);
+  void write_train(TrainRecord const& train);
+  // Ends writing; later calls throw. Safe to call at any time and more than once.
+  void close() { open_ = false; }
+
+  bool is_open() const { return open_; }
+  std::string const& path() const { return path_; }
+
+ private:
+  enum class Start { empty, from_log };
+  RunLogWriter(std::string path, std::string run_id) : path_(std::move(path)), run_id_(std::move(run_id)) {}
+  void require_open(char const* what) const;
+  // One atomic change: change(H5File&) is applied to PATH.tmp (empty, or a copy of the log),
+  // which then replaces the log. On any error the log is left as it was.
+  template <class Change>
+  void commit(std::string const& what, Start start, Change const& change);
+
+  std::string path_;
+  std::string run_id_;  // the root `run_id`, checked by every commit: a log replaced by another run is noticed
+  bool open_ = true;
+};
+
+namespace detail {
+// For the crash-safety test only: called inside every commit with the temporary file still open
+// and the change not yet flushed, so a test can kill the writer at its most delicate moment.
+extern void (*run_log_before_commit)(std::string const& temporary_path);
+}  // namespace detail
+
+}  // namespace joule::scheduler
