@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything joule needs on a fresh Debian 12 machine, and skips whatever is already there.
-#   - Debian packages (compiler, CMake, OpenMPI, HDF5, Catch2, OpenBLAS, json/CLI/fmt headers)
+#   - Debian packages (compiler, CMake, OpenMPI, HDF5, Catch2, OpenBLAS, json/CLI/fmt headers,
+#     python3 with numpy, h5py, PIL and matplotlib for apps/scripts and their tests)
 #   - Kokkos + Kokkos-Kernels 3.4.1 with the OpenMP backend, built from Debian's own trilinos
 #     source package (Debian's binary packages only have the Serial backend), into a cache prefix.
 # Environment:
@@ -17,7 +18,7 @@ sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libhdf5-dev catch2
           libopenblas-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-          python3 python3-numpy python3-h5py python3-pil)
+          python3 python3-numpy python3-h5py python3-pil python3-matplotlib)
 if [ "${JOULE_WITH_TORCH:-0}" = 1 ]; then packages+=(python3-torch); fi
 
 missing=()

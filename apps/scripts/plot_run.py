@@ -1,0 +1,559 @@
+#!/usr/bin/python3
+"""Plots a joule run log (the HDF5 file `joule tune` writes) as PNG files.
+
+    /usr/bin/python3 apps/scripts/plot_run.py RUN.h5 [--out DIR]
+
+DIR defaults to <stem>-plots/ next to the log. Writes, and prints the path of each:
+  pareto.png       time per step vs energy per step of every ok trial, the Pareto front joined,
+                   the chosen trial (/best) starred, infeasible and failed trials listed below
+  power_trace.png  power (W) over time, one line per domain, for the best trial and /train
+  regions.png      energy and time per named region, for the best trial and /train
+  loss.png         training loss per step of /train, eval losses marked
+
+A plot whose data is missing (no /train group, no power samples...) is skipped with a one-line
+note on stderr; the others are still written. Exit status: 0 when every plot that had data was
+written; 1 when a plot failed on malformed data; 2 when the file is not a joule run log
+(root attribute format != "joule-run-log-v1") or none of the plots has data.
+Needs Debian's python3-h5py, python3-matplotlib and python3-numpy.
+
+Reads the layout of scheduler/run_log.cpp (README, "The tuning log (HDF5)"): root attributes
+format, energy_kind, energy_source, objective; /trials/NNNN (attributes status, reason,
+time_per_step_s, energy_per_step_j, objective and the knobs; datasets power_time_s [n],
+power_w [n, domains], power_domains [domains] strings; subgroup regions with datasets name,
+calls, seconds, energy_j); /best (attribute trial); /pareto (dataset trials); /train (datasets
+step, loss, lr, eval_step, eval_loss, eval_accuracy, attributes total_seconds, total_energy_j,
+regions and power as in a trial). Like joule's reader, groups without the attribute complete = 1
+(being written, or left by a run that died) are ignored.
+"""
+import argparse
+import math
+import os
+import sys
+import time
+
+import h5py
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+FORMAT = "joule-run-log-v1"
+PROG = "plot_run.py"
+MAX_LISTED = 14  # failed/infeasible trials listed by name under the Pareto plot
+MAX_LABELLED = 40  # ok trials labelled with their index (more: only the front and the best)
+
+
+class Skip(Exception):
+    """A plot lacks the data it needs: skipped with a note, the others are still written."""
+
+
+def note(msg):
+    print(f"{PROG}: {msg}", file=sys.stderr)
+
+
+def text(value):
+    """An HDF5 string (str, bytes, 0-d or 1-element array of either) as str."""
+    if isinstance(value, np.ndarray):
+        if value.size != 1:
+            return str(value.tolist())
+        value = value.reshape(()).item()
+    if isinstance(value, (bytes, np.bytes_)):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)
+
+
+def strings(value):
+    """An HDF5 string array (vlen or fixed, dataset or attribute) or one string as a list of str."""
+    if isinstance(value, h5py.Dataset):
+        value = value[()]
+    arr = np.atleast_1d(np.asarray(value, dtype=object))
+    return [text(v) for v in arr.ravel()]
+
+
+def number(value, default=math.nan):
+    if value is None:
+        return default
+    try:
+        v = np.asarray(value, dtype=float)
+        return float(v.reshape(-1)[0]) if v.size else default
+    except (TypeError, ValueError):
+        return default
+
+
+def attr(obj, name, default=None):
+    return obj.attrs[name] if obj is not None and name in obj.attrs else default
+
+
+def floats(group, name):
+    """Dataset `name` of `group` as a 1-d float array (empty when absent)."""
+    if group is None or name not in group or not isinstance(group[name], h5py.Dataset):
+        return np.zeros(0)
+    return np.asarray(group[name][()], dtype=float).reshape(-1)
+
+
+def complete(obj):
+    """The writer marks each group complete=1 after its contents are flushed; like joule's reader,
+    groups without the mark (being written, or left half-written by a run that died) are ignored."""
+    return obj is not None and number(attr(obj, "complete"), default=0) == 1
+
+
+def group(f, name):
+    """The complete group `name`, or None."""
+    g = f.get(name)
+    return g if isinstance(g, h5py.Group) and complete(g) else None
+
+
+def knobs_text(g):
+    """Mirrors Knobs::describe(): "offload 0.50, recompute 2, shards 1" (+ the optional knobs set)."""
+    parts = []
+    off = number(attr(g, "offload_ratio"))
+    if not math.isnan(off):
+        parts.append(f"offload {off:.2f}")
+    for name, label in (("recompute_depth", "recompute"), ("seq_shards", "shards")):
+        v = number(attr(g, name))
+        if not math.isnan(v):
+            parts.append(f"{label} {int(v)}")
+    mb, threads, plim = (number(attr(g, n)) for n in ("micro_batch", "host_threads", "power_limit_w"))
+    if mb > 0:
+        parts.append(f"micro-batch {int(mb)}")
+    if threads >= 0:
+        parts.append(f"host threads {int(threads)}")
+    if plim > 0:
+        parts.append(f"power limit {int(plim)} W")
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+
+class Trial:
+    def __init__(self, name, g):
+        self.group = g
+        index = number(attr(g, "index"), default=int(name) if name.isdigit() else -1)
+        self.index = int(index) if math.isfinite(index) else -1
+        self.name = name
+        self.status = text(attr(g, "status", "ok"))
+        self.reason = text(attr(g, "reason", ""))
+        self.time = number(attr(g, "time_per_step_s"))
+        self.energy = number(attr(g, "energy_per_step_j"))
+        self.objective = number(attr(g, "objective"))
+        self.knobs = knobs_text(g)
+
+    @property
+    def ok(self):
+        return self.status == "ok"
+
+    @property
+    def plottable(self):
+        return self.ok and math.isfinite(self.time) and math.isfinite(self.energy)
+
+
+def read_trials(f):
+    """(complete trials in index order, names of the incomplete ones)."""
+    if "trials" not in f or not isinstance(f["trials"], h5py.Group):
+        return [], []
+    trials, incomplete = [], []
+    for name, g in f["trials"].items():
+        if isinstance(g, h5py.Group):
+            (trials.append(Trial(name, g)) if complete(g) else incomplete.append(name))
+    return sorted(trials, key=lambda t: (t.index, t.name)), sorted(incomplete)
+
+
+def find_best(f, trials):
+    """(trial, how): the trial /best names; without /best the ok trial of lowest objective."""
+    best = group(f, "best")
+    if best is not None:
+        idx = attr(best, "trial")
+        if idx is None and isinstance(best, h5py.Dataset):
+            idx = best[()]
+        if idx is not None:
+            idx = int(number(idx, default=-1))
+            for t in trials:
+                if t.index == idx:
+                    return t, "chosen"
+            note(f"/best names trial {idx}, which is not in /trials")
+    ranked = [t for t in trials if t.ok and math.isfinite(t.objective)]
+    if ranked:
+        return min(ranked, key=lambda t: t.objective), "lowest objective, no complete /best"
+    return None, None
+
+
+def pareto_indices(f, trials):
+    """(indices, source): /pareto/trials, else the front computed from the ok trials."""
+    p = group(f, "pareto")
+    if p is not None and isinstance(p.get("trials"), h5py.Dataset):
+        return [int(i) for i in np.asarray(p["trials"][()]).reshape(-1)], "/pareto"
+    pts = sorted((t for t in trials if t.plottable), key=lambda t: (t.time, t.energy))
+    front, lowest = [], math.inf
+    for t in pts:
+        if t.energy < lowest:
+            front.append(t.index)
+            lowest = t.energy
+    return front, "computed: no complete /pareto"
+
+
+def read_trace(g):
+    """(time_s [n], watts [n, d], domain names) of a trial or /train group; n may be 0."""
+    if g is None:
+        return np.zeros(0), np.zeros((0, 0)), []
+    src, tname, wname = g, "power_time_s", "power_w"
+    if tname not in g and isinstance(g.get("power"), h5py.Group):  # alternative: a power subgroup
+        src, tname = g["power"], "time_s"
+        wname = "watts" if "watts" in src else "power_w"
+    t = floats(src, tname)
+    if wname not in src or not isinstance(src[wname], h5py.Dataset):
+        return t[:0], np.zeros((0, 0)), []
+    wds = src[wname]
+    w = np.asarray(wds[()], dtype=float)
+    if w.ndim == 1:
+        w = w.reshape(-1, 1)
+    elif w.ndim != 2:
+        raise ValueError(f"{wds.name} has {w.ndim} dimensions, expected [n, domains]")
+    if w.shape[0] != t.size and w.shape[1] == t.size:  # stored [domains, n]
+        w = w.T
+    domains = []
+    for holder, name in ((wds, "domains"), (src, "power_domains"), (src, "domains")):
+        if name in holder.attrs:
+            domains = strings(holder.attrs[name])
+            break
+        if holder is src and name in src and isinstance(src[name], h5py.Dataset):
+            domains = strings(src[name])
+            break
+    n = min(t.size, w.shape[0])
+    if n != t.size or n != w.shape[0]:
+        note(f"{g.name}: {t.size} power times but {w.shape[0]} power rows; plotting {n}")
+    d = w.shape[1]
+    if len(domains) != d:
+        domains = (domains + [f"domain {i}" for i in range(len(domains), d)])[:d]
+    return t[:n], w[:n], domains
+
+
+def read_regions(g):
+    """List of (name, calls, seconds, energy_j) from a `regions` subgroup (empty when absent).
+
+    joule writes datasets name (strings), calls, seconds, energy_j; also accepted: those as
+    attributes, `names` for `name`, or one child group per region with those attributes."""
+    r = g.get("regions") if g is not None else None
+    if not isinstance(r, h5py.Group):
+        return []
+
+    def column(name):
+        if name in r and isinstance(r[name], h5py.Dataset):
+            return r[name][()]
+        return r.attrs.get(name)
+
+    names = column("name")
+    if names is None:
+        names = column("names")
+    if names is not None:
+        names = strings(names)
+        cols = []
+        for key in ("calls", "seconds", "energy_j"):
+            v = column(key)
+            v = np.full(len(names), np.nan) if v is None else np.asarray(v, dtype=float).reshape(-1)
+            if v.size != len(names):
+                raise ValueError(f"{r.name}: {len(names)} names but {v.size} values in '{key}'")
+            cols.append(v)
+        return list(zip(names, *cols))
+    out = []
+    for name, child in r.items():
+        if isinstance(child, h5py.Group):
+            out.append((text(attr(child, "name", name)), number(attr(child, "calls")),
+                        number(attr(child, "seconds")), number(attr(child, "energy_j"))))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# plots
+
+def save(fig, path, written):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+
+
+def plot_pareto(f, trials, incomplete, best, best_how, path, written):
+    if not trials:
+        raise Skip("no complete trial in /trials" +
+                   (f" ({len(incomplete)} incomplete)" if incomplete else ""))
+    kind = text(attr(f, "energy_kind", "measured"))
+    kind_label = "model" if kind == "model" else "measured"
+    source = text(attr(f, "energy_source", ""))
+    objective = text(attr(f, "objective", ""))
+    front_idx, front_src = pareto_indices(f, trials)
+    by_index = {t.index: t for t in trials}
+    front = sorted((by_index[i] for i in front_idx if i in by_index and by_index[i].plottable),
+                   key=lambda t: t.time)
+    ok = [t for t in trials if t.plottable]
+
+    lines = []
+    bad = [t for t in trials if not t.ok]
+    for t in bad[:MAX_LISTED]:
+        why = f": {t.reason}" if t.reason else ""
+        knobs = f"  [{t.knobs}]" if t.knobs else ""
+        lines.append(f"#{t.index:04d} {t.status}{why}{knobs}")
+    if len(bad) > MAX_LISTED:
+        lines.append(f"... and {len(bad) - MAX_LISTED} more not ok")
+    unplotted = [t for t in trials if t.ok and not t.plottable]
+    if unplotted:
+        lines.append("ok but without finite time/energy per step: " +
+                     ", ".join(f"#{t.index:04d}" for t in unplotted[:20]) +
+                     (" ..." if len(unplotted) > 20 else ""))
+    if incomplete:
+        lines.append("incomplete (being written, or the run died), ignored: " +
+                     ", ".join(incomplete[:20]) + (" ..." if len(incomplete) > 20 else ""))
+    head = (f"not plotted: {len(bad)} of {len(trials)} trials infeasible or failed" if bad
+            else f"all {len(trials)} trial(s) ran ok")
+    lines = [ln if len(ln) <= 120 else ln[:117] + "..." for ln in lines]
+
+    note_h = 0.2 * (len(lines) + 2)
+    fig = plt.figure(figsize=(8.5, 5.5 + note_h))
+    gs = fig.add_gridspec(2, 1, height_ratios=[5.5, note_h], hspace=0.25)
+    ax = fig.add_subplot(gs[0])
+    if ok:
+        ax.scatter([t.time for t in ok], [t.energy for t in ok], s=28, color="tab:gray",
+                   alpha=0.75, label=f"ok trials ({len(ok)})", zorder=2)
+    else:
+        ax.text(0.5, 0.5, "no ok trial with finite time and energy per step",
+                ha="center", va="center", transform=ax.transAxes)
+    if front:
+        ax.plot([t.time for t in front], [t.energy for t in front], "-o", color="tab:red",
+                ms=7, lw=1.5, label=f"Pareto front ({front_src})", zorder=3)
+    if best is not None and best.plottable:
+        ax.scatter([best.time], [best.energy], marker="*", s=320, color="gold", edgecolor="black",
+                   zorder=4, label=f"{best_how}: #{best.index:04d}")
+    labelled = ok if len(ok) <= MAX_LABELLED else list({t.index: t for t in front + [best] if t}.values())
+    for t in labelled:
+        if t.plottable:
+            ax.annotate(f"{t.index}", (t.time, t.energy), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7, color="dimgray")
+    ax.set_xlabel("time per step (s)")
+    ax.set_ylabel(f"energy per step (J, {kind_label})")
+    title = "trials: time vs energy per step"
+    if objective:
+        title += f"  (objective: {objective})"
+    sub = f"energy {kind_label}" + (f" from {source}" if source else "")
+    if best is not None:
+        sub += f"; {best_how} #{best.index:04d}: {best.knobs}"
+    ax.set_title(f"{title}\n{sub if len(sub) <= 110 else sub[:107] + '...'}", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    if ok or front:
+        ax.legend(fontsize=8, loc="best")
+    tax = fig.add_subplot(gs[1])
+    tax.axis("off")
+    tax.text(0.0, 1.0, "\n".join([head] + lines),
+             va="top", ha="left", fontsize=7.5, family="monospace", transform=tax.transAxes)
+    fig.subplots_adjust(left=0.1, right=0.97, top=0.9, bottom=0.03)
+    save(fig, path, written)
+
+
+def sources(f, best, best_how):
+    """[(label, group)]: the best trial and /train, those present."""
+    out = []
+    if best is not None:
+        knobs = f": {best.knobs}" if best.knobs else ""
+        out.append((f"trial #{best.index:04d} ({best_how}){knobs}", best.group))
+    train = group(f, "train")
+    if train is not None:
+        label = "train run"
+        knobs = knobs_text(train)
+        if knobs:
+            label += f": {knobs}"
+        secs, joules = number(attr(train, "total_seconds")), number(attr(train, "total_energy_j"))
+        if math.isfinite(secs):
+            label += f"; {secs:.4g} s" + (f", {joules:.4g} J" if math.isfinite(joules) else "")
+        out.append((label, train))
+    return out
+
+
+def plot_power(f, best, best_how, path, written):
+    srcs = sources(f, best, best_how)
+    if not srcs:
+        raise Skip("no best trial and no /train group")
+    traces = [(label, *read_trace(g)) for label, g in srcs]
+    if not any(t.size and np.isfinite(w).any() for _, t, w, _ in traces):
+        raise Skip("no power samples (power_time_s/power_w empty or all NaN) in "
+                   + " or ".join(g.name for _, g in srcs))
+    fig, axes = plt.subplots(len(traces), 1, figsize=(9, 3.6 * len(traces)), squeeze=False)
+    for ax, (label, t, w, domains) in zip(axes[:, 0], traces):
+        ax.set_title(label if len(label) <= 100 else label[:97] + "...", fontsize=9)
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("power (W)")
+        if not t.size or not np.isfinite(w).any():
+            ax.text(0.5, 0.5, "no power samples", ha="center", va="center", transform=ax.transAxes)
+            continue
+        for j, name in enumerate(domains):
+            col = w[:, j]
+            fin = np.isfinite(col)
+            mean = f", mean {np.mean(col[fin]):.1f} W" if fin.any() else ", no finite samples"
+            ax.plot(t, col, lw=1.1, marker="." if t.size < 50 else None, label=f"{name}{mean}")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    save(fig, path, written)
+
+
+def plot_regions(f, best, best_how, path, written):
+    srcs = sources(f, best, best_how)
+    if not srcs:
+        raise Skip("no best trial and no /train group")
+    kind = "model" if text(attr(f, "energy_kind", "")) == "model" else "measured"
+    data = [(label, g.name, read_regions(g)) for label, g in srcs]
+    data = [d for d in data if d[2]]
+    if not data:
+        raise Skip("no regions subgroup (or an empty one) in " + " or ".join(g.name for _, g in srcs))
+    rows = len(data)
+    height = max(2.8, 0.32 * max(len(r) for _, _, r in data) + 1.4)
+    fig, axes = plt.subplots(rows, 2, figsize=(11, height * rows), squeeze=False)
+    for (label, gname, regs), (ax_e, ax_t) in zip(data, axes):
+        names = [r[0] for r in regs]
+        calls = [r[1] for r in regs]
+        for ax, col, xlabel, colour in ((ax_e, 3, f"energy (J, {kind})", "tab:orange"),
+                                        (ax_t, 2, "time (s)", "tab:blue")):
+            vals = np.array([r[col] for r in regs], dtype=float)
+            fin = np.isfinite(vals)
+            y = np.arange(len(regs))
+            ax.barh(y, np.where(fin, vals, 0.0), color=colour)
+            ax.set_yticks(y)
+            ax.set_yticklabels([f"{n} ({int(c)}x)" if math.isfinite(c) else n
+                                for n, c in zip(names, calls)], fontsize=8)
+            ax.invert_yaxis()
+            ax.set_xlabel(xlabel)
+            ax.grid(True, axis="x", alpha=0.3)
+            top = np.max(vals[fin]) if fin.any() else 0.0
+            for yi, v, good in zip(y, vals, fin):
+                ax.text(v if good else 0.0, yi, f" {v:.3g}" if good else " n/a", va="center",
+                        fontsize=7)
+            ax.set_xlim(0, top * 1.18 if top > 0 else 1.0)
+            if not fin.any():
+                ax.text(0.5, 0.5, f"no {xlabel.split()[0]} recorded", ha="center", va="center",
+                        transform=ax.transAxes)
+        short = label if len(label) <= 70 else label[:67] + "..."
+        ax_e.set_title(f"{short}: energy per region", fontsize=9)
+        ax_t.set_title(f"{gname}: time per region", fontsize=9)
+    fig.tight_layout()
+    save(fig, path, written)
+
+
+def plot_loss(f, path, written):
+    tr = f.get("train")
+    if not isinstance(tr, h5py.Group):
+        raise Skip("no /train group in the log (tune without a training run)")
+    if not complete(tr):
+        raise Skip("/train is incomplete (no complete=1 mark: still being written, or the run died)")
+    loss = floats(tr, "loss")
+    if not loss.size:
+        raise Skip("/train has no loss values")
+    step = floats(tr, "step")
+    if step.size != loss.size:
+        if step.size:
+            note(f"/train: {step.size} steps but {loss.size} losses; numbering the losses 1..n")
+        step = np.arange(1, loss.size + 1, dtype=float)
+    if not np.isfinite(loss).any():
+        raise Skip("/train/loss is all NaN")
+    fig, ax = plt.subplots(figsize=(8.5, 5))
+    ax.plot(step, loss, lw=1.2, marker="." if loss.size < 60 else None, color="tab:blue",
+            label="training loss")
+    eval_step, eval_loss = floats(tr, "eval_step"), floats(tr, "eval_loss")
+    n = min(eval_step.size, eval_loss.size)
+    if n:
+        acc = floats(tr, "eval_accuracy")
+        ax.scatter(eval_step[:n], eval_loss[:n], marker="D", s=45, color="tab:red", zorder=3,
+                   label="held-out loss")
+        if acc.size >= n:
+            for s, l, a in zip(eval_step[:n], eval_loss[:n], acc[:n]):
+                if math.isfinite(a) and math.isfinite(l):
+                    ax.annotate(f"{100 * a:.0f}%", (s, l), textcoords="offset points",
+                                xytext=(4, 6), fontsize=7, color="tab:red")
+    lr = floats(tr, "lr")
+    if lr.size == loss.size and np.isfinite(lr).any():
+        ax2 = ax.twinx()
+        ax2.plot(step, lr, lw=0.8, ls="--", color="tab:gray", label="learning rate")
+        ax2.set_ylabel("learning rate", color="tab:gray")
+        ax2.tick_params(axis="y", colors="tab:gray")
+        h1, l1 = ax.get_legend_handles_labels()
+        h2, l2 = ax2.get_legend_handles_labels()
+        ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper right")
+    else:
+        ax.legend(fontsize=8, loc="upper right")
+    fin = loss[np.isfinite(loss)]
+    if fin.size and fin.min() > 0 and fin.max() / fin.min() > 50:
+        ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    title = "training loss"
+    if n and math.isfinite(eval_loss[n - 1]):
+        title += f" (final held-out loss {eval_loss[n - 1]:.4g})"
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    save(fig, path, written)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("log", help="the run log (HDF5) written by joule tune")
+    ap.add_argument("--out", help="output folder (default: <stem>-plots/ next to the log)")
+    args = ap.parse_args()
+
+    if not os.path.isfile(args.log):
+        print(f"{PROG}: {args.log}: no such file", file=sys.stderr)
+        return 2
+    if not h5py.is_hdf5(args.log):
+        print(f"{PROG}: {args.log}: not an HDF5 file, so not a joule run log", file=sys.stderr)
+        return 2
+    f = None
+    give_up = time.monotonic() + 2.0
+    while f is None:  # `joule tune` holds the file (locked) for a moment while it writes a trial
+        try:
+            f = h5py.File(args.log, "r")
+        except OSError as e:
+            if time.monotonic() >= give_up:
+                print(f"{PROG}: {args.log}: HDF5 cannot open this file: it is damaged or truncated, "
+                      f"or another process holds it open for writing ({e})", file=sys.stderr)
+                return 2
+            time.sleep(0.05)
+    with f:
+        fmt = text(attr(f, "format", ""))
+        if fmt != FORMAT:
+            got = f"'{fmt}'" if fmt else "missing"
+            print(f"{PROG}: {args.log}: not a joule run log (root attribute format is {got}, "
+                  f"expected '{FORMAT}')", file=sys.stderr)
+            return 2
+        out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.log)),
+                                       os.path.splitext(os.path.basename(args.log))[0] + "-plots")
+
+        written, failed = [], 0
+        try:
+            trials, incomplete = read_trials(f)
+            best, best_how = find_best(f, trials)
+        except Exception as e:  # malformed /trials or /best: the trial plots go, /train may remain
+            note(f"cannot read the trials of {args.log}: {type(e).__name__}: {e}")
+            trials, incomplete, best, best_how, failed = [], [], None, None, 1
+        jobs = [("pareto.png", lambda p, w: plot_pareto(f, trials, incomplete, best, best_how, p, w)),
+                ("power_trace.png", lambda p, w: plot_power(f, best, best_how, p, w)),
+                ("regions.png", lambda p, w: plot_regions(f, best, best_how, p, w)),
+                ("loss.png", lambda p, w: plot_loss(f, p, w))]
+        for name, job in jobs:
+            try:
+                job(os.path.join(out, name), written)
+            except Skip as e:
+                note(f"skipped {name}: {e}")
+            except Exception as e:  # malformed data: report it, still write the other plots
+                plt.close("all")
+                note(f"skipped {name}: could not plot {args.log}: {type(e).__name__}: {e}")
+                failed += 1
+    for p in written:
+        print(p)
+    if failed:
+        return 1
+    if not written:
+        print(f"{PROG}: {args.log}: nothing to plot (see the notes above)", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

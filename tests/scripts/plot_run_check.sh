@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Checks apps/scripts/plot_run.py on a run log:
+#   plot_run_check.sh LOG SCRIPT OUTDIR
+# The script must exit 0 on LOG, print and write pareto.png, power_trace.png, regions.png and
+# loss.png into OUTDIR, each a valid PNG (magic bytes) of more than 5 kB with more than a handful
+# of distinct pixel colours and some coloured (non-grey) pixels, i.e. data drawn; and it must exit 2, writing no plot, on an HDF5 file that is not a
+# joule run log and on a file that is not HDF5 at all.
+set -euo pipefail
+if [ "$#" -ne 3 ]; then echo "usage: $0 LOG SCRIPT OUTDIR" >&2; exit 2; fi
+log="$1"; script="$2"; outdir="${3%/}"
+py=/usr/bin/python3
+fail() { echo "plot_run_check: $*" >&2; exit 1; }
+[ -f "$log" ] || fail "no run log at $log"
+[ -f "$script" ] || fail "no script at $script"
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+
+plots=(pareto.png power_trace.png regions.png loss.png)
+rm -f "${plots[@]/#/$outdir/}"
+rc=0
+"$py" "$script" "$log" --out "$outdir" >"$work/stdout" 2>"$work/stderr" || rc=$?
+if [ "$rc" -ne 0 ]; then
+  cat "$work/stdout" "$work/stderr" >&2
+  fail "plot_run.py exited $rc on $log"
+fi
+cat "$work/stdout"
+[ -s "$work/stderr" ] && sed 's/^/  (note) /' "$work/stderr"
+
+for p in "${plots[@]}"; do
+  f="$outdir/$p"
+  [ -f "$f" ] || fail "$f was not written"
+  grep -qxF "$f" "$work/stdout" || fail "$f was written but its path not printed"
+  magic="$(head -c 8 "$f" | od -An -tx1 | tr -d ' \n')"
+  [ "$magic" = 89504e470d0a1a0a ] || fail "$f is not a PNG (first bytes $magic)"
+  size="$(stat -c %s "$f")"
+  [ "$size" -gt 5000 ] || fail "$f is only $size bytes"
+done
+
+# Distinct colours, and coloured pixels: a blank figure has one colour; empty axes have a few
+# hundred (anti-aliased black text on white) but no coloured pixel, which every data series adds.
+"$py" - "$outdir" "${plots[@]}" <<'PY' || fail "a plot is (nearly) blank, see above"
+import os
+import sys
+
+import numpy as np
+
+try:
+    from matplotlib.image import imread
+except ImportError:
+    from PIL import Image
+
+    def imread(path):
+        return np.asarray(Image.open(path).convert("RGBA"), dtype=float) / 255
+outdir, names = sys.argv[1], sys.argv[2:]
+bad = 0
+for name in names:
+    img = imread(os.path.join(outdir, name))
+    if img.dtype != np.uint8:
+        img = np.round(np.asarray(img) * 255).astype(np.uint8)
+    h, w = img.shape[:2]
+    colours = len(np.unique(img.reshape(h * w, -1), axis=0))
+    rgb = img[..., :3].astype(int) if img.ndim == 3 else np.stack([img.astype(int)] * 3, -1)
+    coloured = int(((rgb.max(-1) - rgb.min(-1)) > 60).sum())
+    if h < 100 or w < 100 or colours <= 16 or coloured < 500:
+        print(f"plot_run_check: {name}: {w}x{h} pixels, {colours} distinct colours, {coloured} "
+              "coloured pixels (want > 16 and >= 500)", file=sys.stderr)
+        bad += 1
+sys.exit(1 if bad else 0)
+PY
+
+# Not a joule run log: an HDF5 file of another format, and a file that is not HDF5.
+"$py" - "$work/other.h5" <<'PY'
+import sys
+
+import h5py
+import numpy as np
+
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["format"] = "joule-captions-v1"
+    f.create_dataset("tokens", data=np.zeros((2, 4), dtype=np.int32))
+PY
+echo "not an HDF5 file" >"$work/text.h5"
+for bad in other.h5 text.h5; do
+  rc=0
+  "$py" "$script" "$work/$bad" --out "$work/out-$bad" >"$work/bad.out" 2>"$work/bad.err" || rc=$?
+  [ "$rc" -eq 2 ] || { cat "$work/bad.out" "$work/bad.err" >&2; fail "$bad: exit $rc, expected 2"; }
+  grep -q "not a joule run log" "$work/bad.err" || fail "$bad: no 'not a joule run log' message"
+  [ "$(wc -l <"$work/bad.err")" -eq 1 ] || { cat "$work/bad.err" >&2; fail "$bad: error is not one line"; }
+  if [ -d "$work/out-$bad" ] && [ -n "$(ls -A "$work/out-$bad")" ]; then fail "$bad: plots written"; fi
+  echo "$bad refused: $(cat "$work/bad.err")"
+done
+echo "plot_run check: ok"
