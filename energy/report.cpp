@@ -184,8 +184,7 @@ std::string format_energy_report_across_ranks(std::vector<RankEnergy> const& ran
                                                     : "partly MODEL ESTIMATE (" + std::to_string(ranks.size() - measured) +
                                                           " of " + std::to_string(ranks.size()) + " ranks have no sensor)";
   out << "energy by region over " << ranks.size() << " ranks (joules, " << kind
-      << "; time: the longest rank; energy: summed over the ranks; inclusive regions)
-";
+      << "; time: the longest rank; energy: summed over the ranks; inclusive regions)\n";
   std::map<std::string, RankEnergy::Region> sums;
   for (auto const& r : ranks)
     for (auto const& [name, x] : r.regions) {
@@ -195,12 +194,10 @@ std::string format_energy_report_across_ranks(std::vector<RankEnergy> const& ran
       s.energy_j += x.energy_j;
     }
   char line[256];
-  std::snprintf(line, sizeof line, "  %-34s %9s %10s %14s
-", "region", "calls", "time s", "energy J");
+  std::snprintf(line, sizeof line, "  %-34s %9s %10s %14s\n", "region", "calls", "time s", "energy J");
   out << line;
   for (auto const& [name, s] : sums) {
-    std::snprintf(line, sizeof line, "  %-34s %9lld %10.3f %14.2f
-", name.c_str(), s.calls, s.seconds, s.energy_j);
+    std::snprintf(line, sizeof line, "  %-34s %9lld %10.3f %14.2f\n", name.c_str(), s.calls, s.seconds, s.energy_j);
     out << line;
   }
   double total = 0, longest = 0, hooks = 0;
@@ -209,21 +206,17 @@ std::string format_energy_report_across_ranks(std::vector<RankEnergy> const& ran
     longest = std::max(longest, r.run_seconds);
     hooks += r.hook_seconds;
   }
-  std::snprintf(line, sizeof line, "  %-34s %9d %10.3f %14.2f
-", "(whole run)", int(ranks.size()), longest, total);
+  std::snprintf(line, sizeof line, "  %-34s %9d %10.3f %14.2f\n", "(whole run)", int(ranks.size()), longest, total);
   out << line;
   out << "per rank:";
   for (auto const& r : ranks)
     out << fmt(" %.2f J", r.run_energy_j) << " (rank " << r.rank << ", " << (r.measured ? "measured" : "model")
         << ")";
-  out << "
-measurement overhead: region hooks " << fmt("%.3f", hooks) << " s summed over the ranks
-";
+  out << "\nmeasurement overhead: region hooks " << fmt("%.3f", hooks) << " s summed over the ranks\n";
   std::set<std::string> notes;
   for (auto const& r : ranks)
     for (auto const& n : r.notes) notes.insert(n);
-  for (auto const& n : notes) out << "note: " << n << "
-";
+  for (auto const& n : notes) out << "note: " << n << "\n";
   return out.str();
 }
 
