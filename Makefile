@@ -1,6 +1,6 @@
 # Thin wrapper over CMake: every target installs what it needs first (apps/scripts/install-deps.sh),
 # so on a fresh Debian 12 machine `make run` and `make test` are all there is to type.
-#   make run     the main job: train the tiny captioning model (synthetic data made on the way)
+#   make run     the main job: tune and train the tiny captioning model, log to HDF5 (data made on the way)
 #   make test    build and run the test suite (what CI runs)
 #   make bench-torch   the benchmark next to PyTorch (installs Debian's python3-torch)
 #   make compile-check the GPU build checked without a GPU (nvcc for sm_90 against Kokkos 5.x)
@@ -33,8 +33,10 @@ build: configure
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
+# The main job: tune the embedded default (tiny) configuration by measurement, train with the
+# choice, and write the run log to $(BUILD)/runs/ (a new file each time; `joule inspect` reads it).
 run: build
-	./$(BUILD)/apps/joule train --config apps/configs/tiny.json --make-data
+	./$(BUILD)/apps/joule tune --make-data --out $(BUILD)/runs/tune-$$(date +%Y%m%d-%H%M%S).h5
 
 bench: build
 	./$(BUILD)/apps/joule bench

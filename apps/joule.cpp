@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   auto const run_train = joule::apps::add_train_command(app);
   auto const run_data = joule::apps::add_data_command(app);
   auto const run_energy = joule::apps::add_energy_command(app);
+  auto const run_tune = joule::apps::add_tune_command(app);
+  auto const run_inspect = joule::apps::add_inspect_command(app);
 
   try {
     app.parse(argc, argv);
@@ -61,7 +63,7 @@ int main(int argc, char** argv) {
       return joule::apps::run_bench(bench);
     }
     if (*info_cmd) print_version();
-    for (auto const& run : {run_train, run_data, run_energy})
+    for (auto const& run : {run_train, run_data, run_energy, run_tune, run_inspect})
       if (int const rc = run(); rc >= 0) return rc;
   } catch (std::exception const& e) {
     fmt::print(stderr, "joule: error: {}\n", e.what());

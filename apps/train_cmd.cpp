@@ -1,24 +1,19 @@
 // `joule train`: train the captioning model from a configuration file (or the embedded default).
 #include "commands.hpp"
-#include "default_config.hpp"
 
-#include "core/data/synth.hpp"
 #include "core/train/trainer.hpp"
 #include "energy/report.hpp"
 #include "processes.hpp"
+#include "run_config.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 namespace joule::apps {
-
-char const* default_config_json() { return kDefaultConfigJson; }
 
 namespace {
 
@@ -32,25 +27,8 @@ struct TrainOptions {
   double energy_rate_hz = 20.0;
 };
 
-// The configuration text with command-line overrides applied, so that they are validated (and
-// recorded) exactly like the file's own values.
 Config configure(TrainOptions const& o) {
-  std::string text = default_config_json(), source = "the embedded default configuration";
-  if (!o.config_path.empty()) {
-    std::ifstream f(o.config_path);
-    if (!f) throw ConfigError(o.config_path + ": cannot open the configuration file");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    text = ss.str();
-    source = o.config_path;
-  }
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (nlohmann::json::parse_error const& e) {
-    throw ConfigError(source + ": not valid JSON: " + e.what());
-  }
-  if (j.is_object()) {
+  return load_config_with(o.config_path, [&](nlohmann::json& j) {
     if (!o.data.empty()) j["data"]["path"] = o.data;
     if (o.steps >= 0) j["train"]["steps"] = o.steps;
     if (o.recompute_depth >= 0) j["train"]["recompute_depth"] = o.recompute_depth;
@@ -60,17 +38,7 @@ Config configure(TrainOptions const& o) {
     if (o.seq_shards >= 0) j["train"]["seq_shards"] = o.seq_shards;
     if (o.seed >= 0) j["train"]["seed"] = o.seed;
     if (!o.checkpoint.empty()) j["train"]["checkpoint"] = o.checkpoint;
-  }
-  return parse_config(j.dump(), source);
-}
-
-void make_data_if_missing(Config const& cfg) {
-  if (std::filesystem::exists(cfg.data.path)) return;
-  auto const parent = std::filesystem::path(cfg.data.path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
-  auto const s = SynthOptions::for_model(cfg.model, 4096, cfg.train.seed);
-  write_synthetic(cfg.data.path, s);
-  fmt::print("wrote {} synthetic samples to {}\n", s.count, cfg.data.path);
+  });
 }
 
 int run_train(TrainOptions const& o) {

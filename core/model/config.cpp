@@ -104,8 +104,9 @@ Config parse_config(std::string const& json_text, std::string const& source) {
   }
   if (!root.is_object()) throw ConfigError(source + ": must be a JSON object with model, data, train");
   for (auto const& item : root.items())
-    if (item.key() != "model" && item.key() != "data" && item.key() != "train")
-      throw ConfigError(source + ": unknown section '" + item.key() + "' (allowed: model, data, train)");
+    // "tune" belongs to the scheduler (`joule tune` reads and checks it); training ignores it.
+    if (item.key() != "model" && item.key() != "data" && item.key() != "train" && item.key() != "tune")
+      throw ConfigError(source + ": unknown section '" + item.key() + "' (allowed: model, data, train, tune)");
 
   Config cfg;
   {

@@ -1,0 +1,287 @@
+#include "scheduler/trial_runner.hpp"
+
+#include "core/train/optimizer.hpp"
+#include "scheduler/statistics.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <new>
+#include <ostream>
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+namespace joule::scheduler {
+
+namespace {
+
+template <class T>
+std::vector<T> or_default(std::vector<T> const& v, T fallback) {
+  return v.empty() ? std::vector<T>{fallback} : v;
+}
+
+double mib(double bytes) { return bytes / 1048576.0; }
+
+}  // namespace
+
+TrialRunner::TrialRunner(Config const& base, TuneSettings const& settings, energy::Sampler& sampler,
+                         energy::RegionRecorder& regions, Parallelism parallel, std::function<bool()> stop_requested)
+    : base_(base),
+      settings_(settings),
+      sampler_(sampler),
+      regions_(regions),
+      parallel_(std::move(parallel)),
+      stop_(std::move(stop_requested)),
+      total_channels_(energy::total_rule(sampler.channels()).channels) {
+  if (settings_.device_memory_budget_mib > 0) {
+    budget_bytes_ = settings_.device_memory_budget_mib * 1048576.0;
+    budget_source_ = "tune.device_memory_budget_mib";
+  } else {
+#if defined(KOKKOS_ENABLE_CUDA)
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+      budget_bytes_ = double(free);
+      budget_source_ = "the GPU's free memory";
+    }
+#endif
+    if (budget_bytes_ == 0) {
+      budget_bytes_ = 0.8 * double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+      budget_source_ = "80% of this machine's RAM";
+    }
+  }
+}
+
+std::vector<Knobs> TrialRunner::space() const {
+  auto const& t = base_.train;
+  std::vector<int> depths = settings_.recompute_depths;
+  if (depths.empty())
+    for (int k = 0; k <= base_.model.layers; ++k) depths.push_back(k);
+  std::vector<int> shards = settings_.seq_shards;
+  if (shards.empty())
+    for (int p = 1; p <= parallel_.world; ++p)
+      if (parallel_.world % p == 0 && base_.model.heads % p == 0 && base_.model.seq_len() % p == 0) shards.push_back(p);
+  std::vector<Knobs> out;
+  for (int threads : or_default(settings_.host_threads, t.host_threads))
+    for (int micro : or_default(settings_.micro_batches, t.micro_batch))
+      for (int p : shards)
+        for (int k : depths)
+          for (double r : settings_.offload_ratios) {
+            Knobs x;
+            x.offload_ratio = r;
+            x.recompute_depth = k;
+            x.seq_shards = p;
+            x.micro_batch = settings_.micro_batches.empty() ? 0 : micro;
+            x.host_threads = settings_.host_threads.empty() ? -1 : threads;
+            out.push_back(x);
+          }
+  return out;
+}
+
+Config TrialRunner::config_for(Knobs const& k, int steps) const {
+  auto j = nlohmann::json::parse(base_.json);
+  auto& t = j["train"];
+  t["offload_ratio"] = k.offload_ratio;
+  t["recompute_depth"] = k.recompute_depth;
+  t["seq_shards"] = k.seq_shards;
+  if (k.micro_batch > 0) t["micro_batch"] = k.micro_batch;
+  if (k.host_threads >= 0) t["host_threads"] = k.host_threads;
+  if (steps > 0) {
+    t["steps"] = steps;
+    t["eval_every"] = 0;
+    t.erase("checkpoint");
+  }
+  return parse_config(j.dump(), "tuning trial");
+}
+
+std::size_t TrialRunner::predicted_device_bytes(Knobs const& k) const {
+  int const micro = k.micro_batch > 0 ? k.micro_batch : base_.train.micro_batch;
+  auto const model = estimate_memory(base_.model, micro, k.recompute_depth, k.seq_shards);
+  auto const opt = estimate_optimizer_memory(base_.model, k.offload_ratio);
+  bool const shared = Kokkos::SpaceAccessibility<Kokkos::HostSpace, DeviceMemory>::accessible;
+  return model.total() + opt.device + (shared ? opt.host : 0);
+}
+
+std::string TrialRunner::infeasible_reason(Knobs const& k) const {
+  if (parallel_.world % k.seq_shards != 0)
+    return fmt::format("seq_shards {} does not divide the {} processes", k.seq_shards, parallel_.world);
+  double const need = double(predicted_device_bytes(k));
+  if (need > budget_bytes_)
+    return fmt::format("the memory model predicts {:.1f} MiB, over the budget of {:.1f} MiB ({})", mib(need),
+                       mib(budget_bytes_), budget_source_);
+  return "";
+}
+
+Knobs TrialRunner::memory_model_fastest(std::vector<Knobs> const& feasible) const {
+  auto key = [](Knobs const& k) {
+    return std::make_tuple(k.recompute_depth, k.offload_ratio, -k.micro_batch, k.seq_shards, -k.host_threads);
+  };
+  return *std::min_element(feasible.begin(), feasible.end(), [&](Knobs const& a, Knobs const& b) { return key(a) < key(b); });
+}
+
+std::string TrialRunner::energy_description() const { return energy::total_rule(sampler_.channels()).description; }
+bool TrialRunner::energy_measured() const { return energy::total_rule(sampler_.channels()).measured; }
+
+void TrialRunner::check_stop() const {
+  double stop = stop_ && stop_() ? 1.0 : 0.0;
+  if (parallel_.sum) parallel_.sum(&stop, 1);  // every rank stops at the same step
+  if (stop > 0) throw Interrupted("interrupted");
+}
+
+TrialRunner::Steps TrialRunner::run_steps(Trainer& trainer, int n) {
+  Steps s;
+  for (int i = 0; i < n; ++i) {
+    check_stop();
+    auto const e0 = sampler_.snapshot();
+    auto const t0 = std::chrono::steady_clock::now();
+    trainer.run(1);
+    double const seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto const e1 = sampler_.snapshot();
+    double joules = 0;
+    for (auto c : total_channels_) joules += e1[c] - e0[c];
+    s.seconds.push_back(seconds);
+    s.joules.push_back(joules);
+  }
+  // The same figures on every rank: rank 0's times, energy summed over the ranks.
+  if (parallel_.sum && n > 0) {
+    parallel_.broadcast_from_root(s.seconds.data(), s.seconds.size());
+    parallel_.sum(s.joules.data(), s.joules.size());
+  }
+  return s;
+}
+
+std::vector<RegionMeasure> TrialRunner::region_delta(std::map<std::string, energy::RegionStats> const& before) const {
+  std::vector<RegionMeasure> out;
+  for (auto const& [name, now] : regions_.stats()) {
+    energy::RegionStats const zero;
+    auto const it = before.find(name);
+    auto const& was = it == before.end() ? zero : it->second;
+    if (now.calls == was.calls) continue;
+    RegionMeasure r;
+    r.name = name;
+    r.calls = now.calls - was.calls;
+    r.seconds = now.seconds - was.seconds;
+    for (auto c : total_channels_)
+      r.energy_j += (c < now.energy.size() ? now.energy[c] : 0.0) - (c < was.energy.size() ? was.energy[c] : 0.0);
+    out.push_back(r);
+  }
+  return out;
+}
+
+PowerTrace TrialRunner::power_between(double t0, double t1) const {
+  PowerTrace p;
+  std::vector<std::size_t> columns;
+  auto const& ch = sampler_.channels();
+  for (std::size_t i = 0; i < ch.size(); ++i) {
+    if (ch[i].channel.quantity == energy::Quantity::gauge) continue;
+    columns.push_back(i);
+    p.domains.push_back(ch[i].channel.domain + " (" + ch[i].source + (ch[i].channel.measured ? ")" : ", model)"));
+  }
+  for (auto const& point : sampler_.trace()) {
+    if (point.t < t0 || point.t > t1) continue;
+    p.time_s.push_back(point.t - t0);
+    for (auto c : columns) p.watts.push_back(c < point.values.size() ? point.values[c] : std::nan(""));
+  }
+  return p;
+}
+
+TrialRecord TrialRunner::measure(Knobs const& k) {
+  TrialRecord r;
+  r.knobs = k;
+  r.warmup_steps = settings_.warmup_steps;
+  r.predicted_device_bytes = predicted_device_bytes(k);
+  double const t_start = sampler_.now();
+  try {
+    auto const cfg = config_for(k, 1 << 30);
+    auto groups = parallel_.groups ? parallel_.groups(k.seq_shards) : std::pair<DataParallel, SequenceShards>{};
+    Trainer trainer(cfg, nullptr, groups.first, groups.second);
+    run_steps(trainer, settings_.warmup_steps);
+    auto const before = regions_.stats();
+    double const t_measure = sampler_.now();
+    std::vector<double> per_step_objective;
+    for (r.repeats = 1;; ++r.repeats) {
+      auto const s = run_steps(trainer, settings_.measured_steps);
+      r.step_time_s.insert(r.step_time_s.end(), s.seconds.begin(), s.seconds.end());
+      r.step_energy_j.insert(r.step_energy_j.end(), s.joules.begin(), s.joules.end());
+      for (std::size_t i = 0; i < s.seconds.size(); ++i)
+        per_step_objective.push_back(objective_value(settings_.objective, s.joules[i], s.seconds[i], settings_.objective.p_max_w));
+      r.ci_relative = relative_ci_half_width(per_step_objective);
+      if (r.repeats >= settings_.max_repeats || r.ci_relative <= settings_.ci_target) break;
+    }
+    r.measured_steps = int(r.step_time_s.size());
+    r.time_per_step_s = median(r.step_time_s);
+    r.energy_per_step_j = median(r.step_energy_j);
+    r.objective = objective_value(settings_.objective, r.energy_per_step_j, r.time_per_step_s, settings_.objective.p_max_w);
+    r.regions = region_delta(before);
+    r.power = power_between(t_measure, sampler_.now());
+    if (!std::isfinite(r.time_per_step_s) || !std::isfinite(r.energy_per_step_j))
+      throw TrainingError("time or energy per step is not finite");
+  } catch (Interrupted const&) {
+    throw;
+  } catch (std::bad_alloc const&) {
+    r.status = TrialStatus::failed;
+    r.reason = "out of memory";
+  } catch (std::exception const& e) {
+    r.status = TrialStatus::failed;
+    r.reason = e.what();
+  }
+  if (!r.ok()) {
+    r.time_per_step_s = r.energy_per_step_j = r.objective = kNaN;
+    if (r.power.time_s.empty()) r.power = power_between(t_start, sampler_.now());
+  }
+  return r;
+}
+
+double TrialRunner::quick_time_per_step(Knobs const& k) {
+  auto const cfg = config_for(k, 1 << 30);
+  auto groups = parallel_.groups ? parallel_.groups(k.seq_shards) : std::pair<DataParallel, SequenceShards>{};
+  Trainer trainer(cfg, nullptr, groups.first, groups.second);
+  run_steps(trainer, settings_.warmup_steps);
+  return median(run_steps(trainer, settings_.measured_steps).seconds);
+}
+
+TrainRecord TrialRunner::train(Knobs const& k, std::ostream* log) {
+  TrainRecord rec;
+  rec.knobs = k;
+  auto const cfg = config_for(k, 0);
+  auto groups = parallel_.groups ? parallel_.groups(k.seq_shards) : std::pair<DataParallel, SequenceShards>{};
+  Trainer trainer(cfg, nullptr, groups.first, groups.second);
+  auto const before = regions_.stats();
+  double const t0 = sampler_.now();
+  auto const e0 = sampler_.snapshot();
+  auto const start = std::chrono::steady_clock::now();
+  auto const& t = cfg.train;
+  while (trainer.step() < t.steps) {
+    check_stop();
+    auto const summary = trainer.run(1);
+    for (auto const& s : summary.steps) rec.steps.push_back({s.step, s.loss, s.lr, s.grad_norm, s.seconds});
+    for (auto const& [step, e] : summary.evals) {
+      rec.evals.push_back({step, e.loss, e.accuracy, e.samples});
+      if (log) *log << fmt::format("eval at step {}: {}\n", step, format_eval(e)) << std::flush;
+    }
+    int const step = trainer.step();
+    if (log && (step % t.log_every == 0 || step == t.steps)) {
+      double const elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      *log << fmt::format("step {:>5}/{}  loss {:.4f}  lr {:.2e}  {:.1f} s, ETA {:.0f} s\n", step, t.steps,
+                          rec.steps.back().loss, rec.steps.back().lr, elapsed, elapsed / step * (t.steps - step))
+           << std::flush;
+    }
+  }
+  rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto const e1 = sampler_.snapshot();
+  double joules = 0;
+  for (auto c : total_channels_) joules += e1[c] - e0[c];
+  if (parallel_.sum) parallel_.sum(&joules, 1);
+  rec.energy_j = joules;
+  rec.regions = region_delta(before);
+  rec.power = power_between(t0, sampler_.now());
+  return rec;
+}
+
+}  // namespace joule::scheduler

@@ -1,0 +1,88 @@
+#pragma once
+// Measuring trials for `joule tune`: a candidate configuration (Knobs) is trained in this process
+// for warm-up steps (not counted), then for rounds of measured steps, each step timed and its
+// energy taken from the energy sampler's total (measured or model, as the sampler's sources say),
+// until the objective's relative 95% confidence interval is below the target or the repeat limit
+// is reached. NaN/Inf, out-of-memory and other errors make a `failed` trial with the reason; a
+// configuration the memory model says cannot fit is `infeasible` and never run.
+//
+// Under mpirun every rank runs every trial together (the collectives need them all); step times
+// are rank 0's, step energies the sum over the ranks, so every rank holds the same record and the
+// search takes the same path everywhere.
+#include "core/train/trainer.hpp"
+#include "energy/regions.hpp"
+#include "energy/sampler.hpp"
+#include "scheduler/trial.hpp"
+#include "scheduler/tune_settings.hpp"
+
+#include <functional>
+#include <iosfwd>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace joule::scheduler {
+
+// How the job's processes are laid out for a trial (apps/ provides it; single process: empty).
+struct Parallelism {
+  int world = 1, rank = 0;
+  // The collectives for a layout with this many sequence shards.
+  std::function<std::pair<DataParallel, SequenceShards>(int seq_shards)> groups;
+  std::function<void(double* data, std::size_t count)> sum;                // over every process
+  std::function<void(double* data, std::size_t count)> broadcast_from_root;
+};
+
+// Thrown when the stop function says so (SIGINT): between steps, never inside a log write.
+class Interrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class TrialRunner {
+ public:
+  TrialRunner(Config const& base, TuneSettings const& settings, energy::Sampler& sampler,
+              energy::RegionRecorder& regions, Parallelism parallel, std::function<bool()> stop_requested);
+
+  // Every combination of the knobs' values, offload ratio varying fastest.
+  std::vector<Knobs> space() const;
+  // Bytes on the device (the memory model: estimate_memory + the device's optimizer state; on a
+  // CPU build also the host optimizer state, which then shares the same memory).
+  std::size_t predicted_device_bytes(Knobs const& k) const;
+  double budget_bytes() const { return budget_bytes_; }
+  std::string budget_source() const { return budget_source_; }
+  std::string infeasible_reason(Knobs const& k) const;  // "" when it fits
+  // The memory model's fastest: no recomputation, least offload, largest micro-batch, fewest shards.
+  Knobs memory_model_fastest(std::vector<Knobs> const& feasible) const;
+
+  Config config_for(Knobs const& k, int steps) const;
+  TrialRecord measure(Knobs const& k);
+  // Time per step of k, one round of measured steps (drift checks of the reference config).
+  double quick_time_per_step(Knobs const& k);
+  // Trains base.train.steps with k; progress to log every train.log_every steps.
+  TrainRecord train(Knobs const& k, std::ostream* log);
+
+  std::string energy_description() const;
+  bool energy_measured() const;
+
+ private:
+  struct Steps {
+    std::vector<double> seconds, joules;
+  };
+  Steps run_steps(Trainer& trainer, int n);
+  void check_stop() const;
+  std::vector<RegionMeasure> region_delta(std::map<std::string, energy::RegionStats> const& before) const;
+  PowerTrace power_between(double t0, double t1) const;
+
+  Config base_;
+  TuneSettings settings_;
+  energy::Sampler& sampler_;
+  energy::RegionRecorder& regions_;
+  Parallelism parallel_;
+  std::function<bool()> stop_;
+  std::vector<std::size_t> total_channels_;
+  double budget_bytes_ = 0;
+  std::string budget_source_;
+};
+
+}  // namespace joule::scheduler

@@ -1,0 +1,120 @@
+#include "scheduler/tune_settings.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+
+namespace joule::scheduler {
+
+StrategyKind TuneSettings::strategy_for(std::size_t feasible_candidates) const {
+  if (strategy == "auto")
+    return int(feasible_candidates) <= auto_exhaustive_limit ? StrategyKind::exhaustive
+                                                              : StrategyKind::coordinate_descent;
+  return parse_strategy(strategy);
+}
+
+namespace {
+
+[[noreturn]] void fail(std::string const& field, std::string const& what) {
+  throw ConfigError("config: tune." + field + " " + what);
+}
+
+template <class T>
+std::vector<T> list(nlohmann::json const& j, char const* field, T lo, T hi) {
+  if (!j.contains(field)) return {};
+  auto const& v = j.at(field);
+  if (v.is_string() && v.get<std::string>() == "all") return {};
+  if (!v.is_array() || v.empty()) fail(field, "must be a non-empty list of numbers (or \"all\")");
+  std::vector<T> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    bool const ok = std::is_integral_v<T> ? v[i].is_number_integer() : v[i].is_number();
+    if (!ok) fail(std::string(field) + "[" + std::to_string(i) + "]", std::is_integral_v<T> ? "must be an integer" : "must be a number");
+    T const x = v[i].get<T>();
+    if (x < lo || x > hi)
+      fail(std::string(field) + "[" + std::to_string(i) + "]",
+           "= " + v[i].dump() + " is outside [" + nlohmann::json(lo).dump() + ", " + nlohmann::json(hi).dump() + "]");
+    out.push_back(x);
+  }
+  return out;
+}
+
+template <class T>
+T number(nlohmann::json const& j, char const* field, T fallback, T lo, T hi) {
+  if (!j.contains(field)) return fallback;
+  auto const& v = j.at(field);
+  if (!(std::is_integral_v<T> ? v.is_number_integer() : v.is_number())) fail(field, std::is_integral_v<T> ? "must be an integer" : "must be a number");
+  T const x = v.get<T>();
+  if (x < lo || x > hi) fail(field, "= " + v.dump() + " is outside [" + nlohmann::json(lo).dump() + ", " + nlohmann::json(hi).dump() + "]");
+  return x;
+}
+
+}  // namespace
+
+TuneSettings parse_tune_settings(Config const& config) {
+  TuneSettings s;
+  auto const root = nlohmann::json::parse(config.json);
+  if (!root.contains("tune")) return s;
+  auto const& t = root.at("tune");
+  if (!t.is_object()) throw ConfigError("config: tune must be an object");
+  static char const* const known[] = {"objective", "strategy", "offload_ratios", "recompute_depths", "seq_shards",
+                                      "micro_batches", "host_threads", "power_limits_w", "warmup_steps",
+                                      "measured_steps", "max_repeats", "ci_target", "reference_every",
+                                      "device_memory_budget_mib", "train_after", "auto_exhaustive_limit"};
+  for (auto const& item : t.items()) {
+    bool found = false;
+    for (auto const* k : known) found = found || item.key() == k;
+    if (!found) {
+      std::string allowed;
+      for (auto const* k : known) allowed += (allowed.empty() ? "" : ", ") + std::string(k);
+      throw ConfigError("config: unknown field tune." + item.key() + " (allowed: " + allowed + ")");
+    }
+  }
+  if (t.contains("objective")) {
+    if (!t.at("objective").is_string()) fail("objective", "must be a string");
+    try {
+      s.objective = Objective::parse(t.at("objective").get<std::string>());
+    } catch (std::invalid_argument const& e) {
+      fail("objective", std::string(": ") + e.what());
+    }
+  }
+  if (t.contains("strategy")) {
+    if (!t.at("strategy").is_string()) fail("strategy", "must be a string");
+    s.strategy = t.at("strategy").get<std::string>();
+    if (s.strategy != "auto") try {
+        parse_strategy(s.strategy);
+      } catch (std::invalid_argument const& e) {
+        fail("strategy", std::string(": ") + e.what() + " (or \"auto\")");
+      }
+  }
+  auto const offload = list<double>(t, "offload_ratios", 0.0, 1.0);
+  if (!offload.empty() || t.contains("offload_ratios")) s.offload_ratios = offload.empty() ? s.offload_ratios : offload;
+  s.recompute_depths = list<int>(t, "recompute_depths", 0, config.model.layers);
+  s.seq_shards = list<int>(t, "seq_shards", 1, 4096);
+  for (int p : s.seq_shards)
+    if (config.model.heads % p || config.model.seq_len() % p)
+      fail("seq_shards", "contains " + std::to_string(p) + ", which does not divide model.heads (" +
+                             std::to_string(config.model.heads) + ") and the sequence length (" +
+                             std::to_string(config.model.seq_len()) + ")");
+  s.micro_batches = list<int>(t, "micro_batches", 1, config.train.batch);
+  for (int m : s.micro_batches)
+    if (config.train.batch % m)
+      fail("micro_batches", "contains " + std::to_string(m) + ", which does not divide train.batch = " +
+                                std::to_string(config.train.batch) + " (the global batch stays fixed)");
+  s.host_threads = list<int>(t, "host_threads", 0, 4096);
+  if (t.contains("power_limits_w"))
+    fail("power_limits_w", "is not supported yet: joule never changes GPU power limits (leave it out)");
+  s.warmup_steps = number<int>(t, "warmup_steps", s.warmup_steps, 0, 1000);
+  s.measured_steps = number<int>(t, "measured_steps", s.measured_steps, 2, 10000);
+  s.max_repeats = number<int>(t, "max_repeats", s.max_repeats, 1, 100);
+  s.ci_target = number<double>(t, "ci_target", s.ci_target, 0.0, 1.0);
+  s.reference_every = number<int>(t, "reference_every", s.reference_every, 0, 1 << 20);
+  s.device_memory_budget_mib = number<double>(t, "device_memory_budget_mib", 0.0, 0.0, 1e9);
+  s.auto_exhaustive_limit = number<int>(t, "auto_exhaustive_limit", s.auto_exhaustive_limit, 0, 1 << 20);
+  if (t.contains("train_after")) {
+    if (!t.at("train_after").is_boolean()) fail("train_after", "must be true or false");
+    s.train_after = t.at("train_after").get<bool>();
+  }
+  return s;
+}
+
+}  // namespace joule::scheduler

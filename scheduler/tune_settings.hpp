@@ -1,0 +1,35 @@
+#pragma once
+// What `joule tune` searches and how it measures: the configuration's optional "tune" section,
+// checked here (core ignores it), with command-line overrides applied by the caller.
+#include "core/model/config.hpp"
+#include "scheduler/objective.hpp"
+#include "scheduler/strategy.hpp"
+
+#include <string>
+#include <vector>
+
+namespace joule::scheduler {
+
+struct TuneSettings {
+  Objective objective;                      // "objective": "edp" | "ed2p" | "weighted[:eta]" | ...
+  std::string strategy = "auto";            // "auto" | "exhaustive" | "coordinate_descent"
+  int auto_exhaustive_limit = 24;           // auto: exhaustive up to this many feasible candidates
+  std::vector<double> offload_ratios = {0, 0.25, 0.5, 0.75, 1};
+  std::vector<int> recompute_depths;        // empty: 0..layers
+  std::vector<int> seq_shards;              // empty: every divisor of the world size that fits
+  std::vector<int> micro_batches;           // empty: train.micro_batch only (each must divide batch)
+  std::vector<int> host_threads;            // empty: train.host_threads only
+  int warmup_steps = 2, measured_steps = 4, max_repeats = 3;
+  double ci_target = 0.05;                  // stop repeating when the objective's relative 95% CI is below
+  int reference_every = 6;                  // re-measure the reference config after this many trials
+  double device_memory_budget_mib = 0;      // 0: the device's free memory (GPU) / 80% of RAM (CPU)
+  bool train_after = true;                  // train with the chosen configuration
+
+  StrategyKind strategy_for(std::size_t feasible_candidates) const;
+};
+
+// Reads config.json's "tune" object (absent: the defaults). Throws ConfigError naming the field
+// and what is allowed.
+TuneSettings parse_tune_settings(Config const& config);
+
+}  // namespace joule::scheduler
