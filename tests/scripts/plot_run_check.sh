@@ -60,9 +60,9 @@ for name in names:
     colours = len(np.unique(img.reshape(h * w, -1), axis=0))
     rgb = img[..., :3].astype(int) if img.ndim == 3 else np.stack([img.astype(int)] * 3, -1)
     coloured = int(((rgb.max(-1) - rgb.min(-1)) > 60).sum())
-    if h < 100 or w < 100 or colours <= 16 or coloured < 500:
+    if h < 100 or w < 100 or colours <= 16 or coloured < 200:
         print(f"plot_run_check: {name}: {w}x{h} pixels, {colours} distinct colours, {coloured} "
-              "coloured pixels (want > 16 and >= 500)", file=sys.stderr)
+              "coloured pixels (want > 16 and >= 200)", file=sys.stderr)
         bad += 1
 sys.exit(1 if bad else 0)
 PY

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# joule tune's run log end to end: a tune killed with SIGKILL mid-search leaves a log that opens
+# and holds every finished trial; --resume keeps them (same figures) and finishes the search; a
+# SIGINT stops cleanly; joule inspect reads the log back (report and CSV) and rejects a damaged or
+# foreign file with a clear error; the plotting script turns the log into non-trivial PNGs.
+# usage: tune_log_lifecycle.sh JOULE REPO_DIR WORK_DIR
+set -euo pipefail
+joule="$1" repo="$2" work="$3"
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+data="$work/shapes.h5"
+# Short trials: the search space of the embedded config (5 offload ratios x 3 recompute depths).
+quick=(--data "$data" --warmup-steps 1 --measured-steps 2 --max-repeats 1)
+"$joule" data synth --out "$data" --count 512 --image-size 32 --text-len 36 --frames 1 >/dev/null
+trials() { "$joule" inspect --csv "$1" | tail -n +2 | wc -l; }
+
+# 1. SIGKILL after at least 3 finished trials.
+log="$work/killed.h5"
+"$joule" tune "${quick[@]}" --no-train --out "$log" >"$work/killed.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  [ -f "$log" ] && [ "$(trials "$log" 2>/dev/null || echo 0)" -ge 3 ] && break
+  kill -0 $pid 2>/dev/null || fail "joule tune ended before it could be killed: $(cat "$work/killed.out")"
+  sleep 0.1
+done
+kill -9 $pid; wait $pid 2>/dev/null || true
+n_killed=$(trials "$log")
+[ "$n_killed" -ge 3 ] || fail "the killed run's log holds $n_killed trials"
+[ "$n_killed" -lt 15 ] || fail "the run finished before the kill (15 trials): nothing tested"
+"$joule" inspect --csv "$log" | head -n $((n_killed + 1)) > "$work/before.csv"
+echo "killed with $n_killed finished trials; the log opens"
+
+# 2. --resume: the finished trials are kept as they were, the rest measured, best and Pareto written.
+"$joule" tune "${quick[@]}" --no-train --resume "$log" >"$work/resumed.out" 2>&1 || fail "resume failed: $(tail "$work/resumed.out")"
+grep -q "resumed: $n_killed finished trials kept" "$work/resumed.out" || fail "resume did not report the kept trials"
+[ "$(grep -c '(from the log)' "$work/resumed.out")" -ge 1 ] || fail "resume measured the finished trials again"
+[ "$(trials "$log")" = 15 ] || fail "after resume the log holds $(trials "$log") trials, not 15"
+"$joule" inspect --csv "$log" | head -n $((n_killed + 1)) | cmp -s - "$work/before.csv" || fail "resume changed finished trials"
+"$joule" inspect "$log" | grep -q "Chosen configuration" || fail "no chosen configuration after resume"
+echo "resumed: 15 trials, the first $n_killed unchanged"
+
+# 3. Writing over an existing log is refused; nothing is lost.
+if "$joule" tune "${quick[@]}" --no-train --out "$log" >"$work/over.out" 2>&1; then fail "an existing log was overwritten"; fi
+grep -q "exists: continue it with --resume" "$work/over.out" || fail "no clear message for an existing log"
+[ "$(trials "$log")" = 15 ] || fail "the refused run changed the log"
+
+# 4. SIGINT stops cleanly, the log stays readable and resumable.
+ilog="$work/interrupted.h5"
+"$joule" tune "${quick[@]}" --no-train --out "$ilog" >"$work/int.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  [ -f "$ilog" ] && [ "$(trials "$ilog" 2>/dev/null || echo 0)" -ge 2 ] && break
+  sleep 0.1
+done
+kill -INT $pid
+rc=0; wait $pid || rc=$?
+[ $rc = 130 ] || fail "SIGINT: exit code $rc, expected 130 ($(tail -3 "$work/int.out"))"
+grep -q "continue with joule tune --resume" "$work/int.out" || fail "SIGINT: no resume hint"
+"$joule" inspect "$ilog" >/dev/null || fail "the interrupted log does not open"
+echo "SIGINT: exit 130, log readable"
+
+# 5. A whole run with training, the report, and the plots.
+full="$work/full.h5"
+"$joule" tune "${quick[@]}" --steps 30 --out "$full" >"$work/full.out" 2>&1 || fail "full run failed: $(tail "$work/full.out")"
+grep -q "Energy: MODEL ESTIMATE\|Energy: measured" "$work/full.out" || fail "the report does not say where energy comes from"
+"$joule" inspect "$full" | grep -q "Training with the chosen configuration" || fail "inspect: no training section"
+bash "$repo/tests/scripts/plot_run_check.sh" "$full" "$repo/apps/scripts/plot_run.py" "$work/plots" || fail "plots"
+
+# 6. Damaged and foreign files are rejected with exit code 2 and a message naming the file.
+head -c $(( $(stat -c %s "$full") / 2 )) "$full" > "$work/truncated.h5"
+rc=0; "$joule" inspect "$work/truncated.h5" >"$work/trunc.out" 2>&1 || rc=$?
+[ $rc = 2 ] && grep -q "truncated.h5" "$work/trunc.out" || fail "truncated log: exit $rc, $(cat "$work/trunc.out")"
+rc=0; "$joule" inspect "$data" >"$work/foreign.out" 2>&1 || rc=$?
+[ $rc = 2 ] && grep -qi "not a joule run log" "$work/foreign.out" || fail "dataset as log: exit $rc, $(cat "$work/foreign.out")"
+echo "damaged and foreign files rejected"
+echo "PASS"

@@ -1,0 +1,120 @@
+// The tuning pieces that need the real model: the "tune" section's checks, the search space and
+// the memory model's feasibility verdicts, and trials measured on the tiny model (ok with finite
+// figures; failed with the reason when a trial cannot run).
+#include "core/data/synth.hpp"
+#include "energy/source.hpp"
+#include "scheduler/trial_runner.hpp"
+#include "support/tiny_config.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+
+using namespace joule;
+using namespace joule::scheduler;
+
+namespace {
+
+Config with_tune(nlohmann::json j, nlohmann::json tune) {
+  j["tune"] = std::move(tune);
+  return parse_config(j.dump(), "test config");
+}
+
+struct Energy {
+  energy::Sampler sampler;
+  energy::RegionRecorder regions;
+  Energy() : sampler(model_only()), regions(sampler) {}
+  static std::vector<std::unique_ptr<energy::Source>> model_only() {
+    energy::SourceOptions o;
+    o.nvml_library = "none";
+    o.hwmon_root = o.powercap_root = "/nonexistent";
+    o.local_rank = 0;
+    return energy::discover_sources(o);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("tune settings: defaults, values, and clear errors", "[tune]") {
+  auto const j = test::tiny_config_json("unused.h5");  // 3 layers, 2 heads, batch 6
+  auto const d = parse_tune_settings(parse_config(j.dump()));
+  REQUIRE(d.objective.kind == Objective::Kind::edp);
+  REQUIRE(d.offload_ratios.size() == 5);
+  auto const s = parse_tune_settings(with_tune(j, {{"objective", "weighted:0.3"}, {"micro_batches", {1, 3, 6}},
+                                                   {"recompute_depths", {0, 3}}, {"measured_steps", 3}}));
+  REQUIRE(s.objective.kind == Objective::Kind::weighted);
+  REQUIRE(s.objective.eta == Approx(0.3));
+  REQUIRE(s.micro_batches == std::vector<int>{1, 3, 6});
+  REQUIRE(s.recompute_depths == std::vector<int>{0, 3});
+  REQUIRE(s.strategy_for(24) == StrategyKind::exhaustive);
+  REQUIRE(s.strategy_for(25) == StrategyKind::coordinate_descent);
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"micro_batches", {4}}})),
+                      Catch::Contains("tune.micro_batches") && Catch::Contains("does not divide train.batch = 6"));
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"recompute_depths", {4}}})),
+                      Catch::Contains("tune.recompute_depths[0]") && Catch::Contains("outside [0, 3]"));
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"offload_ratios", {0.5, 1.5}}})),
+                      Catch::Contains("tune.offload_ratios[1]"));
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"seq_shards", {4}}})),
+                      Catch::Contains("does not divide model.heads"));
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"objective", "fastest"}})), Catch::Contains("tune.objective"));
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"strategy", "random"}})), Catch::Contains("tune.strategy"));
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"offload", {0}}})),
+                      Catch::Contains("unknown field tune.offload") && Catch::Contains("offload_ratios"));
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"power_limits_w", {300}}})), Catch::Contains("power_limits_w"));
+}
+
+TEST_CASE("trial runner: the space, the memory model's verdicts, and measured trials", "[tune][train]") {
+  test::TempFile data(".h5");
+  auto j = test::tiny_config_json(data.path());
+  Config const cfg = with_tune(j, {{"micro_batches", {3, 6}}, {"offload_ratios", {0, 1}}, {"warmup_steps", 1},
+                                   {"measured_steps", 3}, {"max_repeats", 2}});
+  write_synthetic(data.path(), SynthOptions::for_model(cfg.model, 24, 3));
+  auto settings = parse_tune_settings(cfg);
+  Energy e;
+  e.sampler.start();
+  TrialRunner runner(cfg, settings, e.sampler, e.regions, {}, {});
+  auto const space = runner.space();
+  REQUIRE(space.size() == 2 * 4 * 2);  // offload x recompute depth 0..3 x micro-batch
+  REQUIRE(space.front().offload_ratio == 0);
+  REQUIRE(space[1].offload_ratio == 1);
+
+  // The memory model orders them: more recomputation needs less, a smaller micro-batch less.
+  Knobs a, b;
+  a.micro_batch = b.micro_batch = 6;
+  b.recompute_depth = 3;
+  REQUIRE(runner.predicted_device_bytes(b) < runner.predicted_device_bytes(a));
+  // A budget between the two: one fits, the other is infeasible with the reason.
+  settings.device_memory_budget_mib =
+      (runner.predicted_device_bytes(a) + runner.predicted_device_bytes(b)) / 2.0 / 1048576.0;
+  TrialRunner tight(cfg, settings, e.sampler, e.regions, {}, {});
+  REQUIRE(tight.infeasible_reason(b).empty());
+  REQUIRE_THAT(tight.infeasible_reason(a), Catch::Contains("memory model predicts") && Catch::Contains("over the budget"));
+
+  // A measured trial: finite medians of its steps, regions, a power trace.
+  Knobs k;
+  k.micro_batch = 3;
+  k.recompute_depth = 1;
+  auto const r = runner.measure(k);
+  INFO(r.reason);
+  REQUIRE(r.ok());
+  REQUIRE(r.measured_steps >= 3);
+  REQUIRE(r.step_time_s.size() == std::size_t(r.measured_steps));
+  REQUIRE(r.time_per_step_s > 0);
+  REQUIRE(r.energy_per_step_j > 0);
+  REQUIRE(r.objective == Approx(r.energy_per_step_j * r.time_per_step_s));
+  bool has_step_region = false;
+  for (auto const& g : r.regions) has_step_region = has_step_region || (g.name == "step" && g.calls == r.measured_steps);
+  REQUIRE(has_step_region);
+  REQUIRE_FALSE(r.power.domains.empty());
+
+  // A trial that cannot run (here: its dataset vanished) is failed with the reason; the runner
+  // goes on. (A NaN/Inf loss is a TrainingError like this one: see test_training.)
+  std::remove(data.path().c_str());
+  auto const f = runner.measure(k);
+  REQUIRE(f.status == TrialStatus::failed);
+  REQUIRE_THAT(f.reason, Catch::Contains(data.path()));
+  REQUIRE(std::isnan(f.objective));
+  REQUIRE(std::isnan(f.time_per_step_s));
+  e.sampler.stop();
+}
