@@ -1,6 +1,7 @@
 // `joule inspect`: the report of a `joule tune` run log, from the file alone (or CSV).
 #include "commands.hpp"
 
+#include "scheduler/replay.hpp"
 #include "scheduler/report.hpp"
 #include "scheduler/run_log.hpp"
 
@@ -12,17 +13,30 @@ namespace joule::apps {
 
 std::function<int()> add_inspect_command(CLI::App& app) {
   struct Options {
-    std::string path;
+    std::string path, replay, objective;
     bool csv = false;
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("inspect", "report of a joule tune run log (HDF5)");
   cmd->add_option("log", o->path, "the run log written by joule tune")->required();
   cmd->add_flag("--csv", o->csv, "one CSV line per trial instead of the report");
+  cmd->add_option("--replay", o->replay,
+                  "replay this strategy (e.g. coordinate_descent) over an exhaustive log: its regret and trials used");
+  cmd->add_option("--objective", o->objective, "with --replay: rank the log's measurements by this objective instead");
   return [o, cmd]() -> int {
     if (!*cmd) return -1;
     try {
       auto const log = scheduler::read_run_log(o->path);
+      if (!o->replay.empty()) {
+        auto const kind = scheduler::parse_strategy(o->replay);
+        try {
+          fmt::print("{}", scheduler::format_replay(log, kind, scheduler::replay_search(log, kind, o->objective), o->objective));
+        } catch (std::invalid_argument const& e) {
+          fmt::print(stderr, "joule inspect: {}\n", e.what());
+          return 2;
+        }
+        return 0;
+      }
       fmt::print("{}", o->csv ? scheduler::format_run_csv(log) : scheduler::format_run_report(log));
     } catch (scheduler::RunLogError const& e) {
       fmt::print(stderr, "joule inspect: {}\n", e.what());

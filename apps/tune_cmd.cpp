@@ -161,7 +161,7 @@ int run_tune(TuneOptions const& o) {
   }
   if (feasible.empty()) throw std::runtime_error("no candidate configuration fits the memory budget (see the trials above)");
 
-  auto const start = runner.memory_model_fastest(feasible);
+  auto const start = scheduler::memory_model_fastest(feasible);
   scheduler::TrialRecord const* reference = nullptr;  // the start config: re-measured to see drift
   int measured_since_reference = 0;
   double drift = scheduler::kNaN;

@@ -118,7 +118,7 @@ std::string TrialRunner::infeasible_reason(Knobs const& k) const {
   return "";
 }
 
-Knobs TrialRunner::memory_model_fastest(std::vector<Knobs> const& feasible) const {
+Knobs memory_model_fastest(std::vector<Knobs> const& feasible) {
   auto key = [](Knobs const& k) {
     return std::make_tuple(k.recompute_depth, k.offload_ratio, -k.micro_batch, k.seq_shards, -k.host_threads);
   };

@@ -39,6 +39,10 @@ class Interrupted : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Where the search starts, the memory model's fastest configuration among the feasible: no
+// recomputation, least offload, largest micro-batch, fewest shards.
+Knobs memory_model_fastest(std::vector<Knobs> const& feasible);
+
 class TrialRunner {
  public:
   TrialRunner(Config const& base, TuneSettings const& settings, energy::Sampler& sampler,
@@ -52,8 +56,6 @@ class TrialRunner {
   double budget_bytes() const { return budget_bytes_; }
   std::string budget_source() const { return budget_source_; }
   std::string infeasible_reason(Knobs const& k) const;  // "" when it fits
-  // The memory model's fastest: no recomputation, least offload, largest micro-batch, fewest shards.
-  Knobs memory_model_fastest(std::vector<Knobs> const& feasible) const;
 
   Config config_for(Knobs const& k, int steps) const;
   TrialRecord measure(Knobs const& k);
