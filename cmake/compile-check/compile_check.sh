@@ -101,7 +101,7 @@ mkdir -p "$work/gen" && { echo '#pragma once'; echo 'namespace joule::apps { inl
 units=()
 while IFS= read -r f; do units+=("$f"); done < <(cd "$repo" && find core parallel scheduler energy apps -name '*.cpp' 2>/dev/null | sort | grep -E "${JOULE_COMPILE_CHECK_ONLY:-.}")
 [ "${#units[@]}" -gt 0 ] || die "no translation units found"
-common=(-I"$repo" -I"$work/gen" -I"$repo/apps" -I/usr/include/hdf5/serial -DJOULE_VERSION=\"check\")
+common=(-I"$repo" -I"$work/gen" -I"$repo/apps" -I/usr/include/hdf5/serial -DJOULE_VERSION=\"check\" -DJOULE_GIT_COMMIT=\"check\")
 for d in $(mpicxx --showme:incdirs 2>/dev/null); do common+=(-I"$d"); done
 needs_kernels() {  # does the unit include Kokkos-Kernels? (preprocess without it and see)
   ! "$cxx" -std=c++20 -fopenmp -E "${common[@]}" -I"$work/host5" -I"$k5" "$repo/$1" >/dev/null 2>&1
