@@ -4,6 +4,8 @@
 #include "scheduler/report.hpp"
 #include "scheduler/run_log.hpp"
 
+#include "support/tiny_config.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -31,25 +33,7 @@ namespace {
 
 using Rng = std::mt19937_64;
 
-// A unique path under /tmp, removed when the object dies.
-class TempPath {
- public:
-  explicit TempPath(std::string const& suffix) {
-    char name[] = "/tmp/joule-runlog-XXXXXX";
-    int const fd = mkstemp(name);
-    if (fd >= 0) close(fd);
-    std::remove(name);
-    path_ = std::string(name) + suffix;
-  }
-  ~TempPath() {
-    std::remove(path_.c_str());
-    std::remove((path_ + ".tmp").c_str());  // a run log's commit file
-  }
-  std::string const& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempPath = test::TempFile;  // a unique /tmp path, removed (with PATH.tmp) when it dies
 
 // Everything written to stderr (fd 2) between construction and text(): HDF5 must print nothing.
 class StderrCapture {
