@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 
 namespace joule::apps {
 
@@ -162,7 +163,7 @@ int run_tune(TuneOptions const& o) {
   if (feasible.empty()) throw std::runtime_error("no candidate configuration fits the memory budget (see the trials above)");
 
   auto const start = scheduler::memory_model_fastest(feasible);
-  scheduler::TrialRecord const* reference = nullptr;  // the start config: re-measured to see drift
+  std::optional<scheduler::TrialRecord> reference;  // the start config (a copy): re-measured to see drift
   int measured_since_reference = 0;
   double drift = scheduler::kNaN;
   auto evaluate = [&](scheduler::Knobs const& k) -> scheduler::TrialRecord {
@@ -170,7 +171,8 @@ int run_tune(TuneOptions const& o) {
       say(row(*done, "  (from the log)"));
       return *done;
     }
-    if (reference == nullptr) reference = find_finished(start);
+    if (!reference)
+      if (auto const* first = find_finished(start)) reference = *first;
     if (reference && reference->ok() && settings.reference_every > 0 && measured_since_reference >= settings.reference_every) {
       drift = runner.quick_time_per_step(start) / reference->time_per_step_s;
       measured_since_reference = 0;

@@ -111,6 +111,10 @@ std::size_t TrialRunner::predicted_device_bytes(Knobs const& k) const {
 std::string TrialRunner::infeasible_reason(Knobs const& k) const {
   if (parallel_.world % k.seq_shards != 0)
     return fmt::format("seq_shards {} does not divide the {} processes", k.seq_shards, parallel_.world);
+  int const micro = k.micro_batch > 0 ? k.micro_batch : base_.train.micro_batch, dp = parallel_.world / k.seq_shards;
+  if ((base_.train.batch / micro) % dp != 0)
+    return fmt::format("{} micro-batch(es) per step cannot be dealt evenly to {} data-parallel replicas "
+                       "({} processes / {} sequence shards)", base_.train.batch / micro, dp, parallel_.world, k.seq_shards);
   double const need = double(predicted_device_bytes(k));
   if (need > budget_bytes_)
     return fmt::format("the memory model predicts {:.1f} MiB, over the budget of {:.1f} MiB ({})", mib(need),
