@@ -5,6 +5,7 @@
 #include "processes.hpp"
 #include "run_config.hpp"
 
+#include "energy/power_limit.hpp"
 #include "energy/source.hpp"
 #include "scheduler/report.hpp"
 #include "scheduler/run_log.hpp"
@@ -12,6 +13,7 @@
 #include "scheduler/trial_runner.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -97,6 +99,13 @@ int run_tune(TuneOptions const& o) {
   }
   std::signal(SIGINT, on_sigint);
   scheduler::TrialRunner runner(cfg, settings, sampler, regions, par, [] { return g_stop.load(); });
+  // GPU power limits only when the configuration asks; restored when `limiter` dies (any exit
+  // but SIGKILL) and explicitly at the end.
+  std::unique_ptr<energy::PowerLimiter> limiter;
+  if (!settings.power_limits_w.empty()) {
+    limiter = energy::PowerLimiter::open(energy::SourceOptions::from_environment());
+    runner.set_power_control([&limiter](double w) { limiter->set(w); }, limiter->min_watts(), limiter->max_watts());
+  }
 
   scheduler::RunHeader header;
   header.joule_version = JOULE_VERSION;
@@ -129,6 +138,10 @@ int run_tune(TuneOptions const& o) {
   auto say = [&](std::string const& s) {
     if (root) std::cout << s << std::flush;
   };
+  if (limiter)
+    say(fmt::format("GPU power limits to try: {} W (this process's {} GPU(s) allow [{:.0f}, {:.0f}] W, now {:.0f} W; "
+                    "restored at exit)\n", fmt::join(settings.power_limits_w, ", "), limiter->gpus(),
+                    limiter->min_watts(), limiter->max_watts(), limiter->original_watts()));
   say(fmt::format("tuning {} ({} processes, {}): objective {}, strategy {}, {} candidates of which {} fit {:.0f} MiB ({})\n"
                   "energy: {}{}\nlog: {}{}\n",
                   o.config_path.empty() ? "the embedded default configuration" : o.config_path, procs.size(),
@@ -217,6 +230,10 @@ int run_tune(TuneOptions const& o) {
                       "(run joule train with the chosen configuration)\n", out));
       return 130;
     }
+  }
+  if (limiter) {
+    limiter->restore();
+    say(fmt::format("GPU power limit restored to {:.0f} W\n", limiter->original_watts()));
   }
   sampler.stop();
   if (writer) {

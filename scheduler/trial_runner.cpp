@@ -68,19 +68,21 @@ std::vector<Knobs> TrialRunner::space() const {
     for (int p = 1; p <= parallel_.world; ++p)
       if (parallel_.world % p == 0 && base_.model.heads % p == 0 && base_.model.seq_len() % p == 0) shards.push_back(p);
   std::vector<Knobs> out;
-  for (int threads : or_default(settings_.host_threads, t.host_threads))
-    for (int micro : or_default(settings_.micro_batches, t.micro_batch))
-      for (int p : shards)
-        for (int k : depths)
-          for (double r : settings_.offload_ratios) {
-            Knobs x;
-            x.offload_ratio = r;
-            x.recompute_depth = k;
-            x.seq_shards = p;
-            x.micro_batch = settings_.micro_batches.empty() ? 0 : micro;
-            x.host_threads = settings_.host_threads.empty() ? -1 : threads;
-            out.push_back(x);
-          }
+  for (int watts : or_default(settings_.power_limits_w, 0))
+    for (int threads : or_default(settings_.host_threads, t.host_threads))
+      for (int micro : or_default(settings_.micro_batches, t.micro_batch))
+        for (int p : shards)
+          for (int k : depths)
+            for (double r : settings_.offload_ratios) {
+              Knobs x;
+              x.offload_ratio = r;
+              x.recompute_depth = k;
+              x.seq_shards = p;
+              x.micro_batch = settings_.micro_batches.empty() ? 0 : micro;
+              x.host_threads = settings_.host_threads.empty() ? -1 : threads;
+              x.power_limit_w = watts;
+              out.push_back(x);
+            }
   return out;
 }
 
@@ -108,6 +110,20 @@ std::size_t TrialRunner::predicted_device_bytes(Knobs const& k) const {
   return model.total() + opt.device + (shared ? opt.host : 0);
 }
 
+void TrialRunner::set_power_control(std::function<void(double)> apply, double min_w, double max_w) {
+  apply_power_limit_ = std::move(apply);
+  power_min_w_ = min_w;
+  power_max_w_ = max_w;
+}
+
+void TrialRunner::apply_power_limit(Knobs const& k) {
+  if (!apply_power_limit_) {
+    if (k.power_limit_w > 0) throw std::runtime_error("power limits requested but no power control was given");
+    return;
+  }
+  apply_power_limit_(k.power_limit_w);  // 0: the original limit
+}
+
 std::string TrialRunner::infeasible_reason(Knobs const& k) const {
   if (parallel_.world % k.seq_shards != 0)
     return fmt::format("seq_shards {} does not divide the {} processes", k.seq_shards, parallel_.world);
@@ -115,6 +131,9 @@ std::string TrialRunner::infeasible_reason(Knobs const& k) const {
   if ((base_.train.batch / micro) % dp != 0)
     return fmt::format("{} micro-batch(es) per step cannot be dealt evenly to {} data-parallel replicas "
                        "({} processes / {} sequence shards)", base_.train.batch / micro, dp, parallel_.world, k.seq_shards);
+  if (k.power_limit_w > 0 && apply_power_limit_ && (k.power_limit_w < power_min_w_ || k.power_limit_w > power_max_w_))
+    return fmt::format("power limit {} W is outside what the GPU allows [{:.0f}, {:.0f}] W", k.power_limit_w,
+                       power_min_w_, power_max_w_);
   double const need = double(predicted_device_bytes(k));
   if (need > budget_bytes_)
     return fmt::format("the memory model predicts {:.1f} MiB, over the budget of {:.1f} MiB ({})", mib(need),
@@ -202,6 +221,7 @@ TrialRecord TrialRunner::measure(Knobs const& k) {
   r.predicted_device_bytes = predicted_device_bytes(k);
   double const t_start = sampler_.now();
   try {
+    apply_power_limit(k);
     auto const cfg = config_for(k, 1 << 30);
     auto groups = parallel_.groups ? parallel_.groups(k.seq_shards) : std::pair<DataParallel, SequenceShards>{};
     Trainer trainer(cfg, nullptr, groups.first, groups.second);
@@ -243,6 +263,7 @@ TrialRecord TrialRunner::measure(Knobs const& k) {
 }
 
 double TrialRunner::quick_time_per_step(Knobs const& k) {
+  apply_power_limit(k);
   auto const cfg = config_for(k, 1 << 30);
   auto groups = parallel_.groups ? parallel_.groups(k.seq_shards) : std::pair<DataParallel, SequenceShards>{};
   Trainer trainer(cfg, nullptr, groups.first, groups.second);
@@ -253,6 +274,7 @@ double TrialRunner::quick_time_per_step(Knobs const& k) {
 TrainRecord TrialRunner::train(Knobs const& k, std::ostream* log) {
   TrainRecord rec;
   rec.knobs = k;
+  apply_power_limit(k);
   auto const cfg = config_for(k, 0);
   auto groups = parallel_.groups ? parallel_.groups(k.seq_shards) : std::pair<DataParallel, SequenceShards>{};
   Trainer trainer(cfg, nullptr, groups.first, groups.second);

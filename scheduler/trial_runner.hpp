@@ -64,6 +64,11 @@ class TrialRunner {
   // Trains base.train.steps with k; progress to log every train.log_every steps.
   TrainRecord train(Knobs const& k, std::ostream* log);
 
+  // GPU power limits (the power_limit_w knob): `apply(watts)` sets them, apply(0) restores the
+  // original; [min_w, max_w] is what the GPUs allow (outside: infeasible). Without this, a
+  // space with power limits is refused.
+  void set_power_control(std::function<void(double watts)> apply, double min_w, double max_w);
+
   std::string energy_description() const;
   bool energy_measured() const;
 
@@ -82,6 +87,9 @@ class TrialRunner {
   energy::RegionRecorder& regions_;
   Parallelism parallel_;
   std::function<bool()> stop_;
+  std::function<void(double)> apply_power_limit_;
+  double power_min_w_ = 0, power_max_w_ = 0;
+  void apply_power_limit(Knobs const& k);
   std::vector<std::size_t> total_channels_;
   double budget_bytes_ = 0;
   std::string budget_source_;

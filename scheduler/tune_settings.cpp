@@ -101,8 +101,7 @@ TuneSettings parse_tune_settings(Config const& config) {
       fail("micro_batches", "contains " + std::to_string(m) + ", which does not divide train.batch = " +
                                 std::to_string(config.train.batch) + " (the global batch stays fixed)");
   s.host_threads = list<int>(t, "host_threads", 0, 4096);
-  if (t.contains("power_limits_w"))
-    fail("power_limits_w", "is not supported yet: joule never changes GPU power limits (leave it out)");
+  s.power_limits_w = list<int>(t, "power_limits_w", 1, 100000);  // watts; needs NVML and privileges
   s.warmup_steps = number<int>(t, "warmup_steps", s.warmup_steps, 0, 1000);
   s.measured_steps = number<int>(t, "measured_steps", s.measured_steps, 2, 10000);
   s.max_repeats = number<int>(t, "max_repeats", s.max_repeats, 1, 100);

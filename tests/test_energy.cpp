@@ -1,6 +1,7 @@
 // Energy measurement against fake sensor trees (hwmon, powercap) in a temporary folder and a fake
 // NVML library loaded through joule's real dlopen path. Synthetic time (snapshot(at)) makes the
 // integration checks exact and independent of the machine's load.
+#include "energy/power_limit.hpp"
 #include "energy/regions.hpp"
 #include "energy/sampler.hpp"
 #include "support/test_support.hpp"
@@ -248,6 +249,53 @@ TEST_CASE("energy: NVML through dlopen of a fake library: energy counter, module
   unsetenv("FAKE_NVML_DEVICES");
   unsetenv("FAKE_NVML_C2C");
   unsetenv("FAKE_NVML_MODULE_MW");
+}
+
+TEST_CASE("energy: GPU power limits through NVML are set, checked against the range, and restored",
+          "[energy][nvml][power_limit]") {
+  FakeTree t;
+  auto o = empty_options(t);
+  o.nvml_library = JOULE_FAKE_NVML_PATH;
+  setenv("FAKE_NVML_DEVICES", "2", 1);
+  unsetenv("FAKE_NVML_SET_DENIED");
+  unsetenv("FAKE_NVML_ENERGY");
+  setenv("FAKE_NVML_C2C", "0", 1);
+  setenv("FAKE_NVML_POWER_MW", "650000", 1);
+  auto gpu_watts = [&] {  // GPU-scope power now, read through the NVML source (power, not counter)
+    setenv("FAKE_NVML_ENERGY", "0", 1);
+    Sampler fresh(discover_sources(o));
+    unsetenv("FAKE_NVML_ENERGY");
+    fresh.snapshot(0.0);
+    return fresh.snapshot(1.0)[channel_of(fresh, kDomainGpu)];
+  };
+  {
+    auto limiter = PowerLimiter::open(o);
+    REQUIRE(limiter->gpus() == 2);
+    double const original = limiter->original_watts();
+    REQUIRE(original == Approx(700.0));
+    REQUIRE(limiter->min_watts() == Approx(100.0));
+    REQUIRE(gpu_watts() == Approx(650.0));
+    limiter->set(300);
+    REQUIRE(gpu_watts() == Approx(300.0));  // the fake caps its power at the limit
+    REQUIRE_THROWS_WITH(limiter->set(50), Catch::Contains("outside what the GPU allows [100, 700] W"));
+    limiter->set(0);  // back to the original
+    REQUIRE(gpu_watts() == Approx(650.0));
+    limiter->set(250);
+  }  // the destructor restores
+  REQUIRE(gpu_watts() == Approx(650.0));
+  SECTION("without permission: a clear error, nothing changed") {
+    setenv("FAKE_NVML_SET_DENIED", "1", 1);
+    auto limiter = PowerLimiter::open(o);
+    REQUIRE_THROWS_WITH(limiter->set(300), Catch::Contains("Insufficient Permissions") && Catch::Contains("root"));
+    unsetenv("FAKE_NVML_SET_DENIED");
+  }
+  SECTION("no NVML: a clear error") {
+    o.nvml_library = (t.root / "missing-libnvidia-ml.so").string();
+    REQUIRE_THROWS_WITH(PowerLimiter::open(o), Catch::Contains("cannot load"));
+  }
+  unsetenv("FAKE_NVML_DEVICES");
+  unsetenv("FAKE_NVML_C2C");
+  unsetenv("FAKE_NVML_POWER_MW");
 }
 
 TEST_CASE("energy: a domain read by two sources counts once in the total", "[energy][nvml][hwmon]") {

@@ -61,7 +61,8 @@ TEST_CASE("tune settings: defaults, values, and clear errors", "[tune]") {
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"strategy", "random"}})), Catch::Contains("tune.strategy"));
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"offload", {0}}})),
                       Catch::Contains("unknown field tune.offload") && Catch::Contains("offload_ratios"));
-  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"power_limits_w", {300}}})), Catch::Contains("power_limits_w"));
+  REQUIRE(parse_tune_settings(with_tune(j, {{"power_limits_w", {300, 450}}})).power_limits_w == std::vector<int>{300, 450});
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"power_limits_w", {0}}})), Catch::Contains("tune.power_limits_w[0]"));
 }
 
 TEST_CASE("trial runner: the space, the memory model's verdicts, and measured trials", "[tune][train]") {

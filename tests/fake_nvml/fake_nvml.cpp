@@ -7,16 +7,24 @@
 //   FAKE_NVML_C2C=1          C2C mode enabled (Grace Hopper)
 //   FAKE_NVML_MODULE_MW      module-scope power; unset: module scope answers NOT_SUPPORTED
 //   FAKE_NVML_LOST_AFTER     after this many energy reads, every call answers GPU_IS_LOST
+//   FAKE_NVML_LIMIT_MW       the power limit at start (default 700000), range [100000, 700000]
+//   FAKE_NVML_SET_DENIED=1   setting a limit answers NO_PERMISSION
+//   FAKE_NVML_LIMIT_FILE     every limit set is appended here ("<device> <mW>"), so a test can
+//                            check what a process left behind after it exited
+// GPU-scope power is capped at the current limit, so a lower limit reads as less power.
 #include <cstddef>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 
 namespace {
-constexpr int kSuccess = 0, kNotSupported = 3, kInvalid = 2, kGpuLost = 15;
+constexpr int kSuccess = 0, kNotSupported = 3, kInvalid = 2, kNoPermission = 4, kGpuLost = 15;
 int g_devices = 1, g_energy = 1, g_c2c = 0, g_lost_after = -1;
 long long g_mj_per_read = 500, g_power_mw = 150000, g_module_mw = -1;
 unsigned long long g_energy_mj[8];  // per device
 int g_reads = 0;
+long long g_limit_mw[8];
+int g_set_denied = 0;
 
 long long env(char const* name, long long fallback) {
   char const* v = std::getenv(name);
@@ -47,6 +55,12 @@ int nvmlInit_v2() {
   g_lost_after = int(env("FAKE_NVML_LOST_AFTER", -1));
   g_reads = 0;
   for (auto& e : g_energy_mj) e = 1000000;
+  // Limits belong to the "hardware": set at the first init only, like a real driver keeps them.
+  static bool limits_known = false;
+  if (!limits_known)
+    for (auto& l : g_limit_mw) l = env("FAKE_NVML_LIMIT_MW", 700000);
+  limits_known = true;
+  g_set_denied = int(env("FAKE_NVML_SET_DENIED", 0));
   return kSuccess;
 }
 int nvmlShutdown() { return kSuccess; }
@@ -81,7 +95,7 @@ int nvmlDeviceGetFieldValues(void*, int count, FieldValue* values) {
       v.nvmlReturn = kNotSupported;
     } else if (v.scopeId == 0) {
       v.nvmlReturn = kSuccess;
-      v.value.uiVal = unsigned(g_power_mw);
+      v.value.uiVal = unsigned(g_power_mw < g_limit_mw[0] ? g_power_mw : g_limit_mw[0]);
     } else if (v.scopeId == 1 && g_module_mw >= 0) {
       v.nvmlReturn = kSuccess;
       v.value.uiVal = unsigned(g_module_mw);
@@ -100,11 +114,33 @@ int nvmlDeviceGetClockInfo(void*, int type, unsigned* mhz) {
   *mhz = type == 1 ? 1980 : 2619;
   return kSuccess;
 }
+int nvmlDeviceGetPowerManagementLimit(void* device, unsigned* mw) {
+  *mw = unsigned(g_limit_mw[(reinterpret_cast<std::size_t>(device) - 1) % 8]);
+  return kSuccess;
+}
+int nvmlDeviceGetPowerManagementLimitConstraints(void*, unsigned* min_mw, unsigned* max_mw) {
+  *min_mw = 100000;
+  *max_mw = 700000;
+  return kSuccess;
+}
+int nvmlDeviceSetPowerManagementLimit(void* device, unsigned mw) {
+  if (g_set_denied) return kNoPermission;
+  if (mw < 100000 || mw > 700000) return kInvalid;
+  std::size_t const d = (reinterpret_cast<std::size_t>(device) - 1) % 8;
+  g_limit_mw[d] = mw;
+  if (char const* path = std::getenv("FAKE_NVML_LIMIT_FILE"))
+    if (FILE* f = std::fopen(path, "a")) {
+      std::fprintf(f, "%zu %u\n", d, mw);
+      std::fclose(f);
+    }
+  return kSuccess;
+}
 char const* nvmlErrorString(int r) {
   switch (r) {
     case kSuccess: return "Success";
     case kNotSupported: return "Not Supported";
     case kGpuLost: return "GPU is lost";
+    case kNoPermission: return "Insufficient Permissions";
     default: return "Unknown Error";
   }
 }
