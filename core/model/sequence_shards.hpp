@@ -30,6 +30,30 @@ struct SequenceShards {
   bool active() const { return size > 1; }
 };
 
+namespace detail {
+// The buffer layout [P][B][S/P][width][C/P] seen from both sides, in one place.
+struct UlyssesBufferLayout {
+  int P, B, Sl, C, Cp, width;
+  KOKKOS_INLINE_FUNCTION int local_rows() const { return B * Sl; }
+  KOKKOS_INLINE_FUNCTION int local_cols() const { return width * C; }
+  KOKKOS_INLINE_FUNCTION int heads_cols() const { return width * Cp; }
+  std::size_t count_per_rank() const { return std::size_t(B) * Sl * width * Cp; }
+  // local (row, col): column block w, head shard j (the rank it goes to / comes from), column c
+  KOKKOS_INLINE_FUNCTION std::size_t local_index(int row, int col) const {
+    int const w = col / C, j = (col % C) / Cp, c = col % Cp;
+    return ((std::size_t(j) * B * Sl + row) * width + w) * Cp + c;
+  }
+  // flat = (i*B + b)*Sl + t: token t of rank i's shard of sample b
+  KOKKOS_INLINE_FUNCTION int heads_row(int flat) const {
+    int const i = flat / (B * Sl), b = (flat / Sl) % B, t = flat % Sl;
+    return b * Sl * P + i * Sl + t;
+  }
+  KOKKOS_INLINE_FUNCTION std::size_t heads_index(int flat, int col) const {
+    return std::size_t(flat) * width * Cp + col;
+  }
+};
+}  // namespace detail
+
 // The two all-to-alls of one attention layer and their staging buffers. A tensor of `width`
 // column blocks of C columns (qkv: width 3, attention output: width 1) is exchanged between
 //   local layout  [B*S/P, width*C]    this rank's tokens, all heads
@@ -53,58 +77,48 @@ class SequenceExchange {
       host_recv_ = Kokkos::create_mirror_view(recv_);
     }
   }
-  SequenceShards const& shards() const { return shards_; }
-  std::size_t buffer_bytes() const { return 2 * send_.span() * sizeof(T); }
 
   // heads [B*S, width*C/P] <- local [B*S/P, width*C]
   template <class ExecutionSpace, class Heads, class Local>
   void to_heads(ExecutionSpace const& space, Heads const& heads, Local const& local, int width) const {
     compat::ScopedRegion region("ulysses_all_to_all");
-    int const P = shards_.size, B = batch_, Sl = seq_local_, Cp = channels_ / P, C = channels_;
     check(heads, local, width);
+    auto const L = layout(width);
     auto const send = send_, recv = recv_;
     Kokkos::parallel_for(
         label("ulysses_pack_local"),
-        Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {B * Sl, width * C}),
-        KOKKOS_LAMBDA(int row, int col) {
-          int const w = col / C, j = (col % C) / Cp, c = col % Cp;
-          send[((std::size_t(j) * B * Sl + row) * width + w) * Cp + c] = local(row, col);
-        });
-    exchange(space, std::size_t(B) * Sl * width * Cp);
+        Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {L.local_rows(), L.local_cols()}),
+        KOKKOS_LAMBDA(int row, int col) { send[L.local_index(row, col)] = local(row, col); });
+    exchange(space, L.count_per_rank());
     Kokkos::parallel_for(
         label("ulysses_unpack_heads"),
-        Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {B * Sl * P, width * Cp}),
-        KOKKOS_LAMBDA(int flat, int col) {  // flat = (i*B + b)*Sl + t: token t of rank i's shard
-          int const i = flat / (B * Sl), b = (flat / Sl) % B, t = flat % Sl;
-          heads(b * Sl * P + i * Sl + t, col) = recv[std::size_t(flat) * width * Cp + col];
-        });
+        Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {L.local_rows() * L.P, L.heads_cols()}),
+        KOKKOS_LAMBDA(int flat, int col) { heads(L.heads_row(flat), col) = recv[L.heads_index(flat, col)]; });
   }
 
   // local [B*S/P, width*C] <- heads [B*S, width*C/P]
   template <class ExecutionSpace, class Local, class Heads>
   void to_local(ExecutionSpace const& space, Local const& local, Heads const& heads, int width) const {
     compat::ScopedRegion region("ulysses_all_to_all");
-    int const P = shards_.size, B = batch_, Sl = seq_local_, Cp = channels_ / P, C = channels_;
     check(heads, local, width);
+    auto const L = layout(width);
     auto const send = send_, recv = recv_;
     Kokkos::parallel_for(
         label("ulysses_pack_heads"),
-        Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {B * Sl * P, width * Cp}),
-        KOKKOS_LAMBDA(int flat, int col) {  // flat = (i*B + b)*Sl + t: goes to rank i
-          int const i = flat / (B * Sl), b = (flat / Sl) % B, t = flat % Sl;
-          send[std::size_t(flat) * width * Cp + col] = heads(b * Sl * P + i * Sl + t, col);
-        });
-    exchange(space, std::size_t(B) * Sl * width * Cp);
+        Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {L.local_rows() * L.P, L.heads_cols()}),
+        KOKKOS_LAMBDA(int flat, int col) { send[L.heads_index(flat, col)] = heads(L.heads_row(flat), col); });
+    exchange(space, L.count_per_rank());
     Kokkos::parallel_for(
         label("ulysses_unpack_local"),
-        Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {B * Sl, width * C}),
-        KOKKOS_LAMBDA(int row, int col) {
-          int const w = col / C, j = (col % C) / Cp, c = col % Cp;
-          local(row, col) = recv[((std::size_t(j) * B * Sl + row) * width + w) * Cp + c];
-        });
+        Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {L.local_rows(), L.local_cols()}),
+        KOKKOS_LAMBDA(int row, int col) { local(row, col) = recv[L.local_index(row, col)]; });
   }
 
  private:
+  detail::UlyssesBufferLayout layout(int width) const {
+    return {shards_.size, batch_, seq_local_, channels_, channels_ / shards_.size, width};
+  }
+
   // Device buffers go to the collective directly when it takes them (NCCL) or when the memory
   // is the host's (CPU builds); otherwise they are staged through host mirrors.
   bool direct() const {
