@@ -27,8 +27,9 @@ Processes::Processes(Config const& cfg) {
 
 void Processes::relayout(int seq_shards, Config const& cfg) {
   int const w = world_ ? world_->size() : 1, r = world_ ? world_->rank() : 0;
+  bool const same_groups = sequence_ && layout_.seq_shards == seq_shards;
   layout_ = parallel::make_layout(w, r, seq_shards, cfg.model.heads, cfg.model.seq_len());
-  if (!world_) return;
+  if (!world_ || same_groups) return;  // tuning trials mostly keep the groups: no new split
 #if defined(JOULE_HAVE_NCCL)
   if (!sums_) sums_ = parallel::make_nccl_communicator(*world_);
   sequence_ = parallel::make_nccl_communicator(*world_->split(layout_.dp_rank, layout_.seq_rank));

@@ -157,6 +157,19 @@ void TrialRunner::check_stop() const {
   if (stop > 0) throw Interrupted("interrupted");
 }
 
+std::unique_ptr<Trainer> TrialRunner::make_trainer(Knobs const& k, int steps) {
+  apply_power_limit(k);
+  auto const cfg = config_for(k, steps);
+  auto groups = parallel_.groups ? parallel_.groups(k.seq_shards) : std::pair<DataParallel, SequenceShards>{};
+  return std::make_unique<Trainer>(cfg, nullptr, groups.first, groups.second);
+}
+
+double TrialRunner::joules_between(std::vector<double> const& e0, std::vector<double> const& e1) const {
+  double joules = 0;
+  for (auto c : total_channels_) joules += e1[c] - e0[c];
+  return joules;
+}
+
 TrialRunner::Steps TrialRunner::run_steps(Trainer& trainer, int n) {
   Steps s;
   for (int i = 0; i < n; ++i) {
@@ -166,10 +179,8 @@ TrialRunner::Steps TrialRunner::run_steps(Trainer& trainer, int n) {
     trainer.run(1);
     double const seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     auto const e1 = sampler_.snapshot();
-    double joules = 0;
-    for (auto c : total_channels_) joules += e1[c] - e0[c];
     s.seconds.push_back(seconds);
-    s.joules.push_back(joules);
+    s.joules.push_back(joules_between(e0, e1));
   }
   // The same figures on every rank: rank 0's times, energy summed over the ranks.
   if (parallel_.sum && n > 0) {
@@ -221,16 +232,13 @@ TrialRecord TrialRunner::measure(Knobs const& k) {
   r.predicted_device_bytes = predicted_device_bytes(k);
   double const t_start = sampler_.now();
   try {
-    apply_power_limit(k);
-    auto const cfg = config_for(k, 1 << 30);
-    auto groups = parallel_.groups ? parallel_.groups(k.seq_shards) : std::pair<DataParallel, SequenceShards>{};
-    Trainer trainer(cfg, nullptr, groups.first, groups.second);
-    run_steps(trainer, settings_.warmup_steps);
+    auto const trainer = make_trainer(k, 1 << 30);
+    run_steps(*trainer, settings_.warmup_steps);
     auto const before = regions_.stats();
     double const t_measure = sampler_.now();
     std::vector<double> per_step_objective;
     for (r.repeats = 1;; ++r.repeats) {
-      auto const s = run_steps(trainer, settings_.measured_steps);
+      auto const s = run_steps(*trainer, settings_.measured_steps);
       r.step_time_s.insert(r.step_time_s.end(), s.seconds.begin(), s.seconds.end());
       r.step_energy_j.insert(r.step_energy_j.end(), s.joules.begin(), s.joules.end());
       for (std::size_t i = 0; i < s.seconds.size(); ++i)
@@ -263,26 +271,21 @@ TrialRecord TrialRunner::measure(Knobs const& k) {
 }
 
 double TrialRunner::quick_time_per_step(Knobs const& k) {
-  apply_power_limit(k);
-  auto const cfg = config_for(k, 1 << 30);
-  auto groups = parallel_.groups ? parallel_.groups(k.seq_shards) : std::pair<DataParallel, SequenceShards>{};
-  Trainer trainer(cfg, nullptr, groups.first, groups.second);
-  run_steps(trainer, settings_.warmup_steps);
-  return median(run_steps(trainer, settings_.measured_steps).seconds);
+  auto const trainer = make_trainer(k, 1 << 30);
+  run_steps(*trainer, settings_.warmup_steps);
+  return median(run_steps(*trainer, settings_.measured_steps).seconds);
 }
 
 TrainRecord TrialRunner::train(Knobs const& k, std::ostream* log) {
   TrainRecord rec;
   rec.knobs = k;
-  apply_power_limit(k);
-  auto const cfg = config_for(k, 0);
-  auto groups = parallel_.groups ? parallel_.groups(k.seq_shards) : std::pair<DataParallel, SequenceShards>{};
-  Trainer trainer(cfg, nullptr, groups.first, groups.second);
+  auto const trainer_ptr = make_trainer(k, 0);
+  auto& trainer = *trainer_ptr;
   auto const before = regions_.stats();
   double const t0 = sampler_.now();
   auto const e0 = sampler_.snapshot();
   auto const start = std::chrono::steady_clock::now();
-  auto const& t = cfg.train;
+  auto const& t = base_.train;  // trials change no schedule, step count or logging field
   while (trainer.step() < t.steps) {
     check_stop();
     auto const summary = trainer.run(1);
@@ -300,9 +303,7 @@ TrainRecord TrialRunner::train(Knobs const& k, std::ostream* log) {
     }
   }
   rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  auto const e1 = sampler_.snapshot();
-  double joules = 0;
-  for (auto c : total_channels_) joules += e1[c] - e0[c];
+  double joules = joules_between(e0, sampler_.snapshot());
   if (parallel_.sum) parallel_.sum(&joules, 1);
   rec.energy_j = joules;
   rec.regions = region_delta(before);

@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <iosfwd>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -77,6 +78,9 @@ class TrialRunner {
     std::vector<double> seconds, joules;
   };
   Steps run_steps(Trainer& trainer, int n);
+  // A trainer for k (its power limit applied first), on the processes laid out for its shards.
+  std::unique_ptr<Trainer> make_trainer(Knobs const& k, int steps);
+  double joules_between(std::vector<double> const& e0, std::vector<double> const& e1) const;
   void check_stop() const;
   std::vector<RegionMeasure> region_delta(std::map<std::string, energy::RegionStats> const& before) const;
   PowerTrace power_between(double t0, double t1) const;
