@@ -4,6 +4,8 @@
 // explicitly (GPU; MODULE on Grace Hopper, where C2C mode is enabled). Clocks: SM and memory.
 #include "energy/source.hpp"
 
+#include "energy/detail/dl_symbol.hpp"
+
 #include <dlfcn.h>
 
 #include <cmath>
@@ -62,11 +64,6 @@ struct Nvml {
   }
 };
 
-template <class F>
-bool bind(void* handle, char const* symbol, F& f) {
-  f = reinterpret_cast<F>(dlsym(handle, symbol));
-  return f != nullptr;
-}
 
 // One power field value, zero-initialised as NVML asks.
 bool power_field(Nvml const& nvml, nvmlDevice_t dev, unsigned scope, double& watts, nvmlReturn_t& status) {
@@ -187,15 +184,16 @@ std::unique_ptr<Source> open_nvml(SourceOptions const& options) {
   Nvml n;
   n.handle = dlopen(options.nvml_library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!n.handle) return nullptr;
-  bool const complete = bind(n.handle, "nvmlInit_v2", n.init) && bind(n.handle, "nvmlShutdown", n.shutdown) &&
-                        bind(n.handle, "nvmlDeviceGetCount_v2", n.device_count) &&
-                        bind(n.handle, "nvmlDeviceGetHandleByIndex_v2", n.device_handle) &&
-                        bind(n.handle, "nvmlDeviceGetName", n.device_name) &&
-                        bind(n.handle, "nvmlDeviceGetTotalEnergyConsumption", n.total_energy) &&
-                        bind(n.handle, "nvmlDeviceGetFieldValues", n.field_values);
-  bind(n.handle, "nvmlDeviceGetC2cModeInfoV", n.c2c_mode);
-  bind(n.handle, "nvmlDeviceGetClockInfo", n.clock);
-  bind(n.handle, "nvmlErrorString", n.error_string);
+  bool const complete = detail::bind_symbol(n.handle, "nvmlInit_v2", n.init) &&
+                        detail::bind_symbol(n.handle, "nvmlShutdown", n.shutdown) &&
+                        detail::bind_symbol(n.handle, "nvmlDeviceGetCount_v2", n.device_count) &&
+                        detail::bind_symbol(n.handle, "nvmlDeviceGetHandleByIndex_v2", n.device_handle) &&
+                        detail::bind_symbol(n.handle, "nvmlDeviceGetName", n.device_name) &&
+                        detail::bind_symbol(n.handle, "nvmlDeviceGetTotalEnergyConsumption", n.total_energy) &&
+                        detail::bind_symbol(n.handle, "nvmlDeviceGetFieldValues", n.field_values);
+  detail::bind_symbol(n.handle, "nvmlDeviceGetC2cModeInfoV", n.c2c_mode);
+  detail::bind_symbol(n.handle, "nvmlDeviceGetClockInfo", n.clock);
+  detail::bind_symbol(n.handle, "nvmlErrorString", n.error_string);
   if (!complete || n.init() != NVML_SUCCESS) {
     dlclose(n.handle);
     return nullptr;

@@ -1,5 +1,7 @@
 #include "energy/power_limit.hpp"
 
+#include "energy/detail/dl_symbol.hpp"
+
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -29,14 +31,6 @@ struct PowerLimiter::Impl {
   }
 };
 
-namespace {
-template <class F>
-bool bind(void* handle, char const* symbol, F& f) {
-  f = reinterpret_cast<F>(dlsym(handle, symbol));
-  return f != nullptr;
-}
-}  // namespace
-
 PowerLimiter::PowerLimiter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 std::unique_ptr<PowerLimiter> PowerLimiter::open(SourceOptions const& options) {
@@ -45,13 +39,14 @@ std::unique_ptr<PowerLimiter> PowerLimiter::open(SourceOptions const& options) {
   impl->handle = dlopen(options.nvml_library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!impl->handle)
     throw PowerLimitError("GPU power limits need NVML: cannot load " + options.nvml_library + " (no NVIDIA driver here?)");
-  bool const complete = bind(impl->handle, "nvmlInit_v2", impl->init) && bind(impl->handle, "nvmlShutdown", impl->shutdown) &&
-                        bind(impl->handle, "nvmlDeviceGetCount_v2", impl->device_count) &&
-                        bind(impl->handle, "nvmlDeviceGetHandleByIndex_v2", impl->device_handle) &&
-                        bind(impl->handle, "nvmlDeviceGetPowerManagementLimit", impl->get_limit) &&
-                        bind(impl->handle, "nvmlDeviceGetPowerManagementLimitConstraints", impl->get_constraints) &&
-                        bind(impl->handle, "nvmlDeviceSetPowerManagementLimit", impl->set_limit);
-  bind(impl->handle, "nvmlErrorString", impl->error_string);
+  bool const complete = detail::bind_symbol(impl->handle, "nvmlInit_v2", impl->init) &&
+                        detail::bind_symbol(impl->handle, "nvmlShutdown", impl->shutdown) &&
+                        detail::bind_symbol(impl->handle, "nvmlDeviceGetCount_v2", impl->device_count) &&
+                        detail::bind_symbol(impl->handle, "nvmlDeviceGetHandleByIndex_v2", impl->device_handle) &&
+                        detail::bind_symbol(impl->handle, "nvmlDeviceGetPowerManagementLimit", impl->get_limit) &&
+                        detail::bind_symbol(impl->handle, "nvmlDeviceGetPowerManagementLimitConstraints", impl->get_constraints) &&
+                        detail::bind_symbol(impl->handle, "nvmlDeviceSetPowerManagementLimit", impl->set_limit);
+  detail::bind_symbol(impl->handle, "nvmlErrorString", impl->error_string);
   if (!complete) throw PowerLimitError(options.nvml_library + " lacks the NVML power-limit functions");
   if (int const r = impl->init(); r != 0) throw PowerLimitError("NVML init failed: " + impl->error(r));
   std::unique_ptr<PowerLimiter> p(new PowerLimiter(std::move(impl)));
