@@ -4,6 +4,9 @@
 #include "parallel/nccl_communicator.hpp"
 #endif
 
+#include <fmt/core.h>
+
+#include <cstdio>
 #include <cstdlib>
 
 namespace joule::apps {
@@ -23,6 +26,17 @@ Processes::Processes(Config const& cfg) {
   world_ = mpi_->world();
   parallel::require_same_config(*world_, cfg.json);
   relayout(cfg.train.seq_shards, cfg);
+}
+
+int Processes::run_or_abort(std::function<int()> const& body) const {
+  if (size() <= 1) return body();
+  try {
+    return body();
+  } catch (std::exception const& e) {
+    fmt::print(stderr, "joule: error on rank {} of {}: {}\n", rank(), size(), e.what());
+    std::fflush(stderr);
+    mpi_->abort_job(1);
+  }
 }
 
 void Processes::relayout(int seq_shards, Config const& cfg) {

@@ -9,6 +9,7 @@
 #include "parallel/layout.hpp"
 #include "parallel/mpi_communicator.hpp"
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,12 @@ class Processes {
   SequenceShards sequence_shards() const;
   // Re-lays out the same processes for another seq_shards (a tuning trial); throws LayoutError.
   void relayout(int seq_shards, Config const& cfg);
+
+  // Runs a command's body. With several processes, an error escaping it is printed with this
+  // rank's number and ends the whole job (MPI_Abort, exit code 1): the error may be this rank's
+  // alone while the others wait in a collective, and returning would finalise MPI, which waits
+  // for them, so nobody would ever exit. A single process just lets the error propagate.
+  int run_or_abort(std::function<int()> const& body) const;
 
  private:
   std::unique_ptr<parallel::MpiSession> mpi_;

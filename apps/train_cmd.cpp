@@ -19,7 +19,7 @@ namespace {
 
 struct TrainOptions {
   std::string config_path, data, checkpoint, resume;
-  int steps = -1, recompute_depth = -1, micro_batch = -1, host_threads = -1, seq_shards = -1;
+  int steps = -1, recompute_depth = -1, micro_batch = -1, host_threads = -1, seq_shards = -1, checkpoint_every = -1;
   double offload_ratio = -1;
   long long seed = -1;
   bool make_data = false;
@@ -38,8 +38,11 @@ Config configure(TrainOptions const& o) {
     if (o.seq_shards >= 0) j["train"]["seq_shards"] = o.seq_shards;
     if (o.seed >= 0) j["train"]["seed"] = o.seed;
     if (!o.checkpoint.empty()) j["train"]["checkpoint"] = o.checkpoint;
+    if (o.checkpoint_every >= 0) j["train"]["checkpoint_every"] = o.checkpoint_every;
   });
 }
+
+int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o);
 
 int run_train(TrainOptions const& o) {
   Config const cfg = configure(o);
@@ -47,7 +50,11 @@ int run_train(TrainOptions const& o) {
     throw ConfigError("train.seq_shards = " + std::to_string(cfg.train.seq_shards) + " splits each sequence over " +
                       std::to_string(cfg.train.seq_shards) + " processes: start joule with mpirun -np N, N a multiple of " +
                       std::to_string(cfg.train.seq_shards));
-  Processes procs(cfg);
+  Processes const procs(cfg);
+  return procs.run_or_abort([&] { return train_on(procs, cfg, o); });
+}
+
+int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o) {
   auto* world = procs.world();
   bool const root = procs.root();
   if (o.make_data && root) make_data_if_missing(cfg);
@@ -128,6 +135,9 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_option("--seq-shards", o->seq_shards,
                   "processes sharing each sequence, Ulysses style (overrides train.seq_shards; needs mpirun)");
   cmd->add_option("--checkpoint", o->checkpoint, "write checkpoints here (overrides train.checkpoint)");
+  cmd->add_option("--checkpoint-every", o->checkpoint_every,
+                  "steps between checkpoints, 0 = at the end only (overrides train.checkpoint_every)")
+      ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--resume", o->resume, "continue from this checkpoint")->check(CLI::ExistingFile);
   cmd->add_flag("--make-data", o->make_data, "generate the synthetic shapes dataset at data.path if missing");
   cmd->add_flag("!--no-energy", o->energy, "do not measure energy");

@@ -1,5 +1,7 @@
 #include "parallel/mpi_communicator.hpp"
 
+#include <cstdlib>
+
 #include <mpi.h>
 
 #include <vector>
@@ -131,6 +133,11 @@ MpiSession::~MpiSession() {
   int finalised = 0;
   MPI_Finalized(&finalised);
   if (!finalised) MPI_Finalize();
+}
+
+void MpiSession::abort_job(int code) const {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; should it, leave without finalising
 }
 
 std::unique_ptr<Communicator> MpiSession::world() const {

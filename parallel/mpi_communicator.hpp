@@ -14,6 +14,9 @@ class MpiSession {
   MpiSession(MpiSession const&) = delete;
   MpiSession& operator=(MpiSession const&) = delete;
   std::unique_ptr<Communicator> world() const;
+  // Ends every process of the job (MPI_Abort): for an error on some ranks while others may be
+  // inside a collective, where returning (and finalising) would leave them waiting forever.
+  [[noreturn]] void abort_job(int code) const;
 };
 
 }  // namespace joule::parallel

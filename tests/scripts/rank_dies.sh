@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A rank that dies must make the others exit with an error, not hang: rank 1 exits before a
-# collective the others wait in. Passes if mpirun fails within the time limit.
+# A rank that dies, or fails with an error, must make the others exit with an error, not hang
+# in the collective they wait in. Runs the given mpirun command; passes if mpirun fails within
+# the time limit.
 set -u
 mpirun_cmd=("$@")
 timeout 60 "${mpirun_cmd[@]}" >/tmp/joule-rank-dies.$$ 2>&1
