@@ -7,6 +7,7 @@
 
 #include "energy/power_limit.hpp"
 #include "energy/source.hpp"
+#include "parallel/agreement.hpp"
 #include "scheduler/report.hpp"
 #include "scheduler/run_log.hpp"
 #include "scheduler/strategy.hpp"
@@ -53,6 +54,9 @@ std::string row(scheduler::TrialRecord const& r, std::string const& note = "") {
                      100 * r.ci_relative, r.measured_steps, note);
 }
 
+int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& settings, std::string const& out,
+            TuneOptions const& o);
+
 int run_tune(TuneOptions const& o) {
   Config const cfg = load_config_with(o.config_path, [&](nlohmann::json& j) {
     if (!o.data.empty()) j["data"]["path"] = o.data;
@@ -75,6 +79,11 @@ int run_tune(TuneOptions const& o) {
   if (auto const parent = std::filesystem::path(out).parent_path(); !parent.empty())
     std::filesystem::create_directories(parent);
   Processes procs(cfg);
+  return procs.run_or_abort([&] { return tune_on(procs, cfg, settings, out, o); });
+}
+
+int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& settings, std::string const& out,
+            TuneOptions const& o) {
   bool const root = procs.root();
   auto* world = procs.world();
   if (o.make_data && root) make_data_if_missing(cfg);
@@ -96,6 +105,7 @@ int run_tune(TuneOptions const& o) {
     };
     par.sum = [world](double* p, std::size_t n) { world->allreduce_sum(p, n); };
     par.broadcast_from_root = [world](double* p, std::size_t n) { world->broadcast(p, n * sizeof(double), 0); };
+    par.first_error = [world](std::string const& mine) { return parallel::first_error(*world, mine); };
   }
   std::signal(SIGINT, on_sigint);
   scheduler::TrialRunner runner(cfg, settings, sampler, regions, par, [] { return g_stop.load(); });

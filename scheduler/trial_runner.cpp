@@ -161,7 +161,21 @@ std::unique_ptr<Trainer> TrialRunner::make_trainer(Knobs const& k, int steps) {
   apply_power_limit(k);
   auto const cfg = config_for(k, steps);
   auto groups = parallel_.groups ? parallel_.groups(k.seq_shards) : std::pair<DataParallel, SequenceShards>{};
-  return std::make_unique<Trainer>(cfg, nullptr, groups.first, groups.second);
+  if (!parallel_.first_error) return std::make_unique<Trainer>(cfg, nullptr, groups.first, groups.second);
+  // Building the trainer is local (no collectives): agree on its outcome before any step.
+  std::unique_ptr<Trainer> trainer;
+  std::string mine;
+  try {
+    trainer = std::make_unique<Trainer>(cfg, nullptr, groups.first, groups.second);
+  } catch (std::bad_alloc const&) {
+    mine = "out of memory";
+  } catch (std::exception const& e) {
+    mine = e.what();
+    if (mine.empty()) mine = "unknown error";
+  }
+  auto const error = parallel_.first_error(mine);
+  if (!error.empty()) throw TrainingError(error);
+  return trainer;
 }
 
 double TrialRunner::joules_between(std::vector<double> const& e0, std::vector<double> const& e1) const {
@@ -231,8 +245,10 @@ TrialRecord TrialRunner::measure(Knobs const& k) {
   r.warmup_steps = settings_.warmup_steps;
   r.predicted_device_bytes = predicted_device_bytes(k);
   double const t_start = sampler_.now();
+  bool stepping = false;
   try {
     auto const trainer = make_trainer(k, 1 << 30);
+    stepping = true;
     run_steps(*trainer, settings_.warmup_steps);
     auto const before = regions_.stats();
     double const t_measure = sampler_.now();
@@ -256,12 +272,18 @@ TrialRecord TrialRunner::measure(Knobs const& k) {
       throw TrainingError("time or energy per step is not finite");
   } catch (Interrupted const&) {
     throw;
-  } catch (std::bad_alloc const&) {
-    r.status = TrialStatus::failed;
-    r.reason = "out of memory";
-  } catch (std::exception const& e) {
+  } catch (TrainingError const& e) {  // the trainer's checks on reduced values, or make_trainer's agreement
     r.status = TrialStatus::failed;
     r.reason = e.what();
+  } catch (std::exception const& e) {
+    bool const oom = dynamic_cast<std::bad_alloc const*>(&e) != nullptr;
+    std::string const what = oom ? "out of memory" : e.what();
+    if (stepping && parallel_.world > 1)
+      throw TrialAbort(fmt::format("trial {} failed on rank {} in the middle of a step ({}); the other processes "
+                                   "may be waiting in its collectives, so the job stops here",
+                                   k.describe(), parallel_.rank, what));
+    r.status = TrialStatus::failed;
+    r.reason = what;
   }
   if (!r.ok()) {
     r.time_per_step_s = r.energy_per_step_j = r.objective = kNaN;

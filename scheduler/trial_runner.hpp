@@ -8,7 +8,11 @@
 //
 // Under mpirun every rank runs every trial together (the collectives need them all); step times
 // are rank 0's, step energies the sum over the ranks, so every rank holds the same record and the
-// search takes the same path everywhere.
+// search takes the same path everywhere. A trial that cannot start on some ranks (out of memory,
+// unreadable data) fails on all of them, with the first failing rank's reason. Once steps run,
+// only failures every rank sees alike (a non-finite loss or gradient norm, computed from reduced
+// values) make a `failed` trial; any other error mid-step stops the job, since the other ranks
+// may be inside that step's collectives (see TrialAbort).
 #include "core/train/trainer.hpp"
 #include "energy/regions.hpp"
 #include "energy/sampler.hpp"
@@ -32,10 +36,20 @@ struct Parallelism {
   std::function<std::pair<DataParallel, SequenceShards>(int seq_shards)> groups;
   std::function<void(double* data, std::size_t count)> sum;                // over every process
   std::function<void(double* data, std::size_t count)> broadcast_from_root;
+  // Collective: "" when every process passed "", else the first failing rank's text
+  // (parallel::first_error). Used where a failure may hit some processes only.
+  std::function<std::string(std::string const& mine)> first_error;
 };
 
 // Thrown when the stop function says so (SIGINT): between steps, never inside a log write.
 class Interrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Thrown instead of recording a `failed` trial when, under several processes, a trial fails mid-step
+// with an error that may be this rank's alone: the job must stop rather than hang.
+class TrialAbort : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

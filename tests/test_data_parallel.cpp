@@ -2,22 +2,38 @@
 // Ulysses sequence shards x data parallelism for every seq_shards that divides the process count.
 // The losses, every gradient after one step and the parameters after several steps equal a
 // single-process run's within 1e-5 relative. Every rank also computes that reference itself.
+// Tuning trials under several processes agree on failures that hit some ranks only.
 #define CATCH_CONFIG_RUNNER
 #include "core/data/synth.hpp"
 #include "core/train/trainer.hpp"
+#include "energy/source.hpp"
+#include "parallel/agreement.hpp"
 #include "parallel/layout.hpp"
 #include "parallel/mpi_communicator.hpp"
+#include "scheduler/trial_runner.hpp"
 #include "support/tiny_config.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 using namespace joule;
 
 namespace {
 parallel::Communicator* g_world = nullptr;
+
+// Data parallelism over every process of the world (sums on the world communicator).
+DataParallel over_world() {
+  auto& w = *g_world;
+  DataParallel dp;
+  dp.rank = w.rank();
+  dp.size = w.size();
+  dp.allreduce_sum = [&w](float* p, std::size_t n) { w.allreduce_sum(p, n); };
+  dp.allreduce_sum_double = [&w](double* p, std::size_t n) { w.allreduce_sum(p, n); };
+  return dp;
+}
 
 struct Result {
   std::vector<double> losses;
@@ -69,12 +85,7 @@ TEST_CASE("data parallel: losses and parameters equal the single-process run", "
   write_synthetic(data.path(), SynthOptions::for_model(cfg.model, 48, 5));
 
   auto const reference = train(cfg, {}, 4);
-  DataParallel dp;
-  dp.rank = w.rank();
-  dp.size = w.size();
-  dp.allreduce_sum = [&](float* p, std::size_t n) { w.allreduce_sum(p, n); };
-  dp.allreduce_sum_double = [&](double* p, std::size_t n) { w.allreduce_sum(p, n); };
-  auto const distributed = train(cfg, dp, 4);
+  auto const distributed = train(cfg, over_world(), 4);
 
   REQUIRE(distributed.losses.size() == reference.losses.size());
   for (std::size_t i = 0; i < reference.losses.size(); ++i) {
@@ -103,12 +114,7 @@ TEST_CASE("data parallel: micro-batches that cannot be dealt evenly are refused"
   test::TempFile data(".rank" + std::to_string(w.rank()) + ".h5");
   auto const cfg = parse_config(test::tiny_config_json(data.path()).dump());  // 2 micro-batches
   write_synthetic(data.path(), SynthOptions::for_model(cfg.model, 8, 1));
-  DataParallel dp;
-  dp.rank = w.rank();
-  dp.size = w.size();
-  dp.allreduce_sum = [&](float* p, std::size_t n) { w.allreduce_sum(p, n); };
-  dp.allreduce_sum_double = [&](double* p, std::size_t n) { w.allreduce_sum(p, n); };
-  REQUIRE_THROWS_WITH(Trainer(cfg, nullptr, dp), Catch::Contains("must be a multiple of the number of processes"));
+  REQUIRE_THROWS_WITH(Trainer(cfg, nullptr, over_world()), Catch::Contains("must be a multiple of the number of processes"));
 }
 
 TEST_CASE("sequence shards x data parallel: loss, gradients and parameters equal the single-process run",
@@ -184,6 +190,70 @@ TEST_CASE("sequence shards: a layout that breaks a constraint is refused before 
     REQUIRE_THROWS_WITH(parallel::make_layout(w.size(), w.rank(), 3, 6, 42),
                         Catch::Contains("must divide the number of processes"));
   REQUIRE_NOTHROW(parallel::make_layout(w.size(), w.rank(), 1, 4, 42));
+}
+
+TEST_CASE("tuning trials under several processes: a trial that cannot start on one rank fails on all",
+          "[parallel][tune]") {
+  auto& w = *g_world;
+  test::TempFile data(".tune.rank" + std::to_string(w.rank()) + ".h5");
+  auto j = test::tiny_config_json(data.path());
+  j["train"]["batch"] = 12;
+  j["tune"] = {{"warmup_steps", 1}, {"measured_steps", 2}, {"max_repeats", 1}};
+  auto const cfg = parse_config(j.dump(), "test config");
+  write_synthetic(data.path(), SynthOptions::for_model(cfg.model, 24, 5));
+  auto const settings = scheduler::parse_tune_settings(cfg);
+
+  energy::SourceOptions model_only;
+  model_only.nvml_library = "none";
+  model_only.hwmon_root = model_only.powercap_root = "/nonexistent";
+  model_only.local_rank = w.rank();
+  energy::Sampler sampler(energy::discover_sources(model_only));
+  energy::RegionRecorder regions(sampler);
+  sampler.start();
+  scheduler::Parallelism par;
+  par.world = w.size();
+  par.rank = w.rank();
+  par.groups = [&](int shards) {
+    REQUIRE(shards == 1);
+    return std::make_pair(over_world(), SequenceShards{});
+  };
+  par.sum = [&](double* p, std::size_t n) { w.allreduce_sum(p, n); };
+  par.broadcast_from_root = [&](double* p, std::size_t n) { w.broadcast(p, n * sizeof(double), 0); };
+  par.first_error = [&](std::string const& mine) { return parallel::first_error(w, mine); };
+  scheduler::TrialRunner runner(cfg, settings, sampler, regions, par, {});
+  scheduler::Knobs k;
+  k.micro_batch = 3;
+
+  // Every rank holds the same record: rank 0's times.
+  auto const same_everywhere = [&](scheduler::TrialRecord const& r) {
+    double t = r.time_per_step_s;
+    w.broadcast(&t, sizeof t, 0);
+    return t == r.time_per_step_s;
+  };
+  auto const before = runner.measure(k);
+  INFO(before.reason);
+  REQUIRE(before.ok());
+  REQUIRE(same_everywhere(before));
+
+  // The last rank's data goes missing: that rank cannot build the trial's trainer, the others
+  // can. Every rank must record the trial as failed with that rank's reason (otherwise the others
+  // step into collectives the failed rank never joins, and the job hangs: checked by removing
+  // the agreement, which timed out).
+  int const victim = w.size() - 1;
+  std::string const moved = data.path() + ".moved";
+  if (w.rank() == victim) REQUIRE(std::rename(data.path().c_str(), moved.c_str()) == 0);
+  auto const failed = runner.measure(k);
+  REQUIRE(failed.status == scheduler::TrialStatus::failed);
+  REQUIRE_THAT(failed.reason, Catch::StartsWith("rank " + std::to_string(victim) + ": ") &&
+                                  Catch::Contains(".tune.rank" + std::to_string(victim)));
+  REQUIRE(std::isnan(failed.objective));
+
+  // The ranks are still in step: the next trial runs everywhere.
+  if (w.rank() == victim) REQUIRE(std::rename(moved.c_str(), data.path().c_str()) == 0);
+  auto const after = runner.measure(k);
+  INFO(after.reason);
+  REQUIRE(after.ok());
+  REQUIRE(same_everywhere(after));
 }
 
 int main(int argc, char* argv[]) {

@@ -2,6 +2,7 @@
 // that; --oversubscribe on the 2-core CI machine). Every rank runs every test case; a failure on
 // any rank fails mpirun.
 #define CATCH_CONFIG_RUNNER
+#include "parallel/agreement.hpp"
 #include "parallel/layout.hpp"
 #include "parallel/mpi_communicator.hpp"
 
@@ -81,6 +82,26 @@ TEST_CASE("layout: a layout that violates a constraint is rejected, naming it", 
   REQUIRE_THROWS_WITH(make_layout(4, 5, 2, 8, 48), Catch::Contains("outside the world"));
   auto const l = make_layout(4, 3, 2, 8, 48);
   REQUIRE((l.seq_rank == 1 && l.dp_rank == 1 && l.dp == 2));
+}
+
+TEST_CASE("first_error: every rank learns whether any failed, and the lowest failing rank's text",
+          "[parallel][mpi]") {
+  auto& w = *g_world;
+  REQUIRE(first_error(w, "").empty());
+  // The odd ranks fail, each with a text of its own (of a different length: the broadcast must
+  // carry the failing rank's length, not the receiver's).
+  std::string const mine = w.rank() % 2 == 1 ? "no data on rank " + std::string(std::size_t(w.rank()), '#') : "";
+  auto const got = first_error(w, mine);
+  int const failing = w.size() / 2;
+  if (failing == 0) {
+    REQUIRE(got.empty());
+  } else {
+    REQUIRE_THAT(got, Catch::StartsWith("rank 1: no data on rank #"));
+    REQUIRE((failing > 1) == (got.find("failed on " + std::to_string(failing) + " of ") != std::string::npos));
+  }
+  // Only the last rank fails.
+  auto const last = first_error(w, w.rank() == w.size() - 1 ? "out of memory" : "");
+  REQUIRE(last == "rank " + std::to_string(w.size() - 1) + ": out of memory");
 }
 
 TEST_CASE("config: ranks given different configurations all stop, naming the ranks", "[parallel][config]") {
