@@ -29,6 +29,13 @@ std::vector<T> or_default(std::vector<T> const& v, T fallback) {
 
 double mib(double bytes) { return bytes / 1048576.0; }
 
+// A failed trial's reason: never empty (an empty text would read as "no failure" to first_error).
+std::string failure_reason(std::exception const& e) {
+  if (dynamic_cast<std::bad_alloc const*>(&e)) return "out of memory";
+  std::string const what = e.what();
+  return what.empty() ? "unknown error" : what;
+}
+
 }  // namespace
 
 TrialRunner::TrialRunner(Config const& base, TuneSettings const& settings, energy::Sampler& sampler,
@@ -167,11 +174,8 @@ std::unique_ptr<Trainer> TrialRunner::make_trainer(Knobs const& k, int steps) {
   std::string mine;
   try {
     trainer = std::make_unique<Trainer>(cfg, nullptr, groups.first, groups.second);
-  } catch (std::bad_alloc const&) {
-    mine = "out of memory";
   } catch (std::exception const& e) {
-    mine = e.what();
-    if (mine.empty()) mine = "unknown error";
+    mine = failure_reason(e);
   }
   auto const error = parallel_.first_error(mine);
   if (!error.empty()) throw TrainingError(error);
@@ -276,8 +280,7 @@ TrialRecord TrialRunner::measure(Knobs const& k) {
     r.status = TrialStatus::failed;
     r.reason = e.what();
   } catch (std::exception const& e) {
-    bool const oom = dynamic_cast<std::bad_alloc const*>(&e) != nullptr;
-    std::string const what = oom ? "out of memory" : e.what();
+    std::string const what = failure_reason(e);
     if (stepping && parallel_.world > 1)
       throw TrialAbort(fmt::format("trial {} failed on rank {} in the middle of a step ({}); the other processes "
                                    "may be waiting in its collectives, so the job stops here",
