@@ -166,5 +166,5 @@ TEMPLATE_TEST_CASE("attention: masks restrict what each query sees", "[ops][atte
   }
   REQUIRE_THROWS_WITH(attention_forward(space, out, lse, Tensor2<double, Mem>("bad", seq, 3 * 24), 1,
                                         1, AttentionMask::causal()),
-                      Catch::Contains("head size 24 has no kernel"));
+                      Contains("head size 24 has no kernel"));
 }

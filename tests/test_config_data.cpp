@@ -47,9 +47,9 @@ TEST_CASE("config: bad values and missing fields are rejected before anything is
     INFO(c.what);
     auto j = tiny_config_json("d.h5");
     c.edit(j);
-    REQUIRE_THROWS_WITH(parse_config(j.dump(), "cfg.json"), Catch::Contains(c.message) && Catch::StartsWith("cfg.json: "));
+    REQUIRE_THROWS_WITH(parse_config(j.dump(), "cfg.json"), Contains(c.message) && StartsWith("cfg.json: "));
   }
-  REQUIRE_THROWS_WITH(parse_config("{\"model\": ", "cfg.json"), Catch::Contains("not valid JSON"));
+  REQUIRE_THROWS_WITH(parse_config("{\"model\": ", "cfg.json"), Contains("not valid JSON"));
   REQUIRE_THROWS_AS(load_config("/nonexistent/config.json"), ConfigError);
 }
 
@@ -72,7 +72,7 @@ TEST_CASE("data: synthetic data is deterministic, captions describe the image", 
   // Moving shapes really move: the first and last frame differ.
   std::size_t const frame = 3 * 16 * 16;
   REQUIRE(!std::equal(a.images.begin(), a.images.begin() + frame, a.images.begin() + 2 * frame));
-  REQUIRE_THROWS_WITH(encode_caption(std::string(40, 'x'), 34), Catch::Contains("more than text_len = 34"));
+  REQUIRE_THROWS_WITH(encode_caption(std::string(40, 'x'), 34), Contains("more than text_len = 34"));
 }
 
 TEST_CASE("data: malformed dataset files are rejected with what is wrong", "[data]") {
@@ -99,7 +99,7 @@ TEST_CASE("data: malformed dataset files are rejected with what is wrong", "[dat
       write(f);
     }
     REQUIRE_THROWS_WITH(Dataset::open(file.path(), &cfg.model).read({0}),
-                        Catch::Contains(message) && Catch::Contains(file.path()));
+                        Contains(message) && Contains(file.path()));
   };
   SECTION("missing dataset") {
     expect_rejected([&](io::H5File& f) { f.write("/images", good.images.data(), image_dims); },
@@ -136,6 +136,6 @@ TEST_CASE("data: malformed dataset files are rejected with what is wrong", "[dat
     std::FILE* f = std::fopen(file.path().c_str(), "w");
     std::fputs("images,tokens\n", f);
     std::fclose(f);
-    REQUIRE_THROWS_WITH(Dataset::open(file.path()), Catch::Contains("not an HDF5 file"));
+    REQUIRE_THROWS_WITH(Dataset::open(file.path()), Contains("not an HDF5 file"));
   }
 }

@@ -49,7 +49,7 @@ TEMPLATE_TEST_CASE("cross entropy: ignored rows count for nothing; backward matc
 
   set_element(targets, 3, vocab);
   REQUIRE_THROWS_WITH(cross_entropy_forward(space, lse, losses, logits, targets),
-                      Catch::Contains("neither ignore_index"));
+                      Contains("neither ignore_index"));
 }
 
 TEMPLATE_TEST_CASE("adamw: matches a plain loop over several steps, in float and double",

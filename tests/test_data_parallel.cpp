@@ -13,13 +13,14 @@
 #include "scheduler/trial_runner.hpp"
 #include "support/tiny_config.hpp"
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 using namespace joule;
+using namespace joule::test;
 
 namespace {
 parallel::Communicator* g_world = nullptr;
@@ -114,7 +115,7 @@ TEST_CASE("data parallel: micro-batches that cannot be dealt evenly are refused"
   test::TempFile data(".rank" + std::to_string(w.rank()) + ".h5");
   auto const cfg = parse_config(test::tiny_config_json(data.path()).dump());  // 2 micro-batches
   write_synthetic(data.path(), SynthOptions::for_model(cfg.model, 8, 1));
-  REQUIRE_THROWS_WITH(Trainer(cfg, nullptr, over_world()), Catch::Contains("must be a multiple of the number of processes"));
+  REQUIRE_THROWS_WITH(Trainer(cfg, nullptr, over_world()), Contains("must be a multiple of the number of processes"));
 }
 
 TEST_CASE("sequence shards x data parallel: loss, gradients and parameters equal the single-process run",
@@ -185,10 +186,10 @@ TEST_CASE("sequence shards: a layout that breaks a constraint is refused before 
   test::TempFile data(".rank" + std::to_string(w.rank()) + ".h5");
   auto j = test::tiny_config_json(data.path());  // 2 heads, 42 tokens
   j["train"]["seq_shards"] = 4;
-  REQUIRE_THROWS_WITH(parse_config(j.dump()), Catch::Contains("seq_shards") && Catch::Contains("must divide model.heads"));
+  REQUIRE_THROWS_WITH(parse_config(j.dump()), Contains("seq_shards") && Contains("must divide model.heads"));
   if (w.size() % 3 != 0)
     REQUIRE_THROWS_WITH(parallel::make_layout(w.size(), w.rank(), 3, 6, 42),
-                        Catch::Contains("must divide the number of processes"));
+                        Contains("must divide the number of processes"));
   REQUIRE_NOTHROW(parallel::make_layout(w.size(), w.rank(), 1, 4, 42));
 }
 
@@ -244,8 +245,8 @@ TEST_CASE("tuning trials under several processes: a trial that cannot start on o
   if (w.rank() == victim) REQUIRE(std::rename(data.path().c_str(), moved.c_str()) == 0);
   auto const failed = runner.measure(k);
   REQUIRE(failed.status == scheduler::TrialStatus::failed);
-  REQUIRE_THAT(failed.reason, Catch::StartsWith("rank " + std::to_string(victim) + ": ") &&
-                                  Catch::Contains(".tune.rank" + std::to_string(victim)));
+  REQUIRE_THAT(failed.reason, StartsWith("rank " + std::to_string(victim) + ": ") &&
+                                  Contains(".tune.rank" + std::to_string(victim)));
   REQUIRE(std::isnan(failed.objective));
 
   // The ranks are still in step: the next trial runs everywhere.

@@ -106,7 +106,7 @@ TEMPLATE_TEST_CASE("embedding: token gather plus position, race-free scatter-add
   // A token outside the vocabulary is rejected with a clear error, not read out of bounds.
   set_element(tokens, 5, vocab);
   REQUIRE_THROWS_WITH(embedding_forward(space, y, tokens, wte, wpe, seq),
-                      Catch::Contains("outside the vocabulary"));
+                      Contains("outside the vocabulary"));
 }
 
 TEMPLATE_TEST_CASE("patch embedding: video frames, weights, bias and pixels against finite differences",
@@ -147,5 +147,5 @@ TEMPLATE_TEST_CASE("patch embedding: video frames, weights, bias and pixels agai
 
   REQUIRE_THROWS_WITH(patchify(space, Tensor2<double, Mem>("p", 1, 1),
                                Tensor4<double, Mem>("im", 1, 1, 10, 8), patch),
-                      Catch::Contains("not divisible by patch size"));
+                      Contains("not divisible by patch size"));
 }

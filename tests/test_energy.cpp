@@ -18,6 +18,7 @@
 #include <thread>
 
 using namespace joule::energy;
+using namespace joule::test;
 namespace fs = std::filesystem;
 
 namespace {
@@ -277,7 +278,7 @@ TEST_CASE("energy: GPU power limits through NVML are set, checked against the ra
     REQUIRE(gpu_watts() == Approx(650.0));
     limiter->set(300);
     REQUIRE(gpu_watts() == Approx(300.0));  // the fake caps its power at the limit
-    REQUIRE_THROWS_WITH(limiter->set(50), Catch::Contains("outside what the GPU allows [100, 700] W"));
+    REQUIRE_THROWS_WITH(limiter->set(50), Contains("outside what the GPU allows [100, 700] W"));
     limiter->set(0);  // back to the original
     REQUIRE(gpu_watts() == Approx(650.0));
     limiter->set(250);
@@ -286,12 +287,12 @@ TEST_CASE("energy: GPU power limits through NVML are set, checked against the ra
   SECTION("without permission: a clear error, nothing changed") {
     setenv("FAKE_NVML_SET_DENIED", "1", 1);
     auto limiter = PowerLimiter::open(o);
-    REQUIRE_THROWS_WITH(limiter->set(300), Catch::Contains("Insufficient Permissions") && Catch::Contains("root"));
+    REQUIRE_THROWS_WITH(limiter->set(300), Contains("Insufficient Permissions") && Contains("root"));
     unsetenv("FAKE_NVML_SET_DENIED");
   }
   SECTION("no NVML: a clear error") {
     o.nvml_library = (t.root / "missing-libnvidia-ml.so").string();
-    REQUIRE_THROWS_WITH(PowerLimiter::open(o), Catch::Contains("cannot load"));
+    REQUIRE_THROWS_WITH(PowerLimiter::open(o), Contains("cannot load"));
   }
   unsetenv("FAKE_NVML_DEVICES");
   unsetenv("FAKE_NVML_C2C");

@@ -1,17 +1,18 @@
 // Communicators and the process layout, run under mpirun with 1, 2 and 4 processes (ctest does
-// that; --oversubscribe on the 2-core CI machine). Every rank runs every test case; a failure on
-// any rank fails mpirun.
+// that, through CMake's launcher variables: tests/CMakeLists.txt). Every rank runs every test
+// case; a failure on any rank fails mpirun.
 #define CATCH_CONFIG_RUNNER
 #include "parallel/agreement.hpp"
 #include "parallel/layout.hpp"
 #include "parallel/mpi_communicator.hpp"
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <random>
 #include <vector>
 
 using namespace joule::parallel;
+using namespace joule::test;
 
 namespace {
 Communicator* g_world = nullptr;
@@ -76,10 +77,10 @@ TEST_CASE("mpi: broadcast and sub-groups from the layout", "[parallel][mpi][layo
 }
 
 TEST_CASE("layout: a layout that violates a constraint is rejected, naming it", "[parallel][layout]") {
-  REQUIRE_THROWS_WITH(make_layout(4, 0, 3, 12, 48), Catch::Contains("must divide the number of processes"));
-  REQUIRE_THROWS_WITH(make_layout(4, 0, 4, 6, 48), Catch::Contains("divide the number of attention heads (6)"));
-  REQUIRE_THROWS_WITH(make_layout(4, 0, 4, 8, 50), Catch::Contains("divide the sequence length (50"));
-  REQUIRE_THROWS_WITH(make_layout(4, 5, 2, 8, 48), Catch::Contains("outside the world"));
+  REQUIRE_THROWS_WITH(make_layout(4, 0, 3, 12, 48), Contains("must divide the number of processes"));
+  REQUIRE_THROWS_WITH(make_layout(4, 0, 4, 6, 48), Contains("divide the number of attention heads (6)"));
+  REQUIRE_THROWS_WITH(make_layout(4, 0, 4, 8, 50), Contains("divide the sequence length (50"));
+  REQUIRE_THROWS_WITH(make_layout(4, 5, 2, 8, 48), Contains("outside the world"));
   auto const l = make_layout(4, 3, 2, 8, 48);
   REQUIRE((l.seq_rank == 1 && l.dp_rank == 1 && l.dp == 2));
 }
@@ -96,7 +97,7 @@ TEST_CASE("first_error: every rank learns whether any failed, and the lowest fai
   if (failing == 0) {
     REQUIRE(got.empty());
   } else {
-    REQUIRE_THAT(got, Catch::StartsWith("rank 1: no data on rank #"));
+    REQUIRE_THAT(got, StartsWith("rank 1: no data on rank #"));
     REQUIRE((failing > 1) == (got.find("failed on " + std::to_string(failing) + " of ") != std::string::npos));
   }
   // Only the last rank fails.
@@ -110,7 +111,7 @@ TEST_CASE("config: ranks given different configurations all stop, naming the ran
   if (w.size() == 1) return;
   std::string const cfg = w.rank() == w.size() - 1 ? "{\"model\": 2}" : "{\"model\": 1}";
   REQUIRE_THROWS_WITH(require_same_config(w, cfg),
-                      Catch::Contains("rank(s) " + std::to_string(w.size() - 1) + " were given another configuration"));
+                      Contains("rank(s) " + std::to_string(w.size() - 1) + " were given another configuration"));
 }
 
 int main(int argc, char* argv[]) {

@@ -6,7 +6,7 @@
 
 #include "support/tiny_config.hpp"
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -28,6 +28,7 @@
 
 using namespace joule;
 using namespace joule::scheduler;
+using namespace joule::test;
 
 namespace {
 
@@ -387,12 +388,12 @@ TEST_CASE("run log: every field survives a round trip", "[run_log]") {
     auto writer = RunLogWriter::resume(file.path(), header);
     TrialRecord bad = make_ok_trial(rng, 5, 3, 4);
     bad.power.watts.pop_back();
-    REQUIRE_THROWS_WITH(writer.append_trial(bad), Catch::Contains(file.path()) && Catch::Contains("/trials/0005") &&
-                                                      Catch::Contains("power trace has 11 values, expected 4"));
+    REQUIRE_THROWS_WITH(writer.append_trial(bad), Contains(file.path()) && Contains("/trials/0005") &&
+                                                      Contains("power trace has 11 values, expected 4"));
     TrialRecord no_index = make_ok_trial(rng, 5, 3, 4);
     no_index.index = -1;
     REQUIRE_THROWS_AS(writer.append_trial(no_index), RunLogError);
-    REQUIRE_THROWS_WITH(writer.append_trial(trials[2]), Catch::Contains("trial 2 is already in the log"));
+    REQUIRE_THROWS_WITH(writer.append_trial(trials[2]), Contains("trial 2 is already in the log"));
     auto const again = read_run_log(file.path());
     CHECK(again.trials.size() == trials.size());
     CHECK(again.incomplete.empty());
@@ -409,7 +410,7 @@ TEST_CASE("run log: every field survives a round trip", "[run_log]") {
     CHECK(before.trials.size() == trials.size());
     CHECK(before.incomplete == std::vector<std::string>{"/trials/0005"});
     CHECK_THAT(format_run_report(before),
-               Catch::Contains("1 group was left half-written when the run stopped, ignored: /trials/0005"));
+               Contains("1 group was left half-written when the run stopped, ignored: /trials/0005"));
     std::vector<TrialRecord> finished;
     auto writer = RunLogWriter::resume(file.path(), header, &finished);
     CHECK(finished.size() == trials.size());
@@ -424,16 +425,16 @@ TEST_CASE("run log: every field survives a round trip", "[run_log]") {
     auto writer = RunLogWriter::resume(file.path(), header);
     auto moved = std::move(writer);
     CHECK_FALSE(writer.is_open());
-    REQUIRE_THROWS_WITH(writer.write_best(trials[0]), Catch::Contains("writer is closed"));
+    REQUIRE_THROWS_WITH(writer.write_best(trials[0]), Contains("writer is closed"));
     moved.close();
     moved.close();
-    REQUIRE_THROWS_WITH(moved.append_trial(make_ok_trial(rng, 9, 1, 1)), Catch::Contains("writer is closed"));
+    REQUIRE_THROWS_WITH(moved.append_trial(make_ok_trial(rng, 9, 1, 1)), Contains("writer is closed"));
   }
   SECTION("a log replaced by another run is noticed by the first writer") {
     auto writer = RunLogWriter::resume(file.path(), header);
     RunLogWriter::create(file.path(), header);  // a second `joule tune` with the same output file
     REQUIRE_THROWS_WITH(writer.append_trial(make_ok_trial(rng, 5, 1, 1)),
-                        Catch::Contains("replaced by another run"));
+                        Contains("replaced by another run"));
   }
 }
 
@@ -470,22 +471,22 @@ TEST_CASE("run log: --resume returns the finished trials and appends to them", "
     RunHeader other = header;
     other.config_json = R"({"model": {"layers": 3, "d_model": 32}, "train": {"lr": 0.001, "steps": 12}, "note": "π ≈ 3.14"})";
     REQUIRE_THROWS_WITH(RunLogWriter::resume(file.path(), other),
-                        Catch::Contains(file.path()) && Catch::Contains("cannot resume") &&
-                            Catch::Contains("configuration differs") && Catch::Contains("/train/lr is 0.003 in the log, 0.001 now"));
+                        Contains(file.path()) && Contains("cannot resume") &&
+                            Contains("configuration differs") && Contains("/train/lr is 0.003 in the log, 0.001 now"));
   }
   SECTION("a different objective is refused") {
     RunHeader other = header;
     other.objective = "edp";
     REQUIRE_THROWS_WITH(RunLogWriter::resume(file.path(), other),
-                        Catch::Contains("cannot resume") && Catch::Contains("objective is \"energy\" in the log, \"edp\" now"));
+                        Contains("cannot resume") && Contains("objective is \"energy\" in the log, \"edp\" now"));
   }
   SECTION("a different world size or energy kind is refused") {
     RunHeader other = header;
     other.world_size = 2;
     other.energy_kind = "model";
     REQUIRE_THROWS_WITH(RunLogWriter::resume(file.path(), other),
-                        Catch::Contains("world size is 4 in the log, 2 now") &&
-                            Catch::Contains("energy is measured in the log, model now"));
+                        Contains("world size is 4 in the log, 2 now") &&
+                            Contains("energy is measured in the log, model now"));
   }
   SECTION("a refused resume leaves the log as it was") {
     RunHeader other = header;
@@ -498,7 +499,7 @@ TEST_CASE("run log: --resume returns the finished trials and appends to them", "
   SECTION("resuming a file that is not a run log") {
     TempPath text(".h5");
     std::ofstream(text.path()) << "hello\n";
-    REQUIRE_THROWS_WITH(RunLogWriter::resume(text.path(), header), Catch::Contains("not an HDF5 file"));
+    REQUIRE_THROWS_WITH(RunLogWriter::resume(text.path(), header), Contains("not an HDF5 file"));
   }
 }
 
@@ -594,22 +595,23 @@ TEST_CASE("run log: files that are not valid run logs are rejected with a clear 
     }
     std::string const printed = capture.text();
     INFO("message: " << error);
-    CHECK_THAT(error, Catch::StartsWith(file.path() + ": ") && message);
+    CHECK_THAT(error, StartsWith(file.path() + ": "));
+    CHECK_THAT(error, message);
     CHECK(printed.empty());  // no HDF5 error stack on stderr
     CHECK(is_run_log(file.path()) == has_format);
   };
 
-  SECTION("missing file") { expect_rejected(Catch::Contains("no such file")); }
+  SECTION("missing file") { expect_rejected(Contains("no such file")); }
   SECTION("random bytes") {
     Rng rng(5);
     std::ofstream out(file.path(), std::ios::binary);
     for (int i = 0; i < 4096; ++i) out.put(char(rng()));
     out.close();
-    expect_rejected(Catch::Contains("not an HDF5 file"));
+    expect_rejected(Contains("not an HDF5 file"));
   }
   SECTION("empty file") {
     std::ofstream(file.path()).close();
-    expect_rejected(Catch::Contains("not an HDF5 file"));
+    expect_rejected(Contains("not an HDF5 file"));
   }
   SECTION("HDF5 without a format attribute (a dataset-like file)") {
     {
@@ -619,35 +621,35 @@ TEST_CASE("run log: files that are not valid run logs are rejected with a clear 
       f.write("/images", images.data(), {2, 3, 4});
       f.write("/tokens", tokens.data(), {2, 5});
     }
-    expect_rejected(Catch::Contains("not a joule run log") && Catch::Contains("no 'format' attribute"));
+    expect_rejected(Contains("not a joule run log") && Contains("no 'format' attribute"));
   }
   SECTION("HDF5 with another format") {
     {
       io::H5File f(file.path(), io::H5File::Mode::truncate);
       f.set_attribute("/", "format", "joule-captions-v1");
     }
-    expect_rejected(Catch::Contains("format is \"joule-captions-v1\", expected \"joule-run-log-v1\""));
+    expect_rejected(Contains("format is \"joule-captions-v1\", expected \"joule-run-log-v1\""));
   }
   SECTION("a format attribute that is not a string") {
     {
       io::H5File f(file.path(), io::H5File::Mode::truncate);
       f.set_attribute("/", "format", 1LL);
     }
-    expect_rejected(Catch::Contains("not a joule run log") && Catch::Contains("expected a string"));
+    expect_rejected(Contains("not a joule run log") && Contains("expected a string"));
   }
   SECTION("truncated to half its size") {
     write_small_log(file.path());
     struct stat st {};
     REQUIRE(stat(file.path().c_str(), &st) == 0);
     REQUIRE(truncate(file.path().c_str(), st.st_size / 2) == 0);
-    expect_rejected(Catch::Contains("damaged or truncated"));
+    expect_rejected(Contains("damaged or truncated"));
   }
   SECTION("a required root attribute is missing") {
     {
       io::H5File f(file.path(), io::H5File::Mode::truncate);
       f.set_attribute("/", "format", kRunLogFormat);
     }
-    expect_rejected(Catch::Contains("damaged run log") && Catch::Contains("no attribute 'joule_version' on /"), true);
+    expect_rejected(Contains("damaged run log") && Contains("no attribute 'joule_version' on /"), true);
   }
   SECTION("a trial attribute of the wrong type") {
     write_small_log(file.path());
@@ -655,8 +657,8 @@ TEST_CASE("run log: files that are not valid run logs are rejected with a clear 
       io::H5File f(file.path(), io::H5File::Mode::read_write);
       f.set_attribute("/trials/0001", "repeats", "three");
     }
-    expect_rejected(Catch::Contains("damaged run log") &&
-                    Catch::Contains("attribute 'repeats' on /trials/0001 is string, expected an integer"), true);
+    expect_rejected(Contains("damaged run log") &&
+                    Contains("attribute 'repeats' on /trials/0001 is string, expected an integer"), true);
   }
   SECTION("a trial status that is not one of ok, infeasible, failed") {
     write_small_log(file.path());
@@ -664,7 +666,7 @@ TEST_CASE("run log: files that are not valid run logs are rejected with a clear 
       io::H5File f(file.path(), io::H5File::Mode::read_write);
       f.set_attribute("/trials/0000", "status", "maybe");
     }
-    expect_rejected(Catch::Contains("'status' on /trials/0000 is \"maybe\", expected ok, infeasible or failed"), true);
+    expect_rejected(Contains("'status' on /trials/0000 is \"maybe\", expected ok, infeasible or failed"), true);
   }
   SECTION("a power trace whose shape does not match its domains") {
     write_small_log(file.path());
@@ -673,7 +675,7 @@ TEST_CASE("run log: files that are not valid run logs are rejected with a clear 
       std::vector<double> watts(4, 1.0);
       f.write("/trials/0000/power_w", watts.data(), {2, 2});
     }
-    expect_rejected(Catch::Contains("/trials/0000/power_w has shape [2, 2], expected [9, 3]"), true);
+    expect_rejected(Contains("/trials/0000/power_w has shape [2, 2], expected [9, 3]"), true);
   }
   SECTION("a dataset of the wrong element type") {
     write_small_log(file.path());
@@ -682,7 +684,7 @@ TEST_CASE("run log: files that are not valid run logs are rejected with a clear 
       std::vector<float> steps(5, 1.0f);
       f.write("/trials/0000/step_time_s", steps.data(), {5});
     }
-    expect_rejected(Catch::Contains("/trials/0000/step_time_s has element type float32, expected float64"), true);
+    expect_rejected(Contains("/trials/0000/step_time_s has element type float32, expected float64"), true);
   }
   SECTION("region datasets of different lengths") {
     write_small_log(file.path());
@@ -691,7 +693,7 @@ TEST_CASE("run log: files that are not valid run logs are rejected with a clear 
       std::vector<std::int64_t> calls(2, 1);
       f.write("/trials/0001/regions/calls", calls.data(), {2});
     }
-    expect_rejected(Catch::Contains("/trials/0001/regions/calls holds 2 values but /trials/0001/regions/name holds 5"), true);
+    expect_rejected(Contains("/trials/0001/regions/calls holds 2 values but /trials/0001/regions/name holds 5"), true);
   }
   SECTION("/best naming a trial the log does not hold") {
     write_small_log(file.path());
@@ -699,7 +701,7 @@ TEST_CASE("run log: files that are not valid run logs are rejected with a clear 
       io::H5File f(file.path(), io::H5File::Mode::read_write);
       f.set_attribute("/best", "trial", 42LL);
     }
-    expect_rejected(Catch::Contains("/best names trial 42"), true);
+    expect_rejected(Contains("/best names trial 42"), true);
   }
   SECTION("something else under /trials") {
     write_small_log(file.path());
@@ -707,7 +709,7 @@ TEST_CASE("run log: files that are not valid run logs are rejected with a clear 
       io::H5File f(file.path(), io::H5File::Mode::read_write);
       f.create_group("/trials/notes");
     }
-    expect_rejected(Catch::Contains("unexpected object /trials/notes"), true);
+    expect_rejected(Contains("unexpected object /trials/notes"), true);
   }
 }
 
@@ -783,7 +785,7 @@ TEST_CASE("run report: trials, Pareto front, the chosen configuration and the en
     if (line.rfind("   0  ", 0) == 0 || line.rfind("   1  ", 0) == 0) ++rows;
     else CHECK(line.rfind("   2  ", 0) != 0);
   CHECK(rows == 2);
-  CHECK_THAT(report, Catch::Contains("2 configurations"));
+  CHECK_THAT(report, Contains("2 configurations"));
 
   // Energy saved and time lost against the fastest ok trial, computed here from the records.
   auto const& fastest = log.trials[0];
@@ -791,24 +793,24 @@ TEST_CASE("run report: trials, Pareto front, the chosen configuration and the en
   double const saved_j = fastest.energy_per_step_j - chosen.energy_per_step_j;  // 24.64 J
   double const saved_pct = 100 * saved_j / fastest.energy_per_step_j;           // 19.97 %
   double const lost_pct = 100 * (chosen.time_per_step_s - fastest.time_per_step_s) / fastest.time_per_step_s;
-  CHECK_THAT(report, Catch::Contains(printed("energy saved %.1f%% (%.2f J/step)", saved_pct, saved_j)));
-  CHECK_THAT(report, Catch::Contains("energy saved 20.0% (24.64 J/step)"));
-  CHECK_THAT(report, Catch::Contains(printed("time lost %.1f%%", lost_pct)));
-  CHECK_THAT(report, Catch::Contains("Chosen configuration: trial 1"));
+  CHECK_THAT(report, Contains(printed("energy saved %.1f%% (%.2f J/step)", saved_pct, saved_j)));
+  CHECK_THAT(report, Contains("energy saved 20.0% (24.64 J/step)"));
+  CHECK_THAT(report, Contains(printed("time lost %.1f%%", lost_pct)));
+  CHECK_THAT(report, Contains("Chosen configuration: trial 1"));
 
   // The training result.
-  CHECK_THAT(report, Catch::Contains("final loss 1.2346 (step 1)"));
-  CHECK_THAT(report, Catch::Contains("exact caption accuracy 43.8% (16 samples)"));
+  CHECK_THAT(report, Contains("final loss 1.2346 (step 1)"));
+  CHECK_THAT(report, Contains("exact caption accuracy 43.8% (16 samples)"));
 
   // Measured energy: no model wording anywhere.
-  CHECK_THAT(report, Catch::Contains("Energy: measured (NVML gpu + RAPL package)"));
-  CHECK_THAT(report, !Catch::Contains("model, not a measurement") && !Catch::Contains("(model"));
+  CHECK_THAT(report, Contains("Energy: measured (NVML gpu + RAPL package)"));
+  CHECK_THAT(report, !Contains("model, not a measurement") && !Contains("(model"));
 
   SECTION("energy from a model says so, in a line and in the column heading") {
     std::string const model_report = format_run_report(report_log("model"));
-    CHECK_THAT(model_report, Catch::Contains("model, not a measurement"));
-    CHECK_THAT(model_report, Catch::Contains("E J (model)"));
-    CHECK_THAT(model_report, Catch::Contains("J/step (model estimate)"));
+    CHECK_THAT(model_report, Contains("model, not a measurement"));
+    CHECK_THAT(model_report, Contains("E J (model)"));
+    CHECK_THAT(model_report, Contains("J/step (model estimate)"));
   }
   SECTION("a run that stopped before choosing") {
     auto partial = log;
@@ -816,14 +818,14 @@ TEST_CASE("run report: trials, Pareto front, the chosen configuration and the en
     partial.pareto.clear();
     partial.train.reset();
     std::string const text = format_run_report(partial);
-    CHECK_THAT(text, Catch::Contains("Pareto front: not recorded"));
-    CHECK_THAT(text, Catch::Contains("Chosen configuration: none recorded"));
-    CHECK_THAT(text, !Catch::Contains("Training with"));
+    CHECK_THAT(text, Contains("Pareto front: not recorded"));
+    CHECK_THAT(text, Contains("Chosen configuration: none recorded"));
+    CHECK_THAT(text, !Contains("Training with"));
   }
   SECTION("the chosen configuration is the fastest") {
     auto fast = log;
     fast.best = 0;
-    CHECK_THAT(format_run_report(fast), Catch::Contains("also the fastest") && !Catch::Contains("energy saved"));
+    CHECK_THAT(format_run_report(fast), Contains("also the fastest") && !Contains("energy saved"));
   }
 }
 
@@ -863,7 +865,7 @@ TEST_CASE("run CSV: a header and one parseable line per trial", "[run_log][repor
     std::replace(reason.begin(), reason.end(), '\n', ' ');
     CHECK(fields[column("reason")] == reason);
   }
-  CHECK_THAT(lines[5], Catch::EndsWith(",\"CUDA error, \"\"out of memory\"\" on rank 0 ü\""));
+  CHECK_THAT(lines[5], EndsWith(",\"CUDA error, \"\"out of memory\"\" on rank 0 ü\""));
 }
 
 TEST_CASE("run log: report of a log read back from disk", "[run_log][report]") {
@@ -871,9 +873,9 @@ TEST_CASE("run log: report of a log read back from disk", "[run_log][report]") {
   auto const trials = write_small_log(file.path(), make_header("model"));
   auto const log = read_run_log(file.path());
   std::string const report = format_run_report(log);
-  CHECK_THAT(report, Catch::Contains(file.path()));
-  CHECK_THAT(report, Catch::Contains("model, not a measurement"));
-  CHECK_THAT(report, Catch::Contains("3 trials: 2 ok, 1 infeasible, 0 failed"));
+  CHECK_THAT(report, Contains(file.path()));
+  CHECK_THAT(report, Contains("model, not a measurement"));
+  CHECK_THAT(report, Contains("3 trials: 2 ok, 1 infeasible, 0 failed"));
   CHECK(split_lines(format_run_csv(log)).size() == 4);
 }
 

@@ -6,7 +6,7 @@
 #include "scheduler/strategy.hpp"
 #include "scheduler/trial.hpp"
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -21,6 +21,7 @@
 #include <vector>
 
 using namespace joule::scheduler;
+using namespace joule::test;
 
 namespace {
 
@@ -82,7 +83,7 @@ TEST_CASE("scheduler: trial status round-trips through its name; unknown names a
   for (auto s : {TrialStatus::ok, TrialStatus::infeasible, TrialStatus::failed})
     CHECK(trial_status_from(to_string(s)) == s);
   CHECK(std::string(to_string(TrialStatus::infeasible)) == "infeasible");
-  CHECK_THROWS_WITH(trial_status_from("OK"), Catch::Contains("allowed: ok, infeasible, failed"));
+  CHECK_THROWS_WITH(trial_status_from("OK"), Contains("allowed: ok, infeasible, failed"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -112,8 +113,8 @@ TEST_CASE("scheduler: objective specs parse, name themselves, and bad ones name 
                           "energy", "zeus", "edp "}) {
     INFO("spec '" << bad << "'");
     CHECK_THROWS_AS(Objective::parse(bad), std::invalid_argument);
-    CHECK_THROWS_WITH(Objective::parse(bad), Catch::Contains("allowed: edp, ed2p, weighted") &&
-                                                 Catch::Contains("energy_under_slowdown:X"));
+    CHECK_THROWS_WITH(Objective::parse(bad), Contains("allowed: edp, ed2p, weighted") &&
+                                                 Contains("energy_under_slowdown:X"));
   }
 }
 
@@ -531,7 +532,7 @@ TEST_CASE("scheduler: strategy names parse, and unknown ones name the allowed", 
   CHECK(parse_strategy("exhaustive") == StrategyKind::exhaustive);
   CHECK(parse_strategy("coordinate_descent") == StrategyKind::coordinate_descent);
   for (auto k : {StrategyKind::exhaustive, StrategyKind::coordinate_descent}) CHECK(parse_strategy(to_string(k)) == k);
-  CHECK_THROWS_WITH(parse_strategy("random"), Catch::Contains("allowed: exhaustive, coordinate_descent"));
+  CHECK_THROWS_WITH(parse_strategy("random"), Contains("allowed: exhaustive, coordinate_descent"));
   CHECK_THROWS_AS(parse_strategy("coordinate-descent"), std::invalid_argument);
 }
 
@@ -718,7 +719,7 @@ TEST_CASE("scheduler: search input errors and edge cases", "[scheduler][strategy
   Knobs elsewhere;
   elsewhere.offload_ratio = 0.3;  // not in the space
   CHECK_THROWS_WITH(run_search(StrategyKind::coordinate_descent, candidates, elsewhere, Objective{}, measure),
-                    Catch::Contains("not among the candidates") && Catch::Contains("offload 0.30"));
+                    Contains("not among the candidates") && Contains("offload 0.30"));
   // exhaustive does not need a start
   CHECK(run_search(StrategyKind::exhaustive, candidates, elsewhere, Objective{}, measure).trials.size() ==
         candidates.size());

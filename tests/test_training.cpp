@@ -56,8 +56,8 @@ TEST_CASE("training: resuming from a checkpoint continues the uninterrupted loss
   other["model"]["layers"] = 2;
   other["train"]["recompute_depth"] = 0;
   Trainer different(parse_config(other.dump()), nullptr);
-  REQUIRE_THROWS_WITH(different.resume(checkpoint.path()), Catch::Contains("different model configuration"));
-  REQUIRE_THROWS_WITH(different.resume(data.path()), Catch::Contains("not a joule checkpoint"));
+  REQUIRE_THROWS_WITH(different.resume(checkpoint.path()), Contains("different model configuration"));
+  REQUIRE_THROWS_WITH(different.resume(data.path()), Contains("not a joule checkpoint"));
 }
 
 TEST_CASE("training: the loss goes down and evaluation decodes captions", "[train]") {
@@ -88,7 +88,7 @@ TEST_CASE("training: a non-finite loss stops the run with a clear message", "[tr
   // Poison one parameter: the next forward pass produces NaN.
   auto const& w = trainer.model().params.embed.patch_bias;
   Kokkos::deep_copy(Kokkos::subview(w, 0), std::numeric_limits<float>::quiet_NaN());
-  REQUIRE_THROWS_WITH(trainer.run(), Catch::Contains("step 1: the loss is nan"));
+  REQUIRE_THROWS_WITH(trainer.run(), Contains("step 1: the loss is nan"));
 }
 
 namespace {
@@ -158,5 +158,5 @@ TEST_CASE("offload: the achieved ratio is rounded to whole groups and the state 
   cfg.train.offload_ratio = 0.5;
   auto bad = tiny_config_json(data.path());
   bad["train"]["offload_ratio"] = 1.5;
-  REQUIRE_THROWS_WITH(parse_config(bad.dump(), "cfg"), Catch::Contains("train.offload_ratio is 1.5; allowed: [0, 1]"));
+  REQUIRE_THROWS_WITH(parse_config(bad.dump(), "cfg"), Contains("train.offload_ratio is 1.5; allowed: [0, 1]"));
 }

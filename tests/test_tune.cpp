@@ -6,13 +6,14 @@
 #include "scheduler/trial_runner.hpp"
 #include "support/tiny_config.hpp"
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cmath>
 #include <cstdio>
 
 using namespace joule;
 using namespace joule::scheduler;
+using namespace joule::test;
 
 namespace {
 
@@ -50,19 +51,19 @@ TEST_CASE("tune settings: defaults, values, and clear errors", "[tune]") {
   REQUIRE(s.strategy_for(24) == StrategyKind::exhaustive);
   REQUIRE(s.strategy_for(25) == StrategyKind::coordinate_descent);
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"micro_batches", {4}}})),
-                      Catch::Contains("tune.micro_batches") && Catch::Contains("does not divide train.batch = 6"));
+                      Contains("tune.micro_batches") && Contains("does not divide train.batch = 6"));
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"recompute_depths", {4}}})),
-                      Catch::Contains("tune.recompute_depths[0]") && Catch::Contains("outside [0, 3]"));
+                      Contains("tune.recompute_depths[0]") && Contains("outside [0, 3]"));
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"offload_ratios", {0.5, 1.5}}})),
-                      Catch::Contains("tune.offload_ratios[1]"));
+                      Contains("tune.offload_ratios[1]"));
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"seq_shards", {4}}})),
-                      Catch::Contains("does not divide model.heads"));
-  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"objective", "fastest"}})), Catch::Contains("tune.objective"));
-  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"strategy", "random"}})), Catch::Contains("tune.strategy"));
+                      Contains("does not divide model.heads"));
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"objective", "fastest"}})), Contains("tune.objective"));
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"strategy", "random"}})), Contains("tune.strategy"));
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"offload", {0}}})),
-                      Catch::Contains("unknown field tune.offload") && Catch::Contains("offload_ratios"));
+                      Contains("unknown field tune.offload") && Contains("offload_ratios"));
   REQUIRE(parse_tune_settings(with_tune(j, {{"power_limits_w", {300, 450}}})).power_limits_w == std::vector<int>{300, 450});
-  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"power_limits_w", {0}}})), Catch::Contains("tune.power_limits_w[0]"));
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"power_limits_w", {0}}})), Contains("tune.power_limits_w[0]"));
 }
 
 TEST_CASE("trial runner: the space, the memory model's verdicts, and measured trials", "[tune][train]") {
@@ -90,7 +91,7 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
       (runner.predicted_device_bytes(a) + runner.predicted_device_bytes(b)) / 2.0 / 1048576.0;
   TrialRunner tight(cfg, settings, e.sampler, e.regions, {}, {});
   REQUIRE(tight.infeasible_reason(b).empty());
-  REQUIRE_THAT(tight.infeasible_reason(a), Catch::Contains("memory model predicts") && Catch::Contains("over the budget"));
+  REQUIRE_THAT(tight.infeasible_reason(a), Contains("memory model predicts") && Contains("over the budget"));
 
   // A measured trial: finite medians of its steps, regions, a power trace.
   Knobs k;
@@ -114,7 +115,7 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
   std::remove(data.path().c_str());
   auto const f = runner.measure(k);
   REQUIRE(f.status == TrialStatus::failed);
-  REQUIRE_THAT(f.reason, Catch::Contains(data.path()));
+  REQUIRE_THAT(f.reason, Contains(data.path()));
   REQUIRE(std::isnan(f.objective));
   REQUIRE(std::isnan(f.time_per_step_s));
   e.sampler.stop();

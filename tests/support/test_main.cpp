@@ -3,7 +3,7 @@
 // otherwise; OpenBLAS stays single-threaded so the two thread pools don't oversubscribe.
 #define CATCH_CONFIG_RUNNER
 #include <Kokkos_Core.hpp>
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cstdlib>
 

@@ -3,7 +3,7 @@
 // host, and a central finite-difference gradient checker.
 #include "core/tensor.hpp"
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The test-time listing of Catch2 test cases (cmake/detail/catch_list_tests.cmake), checked with
+# stand-in executables inside a throw-away ctest directory:
+#   - names with the characters Catch2's test specs treat specially (, [ ] \) and CMake's list
+#     separator (;) become one ctest test each, and the spec passed on has them escaped;
+#   - an executable that cannot start (libcuda.so.1 missing, as on a GPU-less login node) or
+#     lists no tests becomes one failing test that says why;
+#   - the list is cached until the executable changes.
+# Usage: catch_discovery.sh CMAKE_SOURCE_DIR WORK_DIR [CMAKE CTEST]
+set -euo pipefail
+src="$1"; work="$2"; cmake="${3:-cmake}"; ctest="${4:-ctest}"
+rm -rf "$work"; mkdir -p "$work"; cd "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+
+# A stand-in that lists four names, and records each time it is asked.
+cat > lists <<'SH'
+#!/bin/sh
+echo listed >> "$(dirname "$0")/calls"
+printf '%s\n' 'plain name' 'a, b [tag] c\d' 'x; y' 'ops: gemm - Kokkos::OpenMP'
+exit 4
+SH
+printf '#!/bin/sh\necho "./broken: error while loading shared libraries: libcuda.so.1: cannot open shared object file" >&2\nexit 127\n' > broken
+printf '#!/bin/sh\nexit 0\n' > empty
+chmod +x lists broken empty
+for exe in lists broken empty; do
+  cat > "$exe.cmake" <<CM
+set(JOULE_TEST_TARGET [==[$exe]==])
+set(JOULE_TEST_EXECUTABLE [==[$work/$exe]==])
+set(JOULE_TEST_WORKING_DIR [==[$work]==])
+set(JOULE_TEST_LIST_ARGS --list-test-names-only)
+set(JOULE_TEST_RUN_ARGS --warn NoTests)
+set(JOULE_TEST_PROPERTIES TIMEOUT 77)
+set(JOULE_CMAKE_COMMAND [==[$(command -v "$cmake")]==])
+include([==[$src/cmake/detail/catch_list_tests.cmake]==])
+CM
+  echo "include([==[$work/$exe.cmake]==])" >> CTestTestfile.cmake
+done
+
+"$ctest" --show-only=json-v1 > tests.json
+python3 - "$work/tests.json" <<'PY' || fail "registered tests differ (above)"
+import json, sys
+tests = {t["name"]: t for t in json.load(open(sys.argv[1]))["tests"]}
+want = {"plain name": "plain name", "a, b [tag] c\\d": "a\\, b \\[tag\\] c\\\\d", "x; y": "x; y",
+        "ops: gemm - Kokkos::OpenMP": "ops: gemm - Kokkos::OpenMP"}
+ok = True
+for name, spec in want.items():
+    t = tests.get(name)
+    if t is None:
+        print("missing test:", repr(name)); ok = False; continue
+    if t["command"][1:] != [spec, "--warn", "NoTests"]:
+        print("wrong command for", repr(name), t["command"]); ok = False
+    props = {p["name"]: p["value"] for p in t.get("properties", [])}
+    if props.get("TIMEOUT") != 77.0:
+        print("properties not passed on for", repr(name), props); ok = False
+for exe in ("broken", "empty"):
+    if exe + ": test discovery failed" not in tests:
+        print("no failing test for", exe); ok = False
+extra = set(tests) - set(want) - {"broken: test discovery failed", "empty: test discovery failed"}
+if extra:
+    print("unexpected tests:", extra); ok = False
+sys.exit(0 if ok else 1)
+PY
+
+# The failing tests fail, and say why.
+out="$("$ctest" -R 'discovery failed' --output-on-failure 2>&1 || true)"
+grep -q "2 tests failed out of 2" <<<"$out" || { echo "$out"; fail "the discovery-failure tests did not both fail"; }
+grep -q "libcuda.so.1: cannot open shared object file" <<<"$out" || { echo "$out"; fail "the loader's message is not shown"; }
+# Cached: listed once above (ctest -N and the run both read the cache) until the executable changes.
+[ "$(wc -l < calls)" = 1 ] || fail "the stand-in was listed $(wc -l < calls) times, expected once (cache)"
+sleep 1; touch lists; "$ctest" -N >/dev/null
+[ "$(wc -l < calls)" = 2 ] || fail "a changed executable was not listed again"
+echo "PASS: test-time discovery registers, escapes, caches, and fails loudly"
