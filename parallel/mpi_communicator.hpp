@@ -1,6 +1,7 @@
 #pragma once
 // The MPI backend. MpiSession initialises MPI once per process (MPI_THREAD_FUNNELED: only the
-// main thread communicates) and finalises it at exit. Errors return codes instead of aborting
+// main thread communicates) and finalises it at exit; in a build without MPI it refuses to start
+// (no_mpi_session.cpp). Errors return codes instead of aborting
 // (MPI_ERRORS_RETURN) and become CommError with MPI's message; a rank that dies makes mpirun end
 // the others (OpenMPI's default), so nobody waits forever.
 #include "parallel/communicator.hpp"
