@@ -4,18 +4,40 @@
 #   make test    build and run the test suite (what CI runs)
 #   make bench-torch   the benchmark next to PyTorch (installs Debian's python3-torch)
 #   make compile-check the GPU build checked without a GPU (nvcc for sm_90 against Kokkos 5.x)
-# Use your own Kokkos (e.g. CUDA on a GH200 node): make test Kokkos_ROOT=/path/to/kokkos
-JOULE_DEPS_PREFIX ?= $(HOME)/.cache/joule/kokkos-3.4.1-openmp
-BUILD ?= build
+# Use your own Kokkos install (e.g. CUDA on a GH200 node):
+#   make test Kokkos_ROOT=/path/to/kokkos [PRESET=gh200]
+# Or build Kokkos + Kokkos-Kernels from your source trees (e.g. the 4.6.01 release tags) first;
+# each backend and version gets its own cache prefix and build folder:
+#   make test KOKKOS_SRC=~/src/kokkos KOKKOS_KERNELS_SRC=~/src/kokkos-kernels [JOULE_KOKKOS_BACKEND=cuda]
+BUILD_DEFAULT := build
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
+JOULE_KOKKOS_BACKEND ?= openmp
 
 ifdef Kokkos_ROOT
   DEPS_ENV := Kokkos_ROOT=$(Kokkos_ROOT)
   KOKKOS := $(Kokkos_ROOT)
 else
-  DEPS_ENV := JOULE_DEPS_PREFIX=$(JOULE_DEPS_PREFIX)
+  DEPS_ENV := JOULE_KOKKOS_BACKEND=$(JOULE_KOKKOS_BACKEND)
+  ifdef KOKKOS_SRC
+    DEPS_ENV += KOKKOS_SRC=$(KOKKOS_SRC) KOKKOS_KERNELS_SRC=$(KOKKOS_KERNELS_SRC)
+  endif
+  # The script names the prefix for these settings (3.4.1 from Debian's trilinos source by default).
+  ifndef JOULE_DEPS_PREFIX
+    JOULE_DEPS_PREFIX := $(shell $(DEPS_ENV) bash apps/scripts/install-deps.sh --print-prefix)
+  endif
+  ifdef KOKKOS_SRC
+    BUILD_DEFAULT := build-$(notdir $(JOULE_DEPS_PREFIX))
+  endif
+  DEPS_ENV += JOULE_DEPS_PREFIX=$(JOULE_DEPS_PREFIX)
   KOKKOS := $(JOULE_DEPS_PREFIX)
+endif
+BUILD ?= $(BUILD_DEFAULT)
+# CMakePresets.json holds the build settings: cpu, or gh200 (nvcc_wrapper, Hopper, JOULE_GH200).
+ifeq ($(JOULE_KOKKOS_BACKEND),cuda)
+  PRESET ?= gh200
+else
+  PRESET ?= cpu
 endif
 
 .PHONY: all deps configure build test run bench bench-torch compile-check clean
@@ -25,13 +47,14 @@ deps:
 	$(DEPS_ENV) bash apps/scripts/install-deps.sh
 
 configure: deps
-	cmake -S . -B $(BUILD) -DKokkos_ROOT=$(KOKKOS) $(CMAKE_ARGS)
+	Kokkos_ROOT=$(KOKKOS) cmake --preset $(PRESET) -S . -B $(BUILD) -DKokkos_ROOT=$(KOKKOS) $(CMAKE_ARGS)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# --no-tests=error: a run that finds no tests fails (test cases are listed at test time).
 test: build
-	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error -j $(JOBS)
 
 # The main job: tune the embedded default (tiny) configuration by measurement, train with the
 # choice, and write the run log to $(BUILD)/runs/ (a new file each time; `joule inspect` reads it).
