@@ -21,15 +21,23 @@ if(Kokkos_ENABLE_CUDA)
   add_compile_definitions(FMT_USE_CONSTEXPR=1)
 endif()
 
-# What the GEMMs run on: Kokkos-Kernels' BLAS TPLs, read from its configuration header.
+# What the GEMMs run on: Kokkos-Kernels' BLAS TPLs, read from its configuration header. Only
+# unconditional defines count (depth 1: inside the include guard, outside any other #if): the
+# header also defines TPL_BLAS inside "#if defined(...MKL) || defined(...ARMPL)".
 get_target_property(_kk_includes Kokkos::kokkoskernels INTERFACE_INCLUDE_DIRECTORIES)
 set(JOULE_KK_TPLS "")
 foreach(_dir IN LISTS _kk_includes)
   if(EXISTS "${_dir}/KokkosKernels_config.h")
-    file(STRINGS "${_dir}/KokkosKernels_config.h" _tpl_lines REGEX "^#define KOKKOSKERNELS_ENABLE_TPL_(BLAS|CUBLAS)")
-    foreach(_line IN LISTS _tpl_lines)
-      string(REGEX REPLACE "^#define KOKKOSKERNELS_ENABLE_TPL_([A-Z]+).*" "\\1" _tpl "${_line}")
-      list(APPEND JOULE_KK_TPLS ${_tpl})
+    file(STRINGS "${_dir}/KokkosKernels_config.h" _lines REGEX "^#[ ]*(if|endif|define KOKKOSKERNELS_ENABLE_TPL_)")
+    set(_depth 0)
+    foreach(_line IN LISTS _lines)
+      if(_line MATCHES "^#[ ]*if")
+        math(EXPR _depth "${_depth} + 1")
+      elseif(_line MATCHES "^#[ ]*endif")
+        math(EXPR _depth "${_depth} - 1")
+      elseif(_depth EQUAL 1 AND _line MATCHES "^#define KOKKOSKERNELS_ENABLE_TPL_(BLAS|CUBLAS)([ ]|$)")
+        list(APPEND JOULE_KK_TPLS ${CMAKE_MATCH_1})
+      endif()
     endforeach()
     break()
   endif()
