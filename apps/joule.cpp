@@ -36,8 +36,13 @@ int main(int argc, char** argv) {
   auto* bench_cmd = app.add_subcommand("bench", "benchmarks: operators (GFLOP/s), host AdamW bandwidth, offload overlap");
   bench_cmd->add_option("--suite", suite, "ops: operator GFLOP/s; adamw: host AdamW vs STREAM triad; offload: overlap")
       ->check(CLI::IsMember({"ops", "adamw", "offload"}));
-  bench_cmd->add_option("--preset", bench.preset, "shapes: vit-base (realistic) or tiny (smoke test)")
-      ->check(CLI::IsMember({"vit-base", "tiny"}));
+  std::string preset_help = "operator shapes:";
+  std::vector<std::string> preset_names;
+  for (auto const& p : joule::apps::bench_presets()) {
+    preset_help += "\n  " + p;
+    preset_names.push_back(p.substr(0, p.find(':')));
+  }
+  bench_cmd->add_option("--preset", bench.preset, preset_help)->check(CLI::IsMember(preset_names));
   bench_cmd->add_option("--repeats", bench.repeats, "timed runs per operator (median reported)")
       ->check(CLI::Range(1, 1000));
   bench_cmd->add_option("--json", bench.json_path, "also write the results as JSON (for bench_torch.py)");

@@ -1,6 +1,7 @@
-// Times each operator's forward + backward pass at the shapes of one ViT-Base-sized block of a
-// multimodal sequence, and prints GFLOP/s from the stated FLOP counts (memory-bound operators
-// get their count too, so that GFLOP/s and the PyTorch ratio stay comparable).
+// Times each operator's forward + backward pass at the shapes of one transformer block of a
+// multimodal sequence (a preset of kPresets: ViT-Base for CPUs, ViT-Large for GPUs), and prints
+// GFLOP/s from the stated FLOP counts (memory-bound operators get their count too, so that
+// GFLOP/s and the PyTorch ratio stay comparable).
 #include "bench/bench_ops.hpp"
 
 #include "core/model/block.hpp"
@@ -35,12 +36,27 @@ struct Shapes {
   int batch, seq, channels, heads, mlp, vocab, image, patch, adamw_params;
 };
 
+struct Preset {
+  char const* name;
+  char const* what;
+  Shapes shapes;
+};
+// adamw_params: one block's parameters, 12 C^2 + 13 C.
+constexpr Preset kPresets[] = {
+    {"vit-base", "one ViT-Base block (C=768, 12 heads, MLP 3072), B=4 x 256 tokens: 196 patches of 224x224 + 60 text",
+     {4, 256, 768, 12, 3072, 259, 224, 16, 7087872}},
+    {"vit-large", "GPU-sized: ViT-Large widths (C=1024, 16 heads, MLP 4096), B=8 x 1024 tokens: 576 patches of 384x384 + 448 text",
+     {8, 1024, 1024, 16, 4096, 259, 384, 16, 12596224}},
+    {"tiny", "seconds, for smoke tests (C=128, B=2 x 64 tokens)", {2, 64, 128, 2, 512, 259, 64, 16, 200000}},
+};
+
 Shapes shapes_for(std::string const& preset) {
-  // vit-base: B=4 sequences of 256 tokens (196 image patches of a 224x224 image + 60 text
-  // tokens), ViT-Base widths (C=768, 12 heads of 64, MLP 3072), byte vocabulary (259).
-  if (preset == "vit-base") return {4, 256, 768, 12, 3072, 259, 224, 16, 7087872};
-  if (preset == "tiny") return {2, 64, 128, 2, 512, 259, 64, 16, 200000};
-  throw std::invalid_argument("unknown bench preset '" + preset + "' (allowed: vit-base, tiny)");
+  std::string allowed;
+  for (auto const& p : kPresets) {
+    if (preset == p.name) return p.shapes;
+    allowed += (allowed.empty() ? "" : ", ") + std::string(p.name);
+  }
+  throw std::invalid_argument("unknown bench preset '" + preset + "' (allowed: " + allowed + ")");
 }
 
 template <class View>
@@ -73,6 +89,12 @@ Result time_op(std::string op, std::string shape, double flops, int repeats,
 }
 
 }  // namespace
+
+std::vector<std::string> bench_presets() {
+  std::vector<std::string> out;
+  for (auto const& p : kPresets) out.push_back(std::string(p.name) + ": " + p.what);
+  return out;
+}
 
 int run_bench(BenchOptions const& options) {
   if (options.repeats < 1) throw std::invalid_argument("--repeats must be >= 1");

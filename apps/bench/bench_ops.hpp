@@ -1,15 +1,18 @@
 #pragma once
 // `joule bench`: forward+backward time of each operator at stated shapes, as GFLOP/s.
 #include <string>
+#include <vector>
 
 namespace joule::apps {
 
 struct BenchOptions {
-  std::string preset = "vit-base";  // "vit-base" (realistic) or "tiny" (seconds, for smoke tests)
+  std::string preset = "vit-base";  // one of bench_presets()
   int repeats = 5;                  // timed runs per operator; the median is reported
   std::string json_path;            // if set, results are written there (for bench_torch.py)
 };
 
 int run_bench(BenchOptions const& options);
+// The shape presets, as "name: what it is" (the table in bench_ops.cpp).
+std::vector<std::string> bench_presets();
 
 }  // namespace joule::apps
