@@ -189,8 +189,8 @@ def main():
         ratios.append(ratio)
         print(f"{r['op']:<20} {r['gflops']:>14.1f} {torch_gflops:>14.1f} {ratio:>12.2f}")
         if r["op"].startswith("attention"):
-            attention_lines.append(f"{r['op']} fwd+bwd: joule {r['gflops'] * 1e-3:.2f} TFLOP/s, "
-                                   f"PyTorch {torch_gflops * 1e-3:.2f} TFLOP/s")
+            attention_lines.append(f"{r['op']} fwd+bwd: joule {r['gflops'] * 1e-3:.3g} TFLOP/s, "
+                                   f"PyTorch {torch_gflops * 1e-3:.3g} TFLOP/s")
     if ratios:
         geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
         print(f"geometric mean of joule/torch: {geo:.2f}  (>1: joule faster)")
