@@ -5,6 +5,7 @@
 #include "energy/report.hpp"
 #include "processes.hpp"
 #include "run_config.hpp"
+#include "scheduler/statistics.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -102,10 +103,20 @@ int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o) {
 
   if (!root) return 0;  // rank 0 reports
   fmt::print("\n== summary ==\n");
-  if (!summary.steps.empty())
-    fmt::print("steps {} -> {} in {:.1f} s ({:.0f} tokens/s); train loss {:.4f} -> {:.4f}\n",
+  if (!summary.steps.empty()) {
+    fmt::print("steps {} -> {} in {:.1f} s ({:.0f} tokens/s overall); train loss {:.4f} -> {:.4f}\n",
                summary.steps.front().step - 1, summary.steps.back().step, summary.seconds,
                summary.tokens_per_second, summary.steps.front().loss, summary.steps.back().loss);
+    // The steps alone (a whole optimizer step: forward, backward, AdamW), apart from evaluation
+    // and checkpoints, which the overall figure includes.
+    std::vector<double> step_s;
+    double steps_total = 0;
+    for (auto const& r : summary.steps) step_s.push_back(r.seconds), steps_total += r.seconds;
+    double const step_median = scheduler::median(step_s);
+    double const tokens_per_step = double(cfg.train.batch) * cfg.model.seq_len();
+    fmt::print("step time: median {:.2f} ms ({:.0f} tokens/s); evaluation and checkpoints {:.1f} s\n",
+               step_median * 1e3, tokens_per_step / step_median, std::max(0.0, summary.seconds - steps_total));
+  }
   if (!summary.evals.empty()) {
     auto const& e = summary.evals.back().second;
     fmt::print("final {}\n", format_eval(e));

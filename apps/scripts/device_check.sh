@@ -126,7 +126,7 @@ fi
   done
   grep -h "^attention.*TFLOP/s\|^geometric mean" "$out/bench_torch.log" 2>/dev/null | sed 's/^/  bench: /'
   grep -hE "^(block|linear_qkv|attention_causal|attention_prefix) " "$out/bench.log" 2>/dev/null | sed 's/^/  joule bench: /'
-  grep -hiE "tokens/s|ms/step|final held-out" "$out/train_medium.log" 2>/dev/null | tail -3 | sed 's/^/  medium: /'
+  grep -hE "^step time|^final held-out" "$out/train_medium.log" 2>/dev/null | tail -3 | sed 's/^/  medium: /'
   grep -hE "^source" "$out/energy_probe.log" 2>/dev/null | head -3 | sed 's/^/  energy: /'
   grep -hiE "Chosen configuration|Energy:|measured" "$out/tune.log" 2>/dev/null | head -4 | sed 's/^/  tune: /'
   printf '%-16s %-48s %s\n' step result time
