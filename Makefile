@@ -2,6 +2,7 @@
 # so on a fresh Debian 12 machine `make run` and `make test` are all there is to type.
 #   make run     the main job: tune and train the tiny captioning model, log to HDF5 (data made on the way)
 #   make test    build and run the test suite (what CI runs)
+#   make test-catch2-v3  the same suite against Catch2 v3 (CI runs it too)
 #   make bench-torch   the benchmark next to PyTorch (installs Debian's python3-torch)
 #   make compile-check the GPU build checked without a GPU (nvcc for sm_90 against Kokkos 5.x)
 # Use your own Kokkos install (e.g. CUDA on a GH200 node):
@@ -40,7 +41,7 @@ else
   PRESET ?= cpu
 endif
 
-.PHONY: all deps configure build test run bench bench-torch compile-check clean
+.PHONY: all deps configure build test test-catch2-v3 run bench bench-torch compile-check clean
 all: build
 
 deps:
@@ -55,6 +56,15 @@ build: configure
 # --no-tests=error: a run that finds no tests fails (test cases are listed at test time).
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error -j $(JOBS)
+
+# The same suite built against Catch2 v3 (GH200 systems often have only v3): libcatch2-dev from
+# Debian's bookworm-backports, unpacked into a cache, not installed. CI runs it.
+test-catch2-v3: deps
+	catch2_dir="$$(bash tests/scripts/fetch_catch2_v3.sh)" && \
+	  Kokkos_ROOT=$(KOKKOS) cmake --preset $(PRESET) -S . -B $(BUILD)-catch2-v3 -DKokkos_ROOT=$(KOKKOS) \
+	    -DCatch2_DIR="$$catch2_dir" $(CMAKE_ARGS)
+	cmake --build $(BUILD)-catch2-v3 -j $(JOBS)
+	ctest --test-dir $(BUILD)-catch2-v3 --output-on-failure --no-tests=error -j $(JOBS)
 
 # The main job: tune the embedded default (tiny) configuration by measurement, train with the
 # choice, and write the run log to $(BUILD)/runs/ (a new file each time; `joule inspect` reads it).
@@ -75,4 +85,4 @@ compile-check:
 	bash cmake/compile-check/compile_check.sh
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(BUILD)-catch2-v3
