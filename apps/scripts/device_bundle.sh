@@ -9,9 +9,9 @@
 #   usr/     Catch2, nlohmann-json, CLI11 and fmt from Debian's binary packages (dpkg -x)
 # MPI is not packed: device_check.sh builds with the machine's MPI if it has one, else without
 # (JOULE_WITH_MPI=OFF: one process per job, the mpirun tests left out).
-#   KOKKOS_SRC=... KOKKOS_KERNELS_SRC=... apps/scripts/device_bundle.sh OUT.tar.xz
+#   KOKKOS_SRC=... KOKKOS_KERNELS_SRC=... apps/scripts/device_bundle.sh OUT.tar.gz
 set -euo pipefail
-out="${1:?usage: KOKKOS_SRC=... KOKKOS_KERNELS_SRC=... $0 OUT.tar.xz}"
+out="${1:?usage: KOKKOS_SRC=... KOKKOS_KERNELS_SRC=... $0 OUT.tar.gz}"
 : "${KOKKOS_SRC:?set KOKKOS_SRC to a Kokkos source tree (one that builds with this CUDA)}"
 : "${KOKKOS_KERNELS_SRC:?set KOKKOS_KERNELS_SRC to a Kokkos-Kernels source tree}"
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -74,6 +74,6 @@ rm -rf "$root/usr/share/doc" "$root/usr/share/lintian"
   echo "hdf5: $hdf5_recipe ($(sed -n 's/^#define H5_VERSION "\(.*\)"/\1/p' "$root/hdf5/include/H5pubconf.h"))"
   for d in "$debs"/*.deb; do echo "deb: $(basename "$d")"; done
 } > "$root/MANIFEST"
-tar -C "$stage" -cJf "$out" joule-deps
+tar -C "$stage" -caf "$out" joule-deps  # compressed as its name says (.tar.gz, .tar.xz)
 log "wrote $out ($(du -h "$out" | cut -f1)); contents:"
 sed 's/^/  /' "$root/MANIFEST" >&2

@@ -12,7 +12,7 @@
 #   4. probes energy (NVML must be found) and runs a short `joule tune` that measures with it;
 #   5. writes OUT_DIR/summary.txt (printed last) and one log per step.
 # Each step has a time limit within the budget; steps that no longer fit are skipped and say so.
-#   apps/scripts/device_check.sh [--deps BUNDLE.tar.xz] [--budget SECONDS] [OUT_DIR]
+#   apps/scripts/device_check.sh [--deps BUNDLE.tar.gz] [--budget SECONDS] [OUT_DIR]
 #   Kokkos_ROOT=/path/to/cuda-kokkos apps/scripts/device_check.sh [OUT_DIR]
 # JOULE_DEVICE_CMAKE_ARGS: more configure arguments (e.g. -DMPIEXEC_EXECUTABLE=$(which srun)).
 set -uo pipefail
@@ -65,7 +65,7 @@ gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')"
 cmake_args=()
 if [ -n "$deps" ]; then
   root="$out/deps"; rm -rf "$root"; mkdir -p "$root"
-  step unpack 120 tar -xJf "$deps" -C "$root" || true
+  step unpack 120 tar -xf "$deps" -C "$root" || true
   root="$root/joule-deps"
   export Kokkos_ROOT="$root/kokkos"
   cmake_args+=(-DCMAKE_PREFIX_PATH="$root/usr;$root/hdf5" -DHDF5_ROOT="$root/hdf5" -DHDF5_USE_STATIC_LIBRARIES=ON)
