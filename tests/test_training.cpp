@@ -6,6 +6,8 @@
 #include "support/tiny_config.hpp"
 
 #include <cstring>
+#include <map>
+#include <set>
 #include <sstream>
 
 using namespace joule;
@@ -159,4 +161,57 @@ TEST_CASE("offload: the achieved ratio is rounded to whole groups and the state 
   auto bad = tiny_config_json(data.path());
   bad["train"]["offload_ratio"] = 1.5;
   REQUIRE_THROWS_WITH(parse_config(bad.dump(), "cfg"), Contains("train.offload_ratio is 1.5; allowed: [0, 1]"));
+}
+
+TEST_CASE("optimizer: weight decay goes by role: every matrix, the untied LM head included, and nothing else",
+          "[train][offload]") {
+  // With zero gradients AdamW's step is decay alone (m = v = 0): a decayed tensor is multiplied by
+  // 1 - lr * weight_decay, any other stays as it is. The expected set is stated independently of
+  // the role table: the 2-D tensors that are not lookup tables (wte, wpe).
+  double const lr = 0.5, wd = 0.1;
+  for (bool const tied : {true, false}) {
+    for (double const ratio : {0.0, 1.0}) {
+      INFO("tie_embeddings " << tied << ", offload ratio " << ratio);
+      auto j = tiny_config_json("unused.h5");
+      j["model"]["tie_embeddings"] = tied;
+      auto const cfg = parse_config(j.dump(), "test config");
+      Model model(cfg.model, 2, 0);
+      model.init_parameters(3);
+      OptimizerSettings settings;
+      settings.weight_decay = wd;
+      settings.offload_ratio = ratio;
+      Optimizer opt(model, settings);
+      opt.sync_master_weights();
+      std::map<std::string, std::vector<double>> before;
+      std::set<std::string> expected;
+      model.params.for_each_tensor([&](std::string const& name, ParamRole, auto const& view) {
+        before[name] = to_vector(view);
+        bool const table = name == "embed.wte" || name == "embed.wpe";
+        if (unsigned(std::decay_t<decltype(view)>::rank) == 2 && !table) expected.insert(name);
+      });
+      REQUIRE(expected.count("head.lm_head") == (tied ? 0u : 1u));
+      ExecSpace space;
+      model.zero_gradients(space);
+      opt.begin_step(lr, 1);
+      REQUIRE(opt.gradient_norm() == 0.0);
+      opt.finish_step(1.0);
+      opt.wait_all();
+      std::set<std::string> decayed;
+      model.params.for_each_tensor([&](std::string const& name, ParamRole, auto const& view) {
+        auto const after = to_vector(view);
+        auto const& b = before[name];
+        bool all_scaled = true, all_same = true;
+        for (std::size_t i = 0; i < b.size(); ++i) {
+          all_scaled = all_scaled && float(after[i]) == float(b[i] * double(float(1.0 - lr * wd)));
+          all_same = all_same && after[i] == b[i];
+        }
+        INFO(name);
+        REQUIRE((all_scaled || all_same));
+        if (!all_same) decayed.insert(name);
+      });
+      CHECK(decayed == expected);
+      std::set<std::string> const reported(opt.decayed_tensors().begin(), opt.decayed_tensors().end());
+      CHECK(reported == expected);
+    }
+  }
 }

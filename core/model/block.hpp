@@ -47,27 +47,28 @@ struct BlockParameters {
     allocate_group(*this, name);
   }
 
-  // Every tensor with its PyTorch-style name and its [rows] or [rows, cols] (cols = 0).
+  // Every tensor with its PyTorch-style name, its role and its [rows] or [rows, cols] (cols = 0).
   template <class Self, class F>
   static void layout(Self& self, F&& f) {
+    using R = ParamRole;
     int const c = self.shape.channels, m = self.shape.mlp_hidden;
-    f("ln1.weight", self.ln1_weight, c, 0);
-    f("ln1.bias", self.ln1_bias, c, 0);
-    f("attn.qkv.weight", self.qkv_weight, 3 * c, c);
-    f("attn.qkv.bias", self.qkv_bias, 3 * c, 0);
-    f("attn.proj.weight", self.proj_weight, c, c);
-    f("attn.proj.bias", self.proj_bias, c, 0);
-    f("ln2.weight", self.ln2_weight, c, 0);
-    f("ln2.bias", self.ln2_bias, c, 0);
-    f("mlp.fc.weight", self.fc_weight, m, c);
-    f("mlp.fc.bias", self.fc_bias, m, 0);
-    f("mlp.proj.weight", self.fc_proj_weight, c, m);
-    f("mlp.proj.bias", self.fc_proj_bias, c, 0);
+    f("ln1.weight", R::norm_scale, self.ln1_weight, c, 0);
+    f("ln1.bias", R::norm_shift, self.ln1_bias, c, 0);
+    f("attn.qkv.weight", R::matrix, self.qkv_weight, 3 * c, c);
+    f("attn.qkv.bias", R::bias, self.qkv_bias, 3 * c, 0);
+    f("attn.proj.weight", R::residual_projection, self.proj_weight, c, c);
+    f("attn.proj.bias", R::bias, self.proj_bias, c, 0);
+    f("ln2.weight", R::norm_scale, self.ln2_weight, c, 0);
+    f("ln2.bias", R::norm_shift, self.ln2_bias, c, 0);
+    f("mlp.fc.weight", R::matrix, self.fc_weight, m, c);
+    f("mlp.fc.bias", R::bias, self.fc_bias, m, 0);
+    f("mlp.proj.weight", R::residual_projection, self.fc_proj_weight, c, m);
+    f("mlp.proj.bias", R::bias, self.fc_proj_bias, c, 0);
   }
 
   template <class F>
   void for_each(F&& f) const {
-    layout(*this, [&](char const* name, auto const& view, int, int) { f(std::string(name), view); });
+    layout(*this, [&](char const* name, ParamRole, auto const& view, int, int) { f(std::string(name), view); });
   }
 };
 

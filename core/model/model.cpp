@@ -109,25 +109,20 @@ BlockActivations<Model::T, DeviceMemory> const& Model::acts_for(int layer) const
 }
 
 void Model::init_parameters(std::uint64_t seed) {
+  // GPT-2's scheme, by role: matrices and tables N(0, 0.02), projections into the residual stream
+  // N(0, 0.02 / sqrt(2 L)), biases and LayerNorm shifts 0, LayerNorm scales 1.
   std::mt19937_64 rng(seed);
   double const proj_std = 0.02 / std::sqrt(2.0 * cfg_.layers);
-  params.for_each_tensor([&](std::string const& name, auto const& view) {
+  params.for_each_tensor([&](std::string const&, ParamRole role, auto const& view) {
     auto h = Kokkos::create_mirror_view(view);
-    auto ends_with = [&](char const* suffix) {
-      std::string const s(suffix);
-      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-    };
-    bool const is_norm = name.find(".ln") != std::string::npos;
-    double stddev = 0.02;
-    if (ends_with("attn.proj.weight") || ends_with("mlp.proj.weight")) stddev = proj_std;
-    std::normal_distribution<double> normal(0.0, stddev);
+    std::normal_distribution<double> normal(0.0, role == ParamRole::residual_projection ? proj_std : 0.02);
     for (std::size_t i = 0; i < h.span(); ++i) {
-      if (is_norm)
-        h.data()[i] = ends_with("weight") ? 1.0f : 0.0f;
-      else if (ends_with("bias"))
-        h.data()[i] = 0.0f;
-      else
-        h.data()[i] = float(normal(rng));
+      switch (role) {
+        case ParamRole::bias:
+        case ParamRole::norm_shift: h.data()[i] = 0.0f; break;
+        case ParamRole::norm_scale: h.data()[i] = 1.0f; break;
+        default: h.data()[i] = float(normal(rng));
+      }
     }
     Kokkos::deep_copy(view, h);
   });

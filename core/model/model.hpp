@@ -35,11 +35,12 @@ struct EmbeddingParameters {  // group "embed"
 
   template <class Self, class F>
   static void layout(Self& self, F&& f) {
+    using R = ParamRole;
     auto const& m = self.shape;
-    f("patch_embed.weight", self.patch_weight, m.d_model, m.patch_features());
-    f("patch_embed.bias", self.patch_bias, m.d_model, 0);
-    f("wpe", self.wpe, m.seq_len(), m.d_model);
-    f("wte", self.wte, m.vocab(), m.d_model);
+    f("patch_embed.weight", R::matrix, self.patch_weight, m.d_model, m.patch_features());
+    f("patch_embed.bias", R::bias, self.patch_bias, m.d_model, 0);
+    f("wpe", R::embedding, self.wpe, m.seq_len(), m.d_model);
+    f("wte", R::embedding, self.wte, m.vocab(), m.d_model);
   }
 };
 
@@ -52,9 +53,11 @@ struct HeadParameters {  // group "head"
 
   template <class Self, class F>
   static void layout(Self& self, F&& f) {
-    f("lnf.weight", self.lnf_weight, self.shape.d_model, 0);
-    f("lnf.bias", self.lnf_bias, self.shape.d_model, 0);
-    if (!self.shape.tie_embeddings) f("lm_head", self.lm_head, self.shape.vocab(), self.shape.d_model);
+    using R = ParamRole;
+    f("lnf.weight", R::norm_scale, self.lnf_weight, self.shape.d_model, 0);
+    f("lnf.bias", R::norm_shift, self.lnf_bias, self.shape.d_model, 0);
+    // Untied, the LM head is a matrix of its own (tied, it is wte: an embedding, in group embed).
+    if (!self.shape.tie_embeddings) f("lm_head", R::matrix, self.lm_head, self.shape.vocab(), self.shape.d_model);
   }
 };
 
@@ -84,12 +87,12 @@ struct ModelParameters {
     for (std::size_t l = 0; l < blocks.size(); ++l) f("block." + std::to_string(l), blocks[l].storage);
     f(std::string("head"), head.storage);
   }
-  // f(qualified_name, tensor) for every tensor, in storage order.
+  // f(qualified_name, role, tensor) for every tensor, in storage order.
   template <class F>
   void for_each_tensor(F&& f) const {
     auto visit = [&](std::string const& group, auto const& g) {
-      std::decay_t<decltype(g)>::layout(g, [&](char const* name, auto const& view, int, int) {
-        f(group + "." + name, view);
+      std::decay_t<decltype(g)>::layout(g, [&](char const* name, ParamRole role, auto const& view, int, int) {
+        f(group + "." + name, role, view);
       });
     };
     visit("embed", embed);

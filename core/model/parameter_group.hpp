@@ -1,8 +1,8 @@
 #pragma once
 // A parameter group is a struct of named tensors that share one contiguous `storage` buffer.
 // The struct describes itself with a static layout(self, f) that calls
-// f(name, tensor_member, rows, cols) in storage order (cols = 0 for vectors); the helpers here
-// size, allocate and bind any such struct, so each group is declared exactly once.
+// f(name, role, tensor_member, rows, cols) in storage order (cols = 0 for vectors); the helpers
+// here size, allocate and bind any such struct, so each group is declared exactly once.
 #include "core/tensor.hpp"
 
 #include <cstddef>
@@ -11,11 +11,24 @@
 
 namespace joule {
 
+// What a tensor is, for everything that treats tensors differently (initialisation, weight
+// decay): said once, in the layout, never guessed from names.
+enum class ParamRole {
+  matrix,               // a linear map's weight (qkv, MLP, patch embedding, untied LM head)
+  residual_projection,  // a matrix whose output is added to the residual stream (attn/MLP proj)
+  embedding,            // a lookup table (token, position)
+  bias,
+  norm_scale,           // LayerNorm weight
+  norm_shift,           // LayerNorm bias
+};
+// AdamW's decoupled weight decay applies to matrices only (GPT-2 / nanoGPT convention).
+constexpr bool weight_decayed(ParamRole r) { return r == ParamRole::matrix || r == ParamRole::residual_projection; }
+
 // Number of scalars in the group.
 template <class Group>
 std::size_t group_size(Group const& g) {
   std::size_t n = 0;
-  Group::layout(g, [&](char const*, auto const&, int rows, int cols) {
+  Group::layout(g, [&](char const*, ParamRole, auto const&, int rows, int cols) {
     n += std::size_t(rows) * std::size_t(cols > 0 ? cols : 1);
   });
   return n;
@@ -25,7 +38,7 @@ std::size_t group_size(Group const& g) {
 template <class Group, class T>
 void bind_group(Group& g, T* base) {
   T* p = base;
-  Group::layout(g, [&](char const*, auto& view, int rows, int cols) {
+  Group::layout(g, [&](char const*, ParamRole, auto& view, int rows, int cols) {
     using View = std::decay_t<decltype(view)>;
     if constexpr (unsigned(View::rank) == 1) {
       view = View(p, rows);

@@ -59,21 +59,20 @@ Optimizer::Optimizer(Model& model, OptimizerSettings const& settings)
   });
   std::size_t k = 0;
   model_.grads.for_each_group([&](std::string const&, auto const& storage) { groups_[k++].grad = storage; });
-  // Weight decay on weight matrices only (not biases, norms or embeddings): the slices of each
-  // group's buffer that hold such matrices.
+  // Weight decay by role (weight_decayed: matrices, not biases, norms or embedding tables): the
+  // slices of each group's buffer that hold such tensors.
   {
     std::size_t group = 0, offset = 0;
-    model_.params.for_each_tensor([&](std::string const& name, auto const& view) {
+    model_.params.for_each_tensor([&](std::string const& name, ParamRole role, auto const& view) {
       while (group < groups_.size() && name.rfind(groups_[group].name + ".", 0) != 0) {
         ++group;
         offset = 0;
       }
-      std::string const leaf = name.substr(groups_[group].name.size() + 1);
-      bool const matrix = leaf.find("weight") != std::string::npos && leaf.find("ln") != 0 &&
-                          leaf.find(".ln") == std::string::npos;
-      bool const is_embedding_table = leaf == "wte" || leaf == "wpe";
       std::size_t const n = view.span();
-      if (matrix && !is_embedding_table) groups_[group].decayed.emplace_back(offset, offset + n);
+      if (weight_decayed(role)) {
+        groups_[group].decayed.emplace_back(offset, offset + n);
+        decayed_names_.push_back(name);
+      }
       offset += n;
     });
   }

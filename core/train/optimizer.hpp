@@ -66,6 +66,8 @@ class Optimizer {
   double achieved_ratio() const { return achieved_ratio_; }
   std::vector<std::string> const& group_names() const { return names_; }
   std::vector<bool> const& offloaded() const { return offloaded_; }
+  // The tensors AdamW decays (qualified names, storage order): those whose role is weight_decayed.
+  std::vector<std::string> const& decayed_tensors() const { return decayed_names_; }
   Tensor1<float, DeviceMemory> const& gradient_buffer(int group) const { return groups_[group].grad; }
   std::size_t device_state_bytes() const;  // moments kept on the device
   std::size_t host_state_bytes() const;    // master weights, gradients, moments on the host
@@ -82,6 +84,8 @@ class Optimizer {
   // Finishes the update with the gradients scaled by grad_scale (clipping); returns when every
   // group's new weights are on the device.
   void finish_step(double grad_scale);
+  // Returns once every offloaded group's update is complete and its weights are on the device.
+  void wait_all() {}
 
   // Checkpoints: /adam_m/<group>, /adam_v/<group> (and the weights, from the model).
   void save(io::H5File& f) const;
@@ -104,7 +108,7 @@ class Optimizer {
   OptimizerSettings settings_;
   ExecSpace compute_, copies_;
   std::vector<Group> groups_;
-  std::vector<std::string> names_;
+  std::vector<std::string> names_, decayed_names_;
   std::vector<bool> offloaded_;
   double achieved_ratio_ = 0;
   double lr_ = 0;
