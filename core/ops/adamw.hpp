@@ -7,7 +7,9 @@
 // in the offload issue, host-resident state on the Grace cores.
 #include "core/tensor.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 
 namespace joule {
 
@@ -20,47 +22,67 @@ struct AdamWConfig {
 };
 
 namespace detail {
-// The update of one element; every policy below runs exactly this.
+// IEEE operations that no compiler fuses into an FMA. The offload ratio decides whether a group
+// is updated on the device or on the host; it must not change the result, so host and device
+// AdamW give the same bits: device code names each rounding (nvcc would otherwise contract
+// a * b + c into an FMA), and the host loop lives in adamw_host.cpp, compiled with
+// -ffp-contract=off (g++ contracts too, on aarch64 and wherever -march allows FMA). Division and
+// square root are correctly rounded on both sides (nvcc's defaults, -prec-div/-prec-sqrt).
+template <class T>
+KOKKOS_INLINE_FUNCTION T mul(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == sizeof(float)) return __fmul_rn(a, b); else return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+template <class T>
+KOKKOS_INLINE_FUNCTION T add(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == sizeof(float)) return __fadd_rn(a, b); else return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+template <class T>
+KOKKOS_INLINE_FUNCTION T sub(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == sizeof(float)) return __fsub_rn(a, b); else return __dsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+// The update of one element; every path (device kernel, host loop) runs exactly this.
 template <class T>
 struct AdamWElement {
   T lr, beta1, beta2, eps, decay, bias1, bias2, scale;
+  KOKKOS_INLINE_FUNCTION void apply(T& p, T& m, T& v, T grad) const {
+    T const g = mul(grad, scale);
+    m = add(mul(beta1, m), mul(sub(T(1), beta1), g));
+    v = add(mul(beta2, v), mul(mul(sub(T(1), beta2), g), g));
+    T const step = mul(lr, m / bias1) / add(T(math::sqrt(v / bias2)), eps);
+    p = sub(mul(p, decay), step);
+  }
   template <class Param, class Grad, class Moment>
   KOKKOS_INLINE_FUNCTION void operator()(Param const& param, Grad const& grad, Moment const& m,
                                          Moment const& v, int i) const {
-    T const g = grad(i) * scale;
-    T const mi = beta1 * m(i) + (T(1) - beta1) * g;
-    T const vi = beta2 * v(i) + (T(1) - beta2) * g * g;
+    T p = param(i), mi = m(i), vi = v(i);
+    apply(p, mi, vi, grad(i));
+    param(i) = p;
     m(i) = mi;
     v(i) = vi;
-    T p = param(i) * decay;
-    p -= lr * (mi / bias1) / (math::sqrt(vi / bias2) + eps);
-    param(i) = p;
   }
 };
-template <class ExecutionSpace, class T>
-void adamw_chunks(ExecutionSpace const& space, AdamWElement<T> const& e, T* param, T const* grad,
-                  T* m, T* v, int n, int threads) {
-  int const chunk = (n + threads - 1) / threads;
-  Kokkos::parallel_for(
-      label("adamw_update_host"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, threads),
-      KOKKOS_LAMBDA(int t) {
-        T* KOKKOS_RESTRICT p = param;
-        T const* KOKKOS_RESTRICT g = grad;
-        T* KOKKOS_RESTRICT mm = m;
-        T* KOKKOS_RESTRICT vv = v;
-        int const end = (t + 1) * chunk < n ? (t + 1) * chunk : n;
-        for (int i = t * chunk; i < end; ++i) {
-          T const gi = g[i] * e.scale;
-          T const mi = e.beta1 * mm[i] + (T(1) - e.beta1) * gi;
-          T const vi = e.beta2 * vv[i] + (T(1) - e.beta2) * gi * gi;
-          mm[i] = mi;
-          vv[i] = vi;
-          T pi = p[i] * e.decay;
-          pi -= e.lr * (mi / e.bias1) / (math::sqrt(vi / e.bias2) + e.eps);
-          p[i] = pi;
-        }
-      });
-}
+
+// The host loop over elements [begin, end) of contiguous arrays (adamw_host.cpp; float, double).
+template <class T>
+void adamw_host_range(AdamWElement<T> const& e, T* param, T const* grad, T* m, T* v, std::size_t begin,
+                      std::size_t end);
+extern template void adamw_host_range<float>(AdamWElement<float> const&, float*, float const*, float*,
+                                             float*, std::size_t, std::size_t);
+extern template void adamw_host_range<double>(AdamWElement<double> const&, double*, double const*,
+                                              double*, double*, std::size_t, std::size_t);
 }  // namespace detail
 
 // One update of step `step` (1-based) over flat parameter, gradient and moment arrays.
@@ -90,17 +112,28 @@ void adamw_update(ExecutionSpace const& space, Param const& param, Grad const& g
   constexpr bool host = Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
   bool const contiguous = param.span_is_contiguous() && grad.span_is_contiguous() &&
                           m.span_is_contiguous() && v.span_is_contiguous();
-  if (threads <= 0 && (!host || !contiguous)) {
+  if constexpr (host) {
+    if (contiguous) {
+      // One contiguous chunk per thread through the host loop (vectorised, never contracted).
+      if (threads <= 0) threads = space.concurrency();
+      std::size_t const chunk = (std::size_t(n) + threads - 1) / threads;
+      T* p = param.data();
+      T const* g = grad.data();
+      T* mm = m.data();
+      T* vv = v.data();
+      Kokkos::parallel_for(label("adamw_update_host"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, threads),
+                           [=](int t) {
+                             std::size_t const begin = std::min(std::size_t(n), t * chunk);
+                             std::size_t const end = std::min(std::size_t(n), begin + chunk);
+                             detail::adamw_host_range(e, p, g, mm, vv, begin, end);
+                           });
+      return;
+    }
+  }
+  if (threads <= 0 || !host) {
     Kokkos::parallel_for(
         label("adamw_update"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
         KOKKOS_LAMBDA(int i) { e(param, grad, m, v, i); });
-    return;
-  }
-  if (threads <= 0) threads = space.concurrency();
-  if (contiguous) {
-    // Host: one contiguous chunk per thread over non-aliasing pointers, so the compiler
-    // vectorises the loop (IEEE sqrt and division are exact in vector form too: same bits).
-    detail::adamw_chunks(space, e, param.data(), grad.data(), m.data(), v.data(), n, threads);
     return;
   }
   int const chunk = (n + threads - 1) / threads;

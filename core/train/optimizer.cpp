@@ -2,6 +2,7 @@
 
 #include "core/io/h5file.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace joule {
@@ -96,6 +97,9 @@ Optimizer::Optimizer(Model& model, OptimizerSettings const& settings)
     }
   }
   achieved_ratio_ = total ? double(host) / double(total) : 0.0;
+  norm_parts_ = Kokkos::View<double*, DeviceMemory>(label("optimizer.norm_parts"), groups_.size());
+  norm_parts_host_ = Kokkos::create_mirror_view(norm_parts_);
+  norm_started_.assign(groups_.size(), 0);
 }
 
 std::size_t Optimizer::device_state_bytes() const {
@@ -120,6 +124,7 @@ void Optimizer::begin_step(double lr, long step) {
   lr_ = lr;
   step_ = step;
   for (auto& g : groups_) g.copied = g.updated = false;
+  std::fill(norm_started_.begin(), norm_started_.end(), 0);
 }
 
 namespace {
@@ -181,32 +186,32 @@ void Optimizer::update_host(Group& g, double grad_scale) {
 }
 
 void Optimizer::gradients_ready(int group) {
-  if (group < 0 || group >= int(groups_.size()) || !offloaded_[group]) return;
+  if (group < 0 || group >= int(groups_.size())) return;
+  start_norm_part(group);
+  if (!offloaded_[group]) return;
   Group& g = groups_[group];
   copy_gradient_to_host(g);
   // Without clipping the update needs nothing else: do it now, during the backward pass.
   if (settings_.grad_clip <= 0) update_host(g, 1.0);
 }
 
+void Optimizer::start_norm_part(int group) {
+  // Each group's sum of squares, on the device from the gradient buffer every group has, whatever
+  // its placement: the norm (and so the clipping scale) does not depend on the offload ratio.
+  if (norm_started_[group]) return;
+  auto const d = groups_[group].grad;
+  Kokkos::parallel_reduce(
+      label("grad_norm_part"), Kokkos::RangePolicy<ExecSpace>(compute_, 0, d.extent(0)),
+      KOKKOS_LAMBDA(int i, double& s) { s += double(d(i)) * double(d(i)); }, Kokkos::subview(norm_parts_, group));
+  norm_started_[group] = 1;
+}
+
 double Optimizer::gradient_norm() {
+  for (std::size_t g = 0; g < groups_.size(); ++g) start_norm_part(int(g));
+  Kokkos::deep_copy(compute_, norm_parts_host_, norm_parts_);
+  compute_.fence();
   double sum = 0;
-  for (auto& g : groups_) {  // group by group, in a fixed order, whatever the placement
-    double part = 0;
-    if (g.host_grad.extent(0)) {
-      copy_gradient_to_host(g);
-      copies_.fence();
-      auto const h = g.host_grad;
-      Kokkos::parallel_reduce(
-          label("grad_norm_host"), Kokkos::RangePolicy<HostExecSpace>(0, h.extent(0)),
-          KOKKOS_LAMBDA(int i, double& s) { s += double(h(i)) * double(h(i)); }, part);
-    } else {
-      auto const d = g.grad;
-      Kokkos::parallel_reduce(
-          label("grad_norm"), Kokkos::RangePolicy<ExecSpace>(compute_, 0, d.extent(0)),
-          KOKKOS_LAMBDA(int i, double& s) { s += double(d(i)) * double(d(i)); }, part);
-    }
-    sum += part;
-  }
+  for (std::size_t g = 0; g < groups_.size(); ++g) sum += norm_parts_host_(g);  // a fixed order
   return std::sqrt(sum);
 }
 

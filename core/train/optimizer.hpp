@@ -79,7 +79,8 @@ class Optimizer {
   void begin_step(double lr, long step);
   // Hook for Model::backward on the step's last micro-batch.
   void gradients_ready(int group);
-  // After the backward pass: the global gradient norm (over every group, wherever it lives).
+  // After the backward pass: the global gradient norm, summed group by group in a fixed order
+  // from per-group sums of squares computed on the device as the groups became ready.
   double gradient_norm();
   // Finishes the update with the gradients scaled by grad_scale (clipping); returns when every
   // group's new weights are on the device.
@@ -101,6 +102,7 @@ class Optimizer {
     bool copied = false, updated = false;
   };
   AdamWConfig adamw_config() const;       // this step's settings, weight decay aside
+  void start_norm_part(int group);       // its sum of squares, into norm_parts_ (asynchronous)
   void copy_gradient_to_host(Group& g);  // once per step, after the gradient is final
   void update_host(Group& g, double grad_scale);
 
@@ -110,6 +112,9 @@ class Optimizer {
   std::vector<Group> groups_;
   std::vector<std::string> names_, decayed_names_;
   std::vector<bool> offloaded_;
+  Kokkos::View<double*, DeviceMemory> norm_parts_;                    // per group, this step
+  compat::host_mirror_t<Kokkos::View<double*, DeviceMemory>> norm_parts_host_;
+  std::vector<char> norm_started_;
   double achieved_ratio_ = 0;
   double lr_ = 0;
   long step_ = 0;
