@@ -216,3 +216,39 @@ TEST_CASE("optimizer: weight decay goes by role: every matrix, the untied LM hea
     }
   }
 }
+
+namespace {
+std::vector<std::string>* g_step_allocations = nullptr;
+void record_allocation(Kokkos::Profiling::SpaceHandle space, char const* name, void const*, std::uint64_t bytes) {
+  if (g_step_allocations)
+    g_step_allocations->push_back(std::string(space.name) + " " + name + " (" + std::to_string(bytes) + " bytes)");
+}
+}  // namespace
+
+TEST_CASE("training: a steady-state step allocates nothing in any memory space", "[train][offload]") {
+  // Freeing device memory synchronises the whole device (and stalls the copy stream and the
+  // collectives in flight), so after the first steps nothing may be allocated: Kokkos' allocation
+  // callback sees every allocation in every memory space over steps 3-6.
+  TempFile data(".h5");
+  auto cfg = write_data_and_config(data.path());
+  for (double const ratio : {0.0, 0.5}) {
+    for (int const depth : {0, 1}) {
+      INFO("offload ratio " << ratio << ", recompute depth " << depth);
+      cfg.train.offload_ratio = ratio;
+      cfg.train.recompute_depth = depth;
+      Trainer t(cfg, nullptr);
+      t.run(2);
+      std::vector<std::string> allocations;
+      g_step_allocations = &allocations;
+      Kokkos::Tools::Experimental::set_allocate_data_callback(record_allocation);
+      t.run(4);
+      Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
+      g_step_allocations = nullptr;
+      std::string listed;
+      for (auto const& a : allocations) listed += "\n  " + a;
+      INFO("allocated during steps 3-6:" << listed);
+      REQUIRE(allocations.empty());
+      REQUIRE(t.step() == 6);
+    }
+  }
+}

@@ -37,6 +37,7 @@ MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_de
   e.activations = f * (Ni * Fp + Ni * C + Nt * C + (L + 1) * N * C + kept_blocks * per_block +
                        N * C + 4 * N + N * V + (sharded ? B * S * C : 0));
   e.workspace = f * (B * m.frames * m.channels * m.image_size * m.image_size) + i32 * (Nt + N) +
+                i32 * (2 * V + 1 + Nt) +  // the token embedding's backward buckets
                 f * (N * (6 * C + M) + B * H * S + 2 * N * C + N * C + Ni * C + Nt * C);
   if (sharded)  // d_qkv_heads, d_att_heads, d_x0, the all-to-all send and receive buffers
     e.workspace += f * (B * S * 4 * C / P + B * S * C + 2 * N * 3 * C);
@@ -76,6 +77,9 @@ Model::Model(ModelConfig const& config, int batch, int recompute_depth, Sequence
                                      cfg_.image_size, cfg_.image_size);
   tokens_ = Kokkos::View<int*, DeviceMemory>(label("work.tokens"), Nt);
   targets_ = Kokkos::View<int*, DeviceMemory>(label("work.targets"), N);
+  images_host_ = Kokkos::create_mirror_view(images_);
+  tokens_host_ = Kokkos::create_mirror_view(tokens_);
+  targets_host_ = Kokkos::create_mirror_view(targets_);
 
   patches_ = alloc<Tensor2<T, DeviceMemory>>("act.patches", Ni, cfg_.patch_features());
   image_emb_ = alloc<Tensor2<T, DeviceMemory>>("act.image_emb", Ni, C);
@@ -99,6 +103,7 @@ Model::Model(ModelConfig const& config, int batch, int recompute_depth, Sequence
   d_text_emb_ = alloc<Tensor2<T, DeviceMemory>>("work.d_text_emb", Nt, C);
   d_x0_ = P > 1 ? alloc<Tensor2<T, DeviceMemory>>("work.d_x0", B * S, C) : d_residual_[0];
   if (P > 1) exchange_ = SequenceExchange<T, DeviceMemory>(shards_, B, S / P, C);
+  embedding_work_ = EmbeddingBackwardWorkspace<DeviceMemory>(cfg_.vocab(), Nt, "work.embedding");
 }
 
 BlockActivations<Model::T, DeviceMemory> const& Model::acts_for(int layer) const {
@@ -136,11 +141,11 @@ void Model::set_batch(ExecSpace const& space, HostBatch const& batch, int n_vali
   int const B = batch_, T_ = cfg_.text_len, S = cfg_.seq_len(), n_img = cfg_.image_tokens();
   require(int(batch.samples.size()) == B, "Model::set_batch",
           "got " + std::to_string(batch.samples.size()) + " samples, the model runs " + std::to_string(B));
-  auto h_images = Kokkos::create_mirror_view(images_);
+  auto const& h_images = images_host_;
   require(batch.images.size() == h_images.span(), "Model::set_batch", "image buffer size mismatch");
   for (std::size_t i = 0; i < h_images.span(); ++i) h_images.data()[i] = batch.images[i] * (2.0f / 255.0f) - 1.0f;
-  auto h_tokens = Kokkos::create_mirror_view(tokens_);
-  auto h_targets = Kokkos::create_mirror_view(targets_);
+  auto const& h_tokens = tokens_host_;
+  auto const& h_targets = targets_host_;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < S; ++t) {
       int const row = logits_row(b, t);
@@ -157,7 +162,7 @@ void Model::set_batch(ExecSpace const& space, HostBatch const& batch, int n_vali
   Kokkos::deep_copy(space, images_, h_images);
   Kokkos::deep_copy(space, tokens_, h_tokens);
   Kokkos::deep_copy(space, targets_, h_targets);
-  space.fence();  // the host mirrors go out of scope
+  space.fence();  // the copies have read the host staging before the next batch refills it
 }
 
 int Model::logits_row(int b, int position) const {
@@ -235,7 +240,7 @@ void Model::backward(ExecSpace const& space, double d_loss, std::function<void(i
     detail::copy_shard_rows(space, d_residual_[0], d_x0_, cfg_.seq_len(), shards_.size, shards_.rank, false);
   }
   sequence_concat_backward(space, d_image_emb_, d_text_emb_, g.wpe, d_x0_, n_img, cfg_.text_len);
-  token_embedding_backward(space, g.wte, d_text_emb_, tokens_);
+  token_embedding_backward(space, g.wte, d_text_emb_, tokens_, embedding_work_);
   Tensor4<T, DeviceMemory> const no_pixels;
   patch_embed_backward(space, no_pixels, Tensor2<T, DeviceMemory>(), g.patch_weight, g.patch_bias,
                        d_image_emb_, patches_, params.embed.patch_weight, cfg_.patch_size);

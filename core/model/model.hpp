@@ -13,6 +13,7 @@
 #include "core/model/config.hpp"
 #include "core/model/sequence_shards.hpp"
 #include "core/ops/cross_entropy.hpp"
+#include "core/ops/embedding.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -164,10 +165,12 @@ class Model {
   BlockShape shape_;
   SequenceShards shards_;
   SequenceExchange<T, DeviceMemory> exchange_;  // used when shards_.size > 1
-  // Inputs.
+  // Inputs, and their host staging (allocated once: a step allocates nothing).
   Tensor4<T, DeviceMemory> images_;           // [B*F, C_in, H, W]
   Kokkos::View<int*, DeviceMemory> tokens_;   // [B*T]
   Kokkos::View<int*, DeviceMemory> targets_;  // [B*S/P]  this rank's positions
+  compat::host_mirror_t<Tensor4<T, DeviceMemory>> images_host_;
+  compat::host_mirror_t<Kokkos::View<int*, DeviceMemory>> tokens_host_, targets_host_;
   // Activations kept for the backward pass.
   Tensor2<T, DeviceMemory> patches_, image_emb_, text_emb_;   // [B*n_img, Fp], [B*n_img, C], [B*T, C]
   Tensor2<T, DeviceMemory> x0_;                               // [B*S, C] embedded sequences (all shards)
@@ -180,6 +183,7 @@ class Model {
   BlockWorkspace<T, DeviceMemory> block_work_;
   Tensor2<T, DeviceMemory> d_residual_[2], d_lnf_, d_image_emb_, d_text_emb_;
   Tensor2<T, DeviceMemory> d_x0_;  // [B*S, C] (P > 1: zero outside this rank's rows)
+  EmbeddingBackwardWorkspace<DeviceMemory> embedding_work_;  // [V+1], [V], [B*T] ints
   int counted_rows_ = 0;
 
   BlockActivations<T, DeviceMemory> const& acts_for(int layer) const;

@@ -9,6 +9,8 @@
 #include "core/ops/detail/column_sum.hpp"
 #include "core/tensor.hpp"
 
+#include <string>
+
 namespace joule {
 
 // out[r, c] = wte[tokens[r], c]. Throws if a token is outside [0, V).
@@ -88,21 +90,39 @@ KOKKOS_INLINE_FUNCTION void heap_sort(A& a, int begin, int n) {
 }
 }  // namespace detail
 
+// The scratch of token_embedding_backward (bucket offsets and cursors per token, rows sorted by
+// token), allocated once by its owner: a training step must not allocate (freeing device memory
+// synchronises the whole device).
+template <class MemorySpace>
+struct EmbeddingBackwardWorkspace {
+  Kokkos::View<int*, MemorySpace> offsets;  // [V + 1]
+  Kokkos::View<int*, MemorySpace> cursor;   // [V]
+  Kokkos::View<int*, MemorySpace> rows;     // [N]
+  EmbeddingBackwardWorkspace() = default;
+  EmbeddingBackwardWorkspace(int vocab, int n, std::string const& name)
+      : offsets(label((name + ".bucket_offsets").c_str()), vocab + 1),
+        cursor(label((name + ".bucket_cursor").c_str()), vocab),
+        rows(Kokkos::view_alloc(Kokkos::WithoutInitializing, label((name + ".bucket_rows").c_str())), n) {}
+};
+
 // d_wte[v, c] += sum over rows r with tokens[r] == v of d_out[r, c]   (rows in ascending order)
-template <class ExecutionSpace, class DWte, class DOut, class Tokens>
+template <class ExecutionSpace, class DWte, class DOut, class Tokens, class MemorySpace>
 void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DOut const& d_out,
-                              Tokens const& tokens) {
-  using MemorySpace = typename ExecutionSpace::memory_space;
+                              Tokens const& tokens, EmbeddingBackwardWorkspace<MemorySpace> const& work) {
   int const n = d_out.extent(0), c = d_out.extent(1), vocab = d_wte.extent(0);
   require(int(tokens.extent(0)) == n && int(d_wte.extent(1)) == c, "token_embedding_backward",
           "d_out " + shape_of(d_out) + ", tokens " + shape_of(tokens) + ", d_wte " + shape_of(d_wte));
+  require(int(work.offsets.extent(0)) == vocab + 1 && int(work.cursor.extent(0)) == vocab &&
+              int(work.rows.extent(0)) == n,
+          "token_embedding_backward", "workspace offsets " + shape_of(work.offsets) + ", cursor " +
+                                          shape_of(work.cursor) + ", rows " + shape_of(work.rows) +
+                                          " for vocabulary " + std::to_string(vocab) + " and " +
+                                          std::to_string(n) + " rows");
+  auto const offsets = work.offsets, cursor = work.cursor, rows = work.rows;
+  Kokkos::deep_copy(space, offsets, 0);
+  Kokkos::deep_copy(space, cursor, 0);
 
   // Bucket rows by token: counts -> offsets (exclusive scan) -> fill -> sort each bucket.
-  Kokkos::View<int*, MemorySpace> offsets(label("embedding_bucket_offsets"), vocab + 1);
-  Kokkos::View<int*, MemorySpace> cursor(label("embedding_bucket_cursor"), vocab);
-  Kokkos::View<int*, MemorySpace> rows(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                                          label("embedding_bucket_rows")),
-                                       n);
   Kokkos::parallel_for(
       label("embedding_backward_count"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
       KOKKOS_LAMBDA(int r) { Kokkos::atomic_add(&offsets(tokens(r) + 1), 1); });
@@ -134,6 +154,15 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
         for (int k = begin; k < end; ++k) sum += d_out(rows(k), i);
         d_wte(v, i) += sum;
       });
+}
+
+// The same with a workspace of its own (tests, benchmarks; a training step passes its own).
+template <class ExecutionSpace, class DWte, class DOut, class Tokens>
+void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DOut const& d_out,
+                              Tokens const& tokens) {
+  EmbeddingBackwardWorkspace<typename ExecutionSpace::memory_space> const work(
+      int(d_wte.extent(0)), int(d_out.extent(0)), "embedding_backward");
+  token_embedding_backward(space, d_wte, d_out, tokens, work);
 }
 
 // Token plus position embedding of a text-only sequence:

@@ -76,6 +76,11 @@ Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_para
     throw TrainingError(config.data.path + ": needs at least 2 samples (one to train on, one held out)");
   model_.init_parameters(config.train.seed);
   optimizer_.sync_master_weights();
+  bool const host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, DeviceMemory>::accessible;
+  if (distributed() && !dp_.device_pointers && !host_memory)  // MPI without device support
+    for (std::size_t g = 0; g < optimizer_.group_names().size(); ++g)
+      staged_.push_back(Kokkos::create_mirror_view(optimizer_.gradient_buffer(int(g))));
+  buckets_.reserve(optimizer_.group_names().size());
 }
 
 std::string Trainer::offload_summary() const {
@@ -105,9 +110,8 @@ void Trainer::start_gradient_sum(int group) {
   b.grad = optimizer_.gradient_buffer(group);
   space_.fence();  // the backward kernels that wrote this group are done
   float* data = b.grad.data();
-  bool const host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, DeviceMemory>::accessible;
-  if (!dp_.device_pointers && !host_memory) {  // MPI without device support: stage through the host
-    b.staged = Kokkos::create_mirror_view(b.grad);
+  if (!staged_.empty()) {  // MPI without device support: stage through the host
+    b.staged = staged_[group];
     Kokkos::deep_copy(b.staged, b.grad);
     data = b.staged.data();
   }

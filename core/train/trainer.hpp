@@ -108,6 +108,8 @@ class Trainer {
     PendingSum pending;
   };
   std::vector<Bucket> buckets_;  // this step's, in the order the backward pass finished them
+  // Per group, the host copy MPI sums when it cannot read device memory (allocated once).
+  std::vector<compat::host_mirror_t<Tensor1<float, DeviceMemory>>> staged_;
   int step_ = 0;  // optimizer steps done
 };
 
