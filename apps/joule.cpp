@@ -3,6 +3,7 @@
 #include "bench/bench_ops.hpp"
 #include "commands.hpp"
 #include "core/compat.hpp"
+#include "core/train/host_cores.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -25,6 +26,12 @@ int main(int argc, char** argv) {
   // Kokkos' OpenMP backend warns without a binding policy; bind unless the user chose otherwise.
   setenv("OMP_PROC_BIND", "spread", /*overwrite=*/0);
   setenv("OMP_PLACES", "threads", 0);
+  try {
+    joule::reserve_host_cores_from_environment();  // JOULE_HOST_CORES: before Kokkos starts its threads
+  } catch (std::exception const& e) {
+    fmt::print(stderr, "joule: error: {}\n", e.what());
+    return 2;
+  }
   Kokkos::ScopeGuard kokkos(argc, argv);  // consumes --kokkos-* arguments
 
   CLI::App app{"joule: energy-aware training of multimodal transformers on Kokkos"};

@@ -1,12 +1,15 @@
 // The training loop: a checkpointed and resumed run continues the uninterrupted loss trajectory,
 // training drives the loss down, and a non-finite loss stops with a clear message.
 #include "core/data/synth.hpp"
+#include "core/train/host_cores.hpp"
 #include "core/train/trainer.hpp"
 #include "support/test_support.hpp"
 #include "support/tiny_config.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <set>
 #include <sstream>
 
@@ -249,6 +252,40 @@ TEST_CASE("training: a steady-state step allocates nothing in any memory space",
       INFO("allocated during steps 3-6:" << listed);
       REQUIRE(allocations.empty());
       REQUIRE(t.step() == 6);
+    }
+  }
+}
+
+TEST_CASE("offload: with cores set aside, the host updates run on the worker, on those cores, off the "
+          "launching thread", "[.worker]") {
+  // Run with JOULE_HOST_CORES (ctest: offload_host_worker). The overlap this allows is measured by
+  // `joule bench --suite offload` (a benchmark: time is not asserted in tests).
+  auto const& cores = host_cores();
+  REQUIRE_FALSE(cores.optimizer.empty());
+  TempFile data(".h5");
+  auto cfg = write_data_and_config(data.path());
+  for (double const clip : {0.0, 1.0}) {
+    INFO("grad_clip " << clip);
+    cfg.train.grad_clip = clip;
+    cfg.train.offload_ratio = 0.5;
+    Trainer t(cfg, nullptr);
+    auto& opt = t.optimizer();
+    REQUIRE(opt.host_worker() != nullptr);
+    REQUIRE(opt.host_worker()->thread_id() != std::this_thread::get_id());
+    long long offloaded = 0;
+    for (bool o : opt.offloaded()) offloaded += o;
+    REQUIRE(offloaded > 0);
+    t.run(3);
+    opt.wait_all();
+    auto const times = opt.offload_times();
+    REQUIRE(times.on_worker);
+    REQUIRE(times.jobs == 3 * offloaded);
+    REQUIRE(times.host_seconds > 0);
+    for (std::size_t g = 0; g < opt.offloaded().size(); ++g) {
+      if (!opt.offloaded()[g]) continue;
+      int const cpu = opt.host_worker()->last_span(int(g)).cpu;
+      INFO("group " << g << " ran on CPU " << cpu);
+      REQUIRE(std::find(cores.optimizer.begin(), cores.optimizer.end(), cpu) != cores.optimizer.end());
     }
   }
 }

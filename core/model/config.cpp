@@ -104,9 +104,11 @@ Config parse_config(std::string const& json_text, std::string const& source) {
   }
   if (!root.is_object()) throw ConfigError(source + ": must be a JSON object with model, data, train");
   for (auto const& item : root.items())
-    // "tune" belongs to the scheduler (`joule tune` reads and checks it); training ignores it.
-    if (item.key() != "model" && item.key() != "data" && item.key() != "train" && item.key() != "tune")
-      throw ConfigError(source + ": unknown section '" + item.key() + "' (allowed: model, data, train, tune)");
+    // "tune" belongs to the scheduler (`joule tune` reads and checks it) and "parallel" to the
+    // process set-up (parallel/backend_choice.hpp); training ignores them.
+    if (item.key() != "model" && item.key() != "data" && item.key() != "train" && item.key() != "tune" &&
+        item.key() != "parallel")
+      throw ConfigError(source + ": unknown section '" + item.key() + "' (allowed: model, data, train, tune, parallel)");
 
   Config cfg;
   {

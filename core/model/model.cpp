@@ -188,9 +188,13 @@ void copy_shard_rows(ExecSpace const& space, Local const& local, Whole const& wh
 }
 }  // namespace detail
 
-CrossEntropyResult Model::forward(ExecSpace const& space) {
+CrossEntropyResult Model::forward(ExecSpace const& space, std::function<void(int)> const& before_group) {
+  auto before = [&](int group) {
+    if (before_group) before_group(group);
+  };
   compat::ScopedRegion region("forward");
   auto const& e = params.embed;
+  before(0);
   int const n_img = cfg_.image_tokens();
   patch_embed_forward(space, image_emb_, patches_, images_, e.patch_weight, e.patch_bias, cfg_.patch_size);
   token_embedding_forward(space, text_emb_, tokens_, e.wte);
@@ -198,8 +202,11 @@ CrossEntropyResult Model::forward(ExecSpace const& space) {
   sequence_concat_forward(space, x0_, image_emb_, text_emb_, e.wpe, n_img, cfg_.text_len);
   if (shards_.size > 1)
     detail::copy_shard_rows(space, residual_[0], x0_, cfg_.seq_len(), shards_.size, shards_.rank, true);
-  for (int l = 0; l < cfg_.layers; ++l)
+  for (int l = 0; l < cfg_.layers; ++l) {
+    before(1 + l);
     block_forward(space, shape_, residual_[l + 1], acts_for(l), params.blocks[l], residual_[l], exchange());
+  }
+  before(cfg_.layers + 1);
   auto const& h = params.head;
   layernorm_forward(space, lnf_, lnf_mean_, lnf_rstd_, residual_[cfg_.layers], h.lnf_weight, h.lnf_bias);
   linear_forward(space, logits_, lnf_, h.lm_head, Tensor1<T, DeviceMemory>());

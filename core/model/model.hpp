@@ -142,7 +142,9 @@ class Model {
   // Samples at index >= n_valid get all targets ignored (padding of a last, short batch).
   void set_batch(ExecSpace const& space, HostBatch const& batch, int n_valid);
   // The loss is the mean over the text positions of the whole sequences (all shards).
-  CrossEntropyResult forward(ExecSpace const& space);
+  // before_group(g), if given, is called just before the first kernel that reads the weights of
+  // parameter group g is queued (an optimizer may still be writing them).
+  CrossEntropyResult forward(ExecSpace const& space, std::function<void(int group)> const& before_group = {});
   // Backward of d_loss * loss; accumulates into gradients. Needs the preceding forward().
   // group_ready(g), if given, is called as soon as the gradients of parameter group g
   // (for_each_group order: 0 embed, 1 + l block l, L + 1 head) are complete — kernels enqueued

@@ -75,6 +75,19 @@ struct AdamWElement {
   }
 };
 
+// Step `step`'s scalars, computed once on the host in double, then used in the kernel's precision.
+template <class T>
+AdamWElement<T> make_adamw_element(AdamWConfig const& cfg, long step, double grad_scale) {
+  return {T(cfg.lr),
+          T(cfg.beta1),
+          T(cfg.beta2),
+          T(cfg.eps),
+          T(1.0 - cfg.lr * cfg.weight_decay),
+          T(1.0 - std::pow(cfg.beta1, double(step))),
+          T(1.0 - std::pow(cfg.beta2, double(step))),
+          T(grad_scale)};
+}
+
 // The host loop over elements [begin, end) of contiguous arrays (adamw_host.cpp; float, double).
 template <class T>
 void adamw_host_range(AdamWElement<T> const& e, T* param, T const* grad, T* m, T* v, std::size_t begin,
@@ -100,15 +113,7 @@ void adamw_update(ExecutionSpace const& space, Param const& param, Grad const& g
   require(int(grad.extent(0)) == n && int(m.extent(0)) == n && int(v.extent(0)) == n,
           "adamw_update", "param " + shape_of(param) + ", grad " + shape_of(grad) + ", m " +
                               shape_of(m) + ", v " + shape_of(v));
-  // Scalars computed once on the host in double, then used in the kernel's precision.
-  detail::AdamWElement<T> const e{T(cfg.lr),
-                                  T(cfg.beta1),
-                                  T(cfg.beta2),
-                                  T(cfg.eps),
-                                  T(1.0 - cfg.lr * cfg.weight_decay),
-                                  T(1.0 - std::pow(cfg.beta1, double(step))),
-                                  T(1.0 - std::pow(cfg.beta2, double(step))),
-                                  T(grad_scale)};
+  auto const e = detail::make_adamw_element<T>(cfg, step, grad_scale);
   constexpr bool host = Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
   bool const contiguous = param.span_is_contiguous() && grad.span_is_contiguous() &&
                           m.span_is_contiguous() && v.span_is_contiguous();

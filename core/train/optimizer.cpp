@@ -1,6 +1,11 @@
 #include "core/train/optimizer.hpp"
 
 #include "core/io/h5file.hpp"
+#include "core/train/host_cores.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <thread>
 
 #include <algorithm>
 #include <cmath>
@@ -50,12 +55,16 @@ OptimizerMemory estimate_optimizer_memory(ModelConfig const& m, double offload_r
 }
 
 Optimizer::Optimizer(Model& model, OptimizerSettings const& settings)
-    : model_(model), settings_(settings), compute_(), copies_(compat::independent_instance<ExecSpace>()) {
+    : model_(model),
+      settings_(settings),
+      compute_(),
+      copies_(compat::independent_instance<ExecSpace>()),
+      host_to_device_(compat::independent_instance<ExecSpace>()) {
   model_.params.for_each_group([&](std::string const& name, auto const& storage) {
     Group g;
     g.name = name;
     g.param = storage;
-    groups_.push_back(g);
+    groups_.push_back(std::move(g));
     names_.push_back(name);
   });
   std::size_t k = 0;
@@ -100,7 +109,19 @@ Optimizer::Optimizer(Model& model, OptimizerSettings const& settings)
   norm_parts_ = Kokkos::View<double*, DeviceMemory>(label("optimizer.norm_parts"), groups_.size());
   norm_parts_host_ = Kokkos::create_mirror_view(norm_parts_);
   norm_started_.assign(groups_.size(), 0);
+  // The host jobs get threads of their own where there is something to overlap with: always on a
+  // GPU; on a CPU-only build only when cores are set aside for them (JOULE_HOST_CORES).
+  auto const& reserved = host_cores().optimizer;
+  if (host > 0 && (!kDeviceIsHost || !reserved.empty())) {
+    int const threads = settings.host_threads > 0 ? settings.host_threads
+                        : !reserved.empty()       ? int(reserved.size())
+                                                  : std::max(1, int(std::thread::hardware_concurrency()) - 1);
+    worker_ = std::make_unique<HostWorker>(int(groups_.size()), threads, reserved, [this](int g) { host_job(g); });
+  }
+  times_.on_worker = worker_ != nullptr;
 }
+
+Optimizer::~Optimizer() = default;  // the worker (declared last) finishes its queue first
 
 std::size_t Optimizer::device_state_bytes() const {
   std::size_t b = 0;
@@ -116,6 +137,7 @@ std::size_t Optimizer::host_state_bytes() const {
 }
 
 void Optimizer::sync_master_weights() {
+  wait_all();
   for (auto& g : groups_)
     if (g.host_param.extent(0)) Kokkos::deep_copy(g.host_param, g.param);
 }
@@ -123,7 +145,7 @@ void Optimizer::sync_master_weights() {
 void Optimizer::begin_step(double lr, long step) {
   lr_ = lr;
   step_ = step;
-  for (auto& g : groups_) g.copied = g.updated = false;
+  for (auto& g : groups_) g.copied = g.handed_over = false;
   std::fill(norm_started_.begin(), norm_started_.end(), 0);
 }
 
@@ -160,49 +182,117 @@ AdamWConfig Optimizer::adamw_config() const {
   return cfg;
 }
 
-void Optimizer::copy_gradient_to_host(Group& g) {
+void Optimizer::copy_gradient_to_host(int group) {
+  Group& g = groups_[group];
   if (g.copied) return;
-  // Copies run on their own instance: the gradient must be final on the compute instance first.
-  compute_.fence();
-  compat::ScopedRegion region("d2h");
-  Kokkos::deep_copy(copies_, g.host_grad, g.grad);
+  // The copy instance starts once the compute instance has written the gradient (an event, not a
+  // host fence); "landed" tells the host job when it is there.
+  g.grad_final.record(compute_);
+  g.grad_final.make_wait(copies_);
+  {
+    compat::ScopedRegion region("d2h");
+    Kokkos::deep_copy(copies_, g.host_grad, g.grad);
+  }
+  g.landed.record(copies_);
   g.copied = true;
 }
 
-void Optimizer::update_host(Group& g, double grad_scale) {
-  copy_gradient_to_host(g);
-  copies_.fence();  // the gradient has landed
+void Optimizer::hand_over(int group, double grad_scale) {
+  Group& g = groups_[group];
+  if (g.handed_over) return;
+  copy_gradient_to_host(group);
+  // The job reads its settings from here, not from the optimizer, which moves on to the next step.
+  g.job_config = adamw_config();
+  g.job_step = step_;
+  g.scale = grad_scale;
+  g.handed_over = true;
+  g.ordered = false;
+  if (worker_) {
+    worker_->submit(group);
+  } else {
+    auto const t0 = HostWorker::Clock::now();
+    host_job(group);
+    times_.host_seconds += std::chrono::duration<double>(HostWorker::Clock::now() - t0).count();
+    ++times_.jobs;
+  }
+}
+
+void Optimizer::host_job(int group) {
+  Group& g = groups_[group];
+  g.landed.synchronize();
   {
     compat::ScopedRegion region("optimizer_host");
-    adamw_slices(HostExecSpace(), g.decayed, g.host_param, g.host_grad, g.host_m, g.host_v,
-                 adamw_config(), settings_.weight_decay, step_, grad_scale, settings_.host_threads);
-    HostExecSpace().fence();
+    if (worker_) {
+      // On the worker's threads: every run of the buffer (decayed or not) split into one chunk
+      // per thread, through the same host loop as the inline path.
+      AdamWConfig decayed_cfg = g.job_config, plain_cfg = g.job_config;
+      decayed_cfg.weight_decay = settings_.weight_decay;
+      plain_cfg.weight_decay = 0.0;
+      auto const with_decay = detail::make_adamw_element<float>(decayed_cfg, g.job_step, g.scale);
+      auto const without = detail::make_adamw_element<float>(plain_cfg, g.job_step, g.scale);
+      float* p = g.host_param.data();
+      float const* grad = g.host_grad.data();
+      float* m = g.host_m.data();
+      float* v = g.host_v.data();
+      std::size_t const n = g.host_param.extent(0), threads = std::size_t(worker_->threads());
+      auto update = [&](std::size_t begin, std::size_t end, bool decay, int chunk) {
+        std::size_t const per = (end - begin + threads - 1) / threads;
+        std::size_t const b = std::min(end, begin + std::size_t(chunk) * per), e = std::min(end, b + per);
+        if (b < e) detail::adamw_host_range(decay ? with_decay : without, p, grad, m, v, b, e);
+      };
+      worker_->parallel([&](int chunk) {
+        std::size_t pos = 0;
+        for (auto const& [b, e] : g.decayed) {
+          update(pos, b, false, chunk);
+          update(b, e, true, chunk);
+          pos = e;
+        }
+        update(pos, n, false, chunk);
+      });
+    } else {
+      adamw_slices(HostExecSpace(), g.decayed, g.host_param, g.host_grad, g.host_m, g.host_v, g.job_config,
+                   settings_.weight_decay, g.job_step, g.scale, settings_.host_threads);
+      HostExecSpace().fence();
+    }
   }
-  {
-    compat::ScopedRegion region("h2d");
-    Kokkos::deep_copy(copies_, g.param, g.host_param);  // waits in finish_step
+  compat::ScopedRegion region("h2d");
+  if constexpr (kDeviceIsHost) {
+    // Host memory on both sides, and kernels complete when launched: a plain copy, made by the
+    // thread that has the new weights (no Kokkos call from the worker thread).
+    std::memcpy(g.param.data(), g.host_param.data(), g.param.span() * sizeof(float));
+  } else {
+    // After the compute instance's last read of the old weights (the backward pass of the group).
+    g.grad_final.make_wait(host_to_device_);
+    Kokkos::deep_copy(host_to_device_, g.param, g.host_param);
+    g.params_ready.record(host_to_device_);
   }
-  g.updated = true;
 }
 
 void Optimizer::gradients_ready(int group) {
   if (group < 0 || group >= int(groups_.size())) return;
   start_norm_part(group);
   if (!offloaded_[group]) return;
-  Group& g = groups_[group];
-  copy_gradient_to_host(g);
-  // Without clipping the update needs nothing else: do it now, during the backward pass.
-  if (settings_.grad_clip <= 0) update_host(g, 1.0);
+  wait_for_group(group);  // last step's job (normally already waited for by the forward pass)
+  copy_gradient_to_host(group);
+  // Without clipping the update needs nothing else: hand it over now, during the backward pass.
+  if (settings_.grad_clip <= 0) hand_over(group, 1.0);
 }
+
+namespace {
+// The sum of squares of `d` into the device scalar `out`, queued on `space` (no host wait).
+template <class Out>
+void queue_sum_of_squares(ExecSpace const& space, Tensor1<float, DeviceMemory> const& d, Out const& out) {
+  Kokkos::parallel_reduce(
+      label("grad_norm_part"), Kokkos::RangePolicy<ExecSpace>(space, 0, d.extent(0)),
+      KOKKOS_LAMBDA(int i, double& s) { s += double(d(i)) * double(d(i)); }, out);
+}
+}  // namespace
 
 void Optimizer::start_norm_part(int group) {
   // Each group's sum of squares, on the device from the gradient buffer every group has, whatever
   // its placement: the norm (and so the clipping scale) does not depend on the offload ratio.
   if (norm_started_[group]) return;
-  auto const d = groups_[group].grad;
-  Kokkos::parallel_reduce(
-      label("grad_norm_part"), Kokkos::RangePolicy<ExecSpace>(compute_, 0, d.extent(0)),
-      KOKKOS_LAMBDA(int i, double& s) { s += double(d(i)) * double(d(i)); }, Kokkos::subview(norm_parts_, group));
+  queue_sum_of_squares(compute_, groups_[group].grad, Kokkos::subview(norm_parts_, group));
   norm_started_[group] = 1;
 }
 
@@ -218,19 +308,45 @@ double Optimizer::gradient_norm() {
 void Optimizer::finish_step(double grad_scale) {
   for (std::size_t i = 0; i < groups_.size(); ++i) {
     Group& g = groups_[i];
-    if (offloaded_[i]) {
-      if (!g.updated) update_host(g, grad_scale);
-      continue;
-    }
+    if (offloaded_[i]) continue;
     compat::ScopedRegion region("optimizer_device");
     adamw_slices(compute_, g.decayed, g.param, g.grad, g.m, g.v, adamw_config(), settings_.weight_decay,
                  step_, grad_scale, 0);
   }
-  compute_.fence();
-  copies_.fence();  // every host -> device copy is complete before the next forward pass
+  // The jobs not handed over yet (with clipping: all of them), in the order the next forward
+  // pass needs their weights.
+  for (std::size_t i = 0; i < groups_.size(); ++i)
+    if (offloaded_[i]) hand_over(int(i), grad_scale);
 }
 
-void Optimizer::save(io::H5File& f) const {
+void Optimizer::wait_for_group(int group) {
+  if (group < 0 || group >= int(groups_.size()) || !offloaded_[group]) return;
+  Group& g = groups_[group];
+  if (g.ordered) return;
+  if (worker_) {
+    auto const t0 = HostWorker::Clock::now();
+    worker_->wait(group);  // rethrows what the job threw
+    times_.wait_seconds += std::chrono::duration<double>(HostWorker::Clock::now() - t0).count();
+    auto const span = worker_->last_span(group);
+    times_.host_seconds += std::chrono::duration<double>(span.end - span.start).count();
+    ++times_.jobs;
+  }
+  g.params_ready.make_wait(compute_);
+  g.ordered = true;
+}
+
+void Optimizer::wait_all() {
+  for (std::size_t i = 0; i < groups_.size(); ++i) wait_for_group(int(i));
+  Kokkos::fence();
+}
+
+void Optimizer::reset_offload_times() {
+  times_ = OffloadTimes{};
+  times_.on_worker = worker_ != nullptr;
+}
+
+void Optimizer::save(io::H5File& f) {
+  wait_all();
   for (auto const& g : groups_) {
     auto write = [&](char const* kind, auto const& view) {
       auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
@@ -247,6 +363,7 @@ void Optimizer::save(io::H5File& f) const {
 }
 
 void Optimizer::load(io::H5File const& f) {
+  wait_all();
   for (auto& g : groups_) {
     auto read = [&](char const* kind, auto const& view) {
       io::Dims dims;

@@ -1,25 +1,35 @@
 #pragma once
 // AdamW over the model's parameter groups, with a tunable share of them offloaded: for an
 // offloaded group the fp32 master weights and the moments m, v live in host memory (pinned
-// where the backend has it) and are updated by the same AdamW code on the host execution space
-// (OpenMP threads: the Grace cores on a GH200); the other groups stay on the device.
+// where the backend has it) and are updated on the host (the Grace cores on a GH200) by the same
+// element arithmetic, rounded the same way (core/ops/adamw.hpp): every ratio gives the same bits.
 //
-// Data path per step (offload_ratio > 0):
-//   - as soon as the backward pass has finished a group's gradients (Model::backward's
-//     group_ready hook, last micro-batch), its gradients are copied device -> host on a separate
-//     execution space instance (its own CUDA stream), region "d2h", while the backward pass goes
-//     on with earlier layers;
-//   - with gradient clipping off, the host updates the group as soon as its copy has landed
-//     ("optimizer_host"), and copies the new weights back ("h2d"), still during the backward
-//     pass; with clipping on, the global norm needs every gradient first, so the host updates
-//     wait for the end of the backward pass (the copies still overlap);
-//   - device groups are updated on the device ("optimizer_device"); before the next forward pass
-//     every host -> device copy is complete.
-// On a CPU-only build device and host memory coincide, but the copies still happen, so their
-// cost is measured rather than assumed away. The arithmetic is the same for every ratio.
+// Data path of an offloaded group, per step (detail/stream_event.hpp orders the instances):
+//   - when the backward pass has queued the group's last gradient kernel (Model::backward's
+//     group_ready hook, last micro-batch), the launching thread records an event on the compute
+//     instance, makes the copy instance wait for it, queues the device -> host copy of the
+//     gradient there ("d2h") and records "landed"; it does not wait;
+//   - the host update is a job for the host worker (host_worker.hpp: its own thread and helpers,
+//     on the cores JOULE_HOST_CORES sets aside). The job waits for "landed", runs AdamW
+//     ("optimizer_host"), queues the host -> device copy of the new weights on an instance of its
+//     own after the compute instance's last read of them, and records "params ready" ("h2d").
+//     Without gradient clipping the job is handed over at once, while the backward pass goes on
+//     with earlier layers; with clipping the global norm needs every gradient, so the jobs are
+//     handed over after the norm (end of the backward pass), in forward order, and overlap with
+//     the device groups' AdamW and with the next forward pass's layers that stay on the device;
+//   - the next forward pass calls wait_for_group() just before it queues the first kernel that
+//     reads a group: the launching thread waits there for that group's job (the layers before are
+//     queued and running meanwhile), then makes the compute instance wait for "params ready".
+// Where the device is the host (a CPU-only build) and no cores are set aside, there is nothing to
+// overlap with: the jobs run on the launching thread, as they are handed over.
+// The gradient norm is summed from per-group sums of squares the device computes as the groups
+// become ready; reading it is the one device synchronisation of the launching thread per step.
 #include "core/model/model.hpp"
 #include "core/ops/adamw.hpp"
+#include "core/train/detail/stream_event.hpp"
+#include "core/train/host_worker.hpp"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,12 +45,15 @@ using HostStateMemory = Kokkos::CudaHostPinnedSpace;
 using HostStateMemory = Kokkos::HostSpace;
 #endif
 using HostExecSpace = Kokkos::DefaultHostExecutionSpace;
+// A CPU-only build: "device" memory is host memory and kernels are complete when launched.
+inline constexpr bool kDeviceIsHost = Kokkos::SpaceAccessibility<Kokkos::HostSpace, DeviceMemory>::accessible;
 
 struct OptimizerSettings {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.01;
   double grad_clip = 1.0;
   double offload_ratio = 0.0;  // target share of parameter bytes on the host, in [0, 1]
-  int host_threads = 0;        // threads for the host update; 0: all of the host space
+  int host_threads = 0;        // threads for the host update; 0: all of the host space, or of
+                               // the cores set aside (JOULE_HOST_CORES)
 };
 
 // Which groups go to the host for a target ratio: groups are taken in the order the backward
@@ -62,6 +75,9 @@ OptimizerMemory estimate_optimizer_memory(ModelConfig const& m, double offload_r
 class Optimizer {
  public:
   Optimizer(Model& model, OptimizerSettings const& settings);
+  ~Optimizer();
+  Optimizer(Optimizer const&) = delete;
+  Optimizer& operator=(Optimizer const&) = delete;
 
   double achieved_ratio() const { return achieved_ratio_; }
   std::vector<std::string> const& group_names() const { return names_; }
@@ -82,14 +98,28 @@ class Optimizer {
   // After the backward pass: the global gradient norm, summed group by group in a fixed order
   // from per-group sums of squares computed on the device as the groups became ready.
   double gradient_norm();
-  // Finishes the update with the gradients scaled by grad_scale (clipping); returns when every
-  // group's new weights are on the device.
+  // Finishes the update with the gradients scaled by grad_scale (clipping): queues the device
+  // groups' AdamW and hands the remaining host jobs over; returns without waiting for them.
   void finish_step(double grad_scale);
-  // Returns once every offloaded group's update is complete and its weights are on the device.
-  void wait_all() {}
+  // Before the first kernel that reads group g's weights: waits for its host job (if any) and
+  // orders the compute instance after its host -> device copy.
+  void wait_for_group(int group);
+  // Every group's new weights are on the device and the host state is final (checkpoints,
+  // evaluation, the end of a run).
+  void wait_all();
 
+  // Where the offloaded work ran, cumulated since the last reset: the host jobs' time on the
+  // worker, and the time the launching thread waited for them in wait_for_group().
+  struct OffloadTimes {
+    double host_seconds = 0, wait_seconds = 0;
+    long long jobs = 0;
+    bool on_worker = false;  // false: the jobs ran on the launching thread
+  };
+  OffloadTimes offload_times() const { return times_; }
+  void reset_offload_times();
+  HostWorker const* host_worker() const { return worker_.get(); }
   // Checkpoints: /adam_m/<group>, /adam_v/<group> (and the weights, from the model).
-  void save(io::H5File& f) const;
+  void save(io::H5File& f);
   void load(io::H5File const& f);
 
  private:
@@ -99,16 +129,21 @@ class Optimizer {
     Tensor1<float, DeviceMemory> m, v;            // device groups
     Tensor1<float, HostStateMemory> host_param, host_grad, host_m, host_v;  // offloaded groups
     std::vector<std::pair<std::size_t, std::size_t>> decayed;  // [begin, end) slices with weight decay
-    bool copied = false, updated = false;
+    detail::StreamEvent grad_final, landed, params_ready;      // see the data path above
+    bool copied = false, handed_over = false, ordered = true;
+    AdamWConfig job_config;  // its host job's settings, step and gradient scale
+    long job_step = 0;
+    double scale = 1.0;
   };
-  AdamWConfig adamw_config() const;       // this step's settings, weight decay aside
+  AdamWConfig adamw_config() const;      // this step's settings, weight decay aside
   void start_norm_part(int group);       // its sum of squares, into norm_parts_ (asynchronous)
-  void copy_gradient_to_host(Group& g);  // once per step, after the gradient is final
-  void update_host(Group& g, double grad_scale);
+  void copy_gradient_to_host(int group); // once per step, after the gradient is final
+  void hand_over(int group, double grad_scale);
+  void host_job(int group);              // the update of an offloaded group (worker or inline)
 
   Model& model_;
   OptimizerSettings settings_;
-  ExecSpace compute_, copies_;
+  ExecSpace compute_, copies_, host_to_device_;
   std::vector<Group> groups_;
   std::vector<std::string> names_, decayed_names_;
   std::vector<bool> offloaded_;
@@ -118,6 +153,8 @@ class Optimizer {
   double achieved_ratio_ = 0;
   double lr_ = 0;
   long step_ = 0;
+  std::unique_ptr<HostWorker> worker_;  // null: the jobs run on the launching thread
+  OffloadTimes times_;
 };
 
 }  // namespace joule

@@ -159,7 +159,9 @@ StepRecord Trainer::train_step() {
     if (micro % dp_.size != dp_.rank) continue;
     auto const batch = data_.read(samples);
     model_.set_batch(space_, batch, cfg_.train.micro_batch);
-    loss += model_.forward(space_).loss / accumulation;
+    // Each group's weights are waited for just before their first use (the optimizer's host
+    // jobs of the last step may still be running for later layers).
+    loss += model_.forward(space_, [this](int group) { optimizer_.wait_for_group(group); }).loss / accumulation;
     model_.backward(space_, 1.0 / accumulation, micro == last_mine ? group_ready : std::function<void(int)>());
   }
   if (distributed()) {
@@ -187,6 +189,7 @@ StepRecord Trainer::train_step() {
 }
 
 EvalResult Trainer::evaluate() {
+  optimizer_.wait_all();  // evaluation reads every group's new weights
   compat::ScopedRegion region("evaluate");
   int const B = cfg_.train.micro_batch, T_ = cfg_.model.text_len, V = cfg_.model.vocab(),
             n_img = cfg_.model.image_tokens();
@@ -287,12 +290,16 @@ TrainSummary Trainer::run(int max_steps) {
                           ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == t.steps);
     if (save_now) save_checkpoint(t.checkpoint);
   }
+  // At the end of training every update is complete; a partial run (max_steps) may leave host
+  // jobs in flight for the next step's forward pass to wait for (wait_all() completes them).
+  if (step_ >= t.steps) optimizer_.wait_all();
   summary.seconds = elapsed();
   summary.tokens_per_second = summary.seconds > 0 ? tokens_per_step * (step_ - first) / summary.seconds : 0;
   return summary;
 }
 
-void Trainer::save_checkpoint(std::string const& path) const {
+void Trainer::save_checkpoint(std::string const& path) {
+  optimizer_.wait_all();
   // Written to a temporary name and renamed, so a crash mid-write never destroys the last one.
   std::string const tmp = path + ".tmp";
   {
@@ -317,6 +324,7 @@ void Trainer::save_checkpoint(std::string const& path) const {
 }
 
 void Trainer::resume(std::string const& path) {
+  optimizer_.wait_all();
   try {
     io::H5File f(path, io::H5File::Mode::read);
     if (!f.has_attribute("/", "format") || f.attribute_string("/", "format") != kCheckpointFormat)

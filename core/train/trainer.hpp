@@ -71,7 +71,7 @@ class Trainer {
 
   // Continues from a checkpoint written by save_checkpoint (same model configuration).
   void resume(std::string const& checkpoint_path);
-  void save_checkpoint(std::string const& path) const;
+  void save_checkpoint(std::string const& path);
 
   // Trains until config.train.steps (or `max_steps` more steps, if >= 0), evaluating every
   // eval_every steps and at the end, checkpointing as configured.
@@ -81,6 +81,7 @@ class Trainer {
   int step() const { return step_; }
   Model& model() { return model_; }
   Optimizer const& optimizer() const { return optimizer_; }
+  Optimizer& optimizer() { return optimizer_; }
   std::string offload_summary() const;  // requested and achieved ratio, groups, bytes
   std::size_t train_samples() const { return train_indices_.size(); }
   std::size_t eval_samples() const { return eval_indices_.size(); }

@@ -3,11 +3,20 @@
 // otherwise; OpenBLAS stays single-threaded so the two thread pools don't oversubscribe.
 #define CATCH_CONFIG_RUNNER
 #include <Kokkos_Core.hpp>
+#include "core/train/host_cores.hpp"
 #include "support/catch.hpp"
 
 #include <cstdlib>
+#include <cstdio>
+#include <exception>
 
 int main(int argc, char* argv[]) {
+  try {
+    joule::reserve_host_cores_from_environment();  // JOULE_HOST_CORES: the tests' worker mode
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
   setenv("OMP_NUM_THREADS", "2", /*overwrite=*/0);
   setenv("OMP_PROC_BIND", "false", 0);
   setenv("OPENBLAS_NUM_THREADS", "1", 0);

@@ -1,0 +1,25 @@
+#pragma once
+// Cores set aside for the host optimizer. JOULE_HOST_CORES=k gives the last k CPUs of the
+// process's affinity mask to the offloaded optimizer's worker threads (core/train/host_worker.hpp)
+// and the others to Kokkos: on a GH200 it keeps Grace cores for AdamW; on a CPU-only machine it
+// separates the "device" kernels from the host optimizer, so that their overlap can be seen and
+// measured (`joule bench --suite offload`, the tests' worker mode). Without it nothing changes.
+//
+// reserve_host_cores_from_environment() must run before Kokkos::initialize: it restricts the
+// calling thread, and so the OpenMP threads Kokkos starts from it, to the remaining CPUs, and
+// sets KOKKOS_NUM_THREADS to their number unless it is set.
+#include <vector>
+
+namespace joule {
+
+struct HostCores {
+  std::vector<int> kokkos;     // the CPUs left to Kokkos (empty: nothing reserved)
+  std::vector<int> optimizer;  // the CPUs of the host optimizer's threads (empty: none reserved)
+};
+
+// Throws std::invalid_argument naming JOULE_HOST_CORES when its value is not an integer in
+// [1, CPUs - 1].
+HostCores const& reserve_host_cores_from_environment();
+HostCores const& host_cores();  // what was reserved (both empty if nothing)
+
+}  // namespace joule
