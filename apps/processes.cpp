@@ -6,6 +6,7 @@
 
 #include <fmt/core.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
@@ -19,13 +20,49 @@ bool launched_by_mpi() {
 
 Processes::Processes(Config const& cfg) {
   if (!launched_by_mpi()) {
+    parallel::requested_comm_backend(cfg.json);  // checked here too: a bad value is an error anywhere
     layout_ = parallel::make_layout(1, 0, cfg.train.seq_shards, cfg.model.heads, cfg.model.seq_len());
     return;
   }
   mpi_ = std::make_unique<parallel::MpiSession>(nullptr, nullptr);
   world_ = mpi_->world();
   parallel::require_same_config(*world_, cfg.json);
+  choose_collectives(cfg);
   relayout(cfg.train.seq_shards, cfg);
+}
+
+void Processes::choose_collectives(Config const& cfg) {
+  // Rank 0 sees where every rank is and decides; every rank gets the same verdict (or error).
+  std::string gpu;
+#if defined(JOULE_HAVE_NCCL)
+  gpu = parallel::local_gpu_identity();
+  constexpr bool nccl_built = true;
+#else
+  constexpr bool nccl_built = false;
+#endif
+  auto const gpus = world_->gather(gpu, 0);
+  std::string verdict;
+  if (world_->rank() == 0) {
+    try {
+      auto const c = parallel::choose_comm_backend(parallel::requested_comm_backend(cfg.json), nccl_built, gpus);
+      verdict = std::string(c.nccl ? "nccl" : "mpi") + "\n" + c.reason;
+    } catch (std::exception const& e) {
+      verdict = std::string("error\n") + e.what();
+    }
+  }
+  std::uint64_t size = verdict.size();
+  world_->broadcast(&size, sizeof size, 0);
+  verdict.resize(size);
+  world_->broadcast(verdict.data(), size, 0);
+  auto const newline = verdict.find('\n');
+  std::string const kind = verdict.substr(0, newline), text = verdict.substr(newline + 1);
+  if (kind == "error") throw parallel::CommError(text);
+  comm_ = {kind == "nccl", text};
+}
+
+std::string Processes::collectives() const {
+  if (!world_) return "collectives: none (single process)";
+  return std::string("collectives: ") + (comm_.nccl ? "nccl" : "mpi") + " (" + comm_.reason + ")";
 }
 
 int Processes::run_or_abort(std::function<int()> const& body) const {
@@ -45,11 +82,13 @@ void Processes::relayout(int seq_shards, Config const& cfg) {
   layout_ = parallel::make_layout(w, r, seq_shards, cfg.model.heads, cfg.model.seq_len());
   if (!world_ || same_groups) return;  // tuning trials mostly keep the groups: no new split
 #if defined(JOULE_HAVE_NCCL)
-  if (!sums_) sums_ = parallel::make_nccl_communicator(*world_);
-  sequence_ = parallel::make_nccl_communicator(*world_->split(layout_.dp_rank, layout_.seq_rank));
-#else
-  sequence_ = world_->split(layout_.dp_rank, layout_.seq_rank);
+  if (comm_.nccl) {
+    if (!sums_) sums_ = parallel::make_nccl_communicator(*world_);
+    sequence_ = parallel::make_nccl_communicator(*world_->split(layout_.dp_rank, layout_.seq_rank));
+    return;
+  }
 #endif
+  sequence_ = world_->split(layout_.dp_rank, layout_.seq_rank);
 }
 
 std::string Processes::backend() const {

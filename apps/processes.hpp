@@ -6,6 +6,7 @@
 // (gradient buckets, Ulysses all-to-alls) run on NCCL over device memory and MPI carries the rest.
 #include "core/model/config.hpp"
 #include "core/train/trainer.hpp"
+#include "parallel/backend_choice.hpp"
 #include "parallel/layout.hpp"
 #include "parallel/mpi_communicator.hpp"
 
@@ -28,6 +29,9 @@ class Processes {
   parallel::ProcessLayout const& layout() const { return layout_; }
   parallel::Communicator* world() const { return world_.get(); }  // nullptr: single process
   std::string backend() const;                                    // "single process", "mpi", "nccl + mpi"
+  // "collectives: nccl (every rank has a GPU of its own)", "collectives: mpi (this build has no
+  // NCCL)", ...: the float collectives' backend and why (parallel/backend_choice.hpp).
+  std::string collectives() const;
 
   // The trainer's view, for a configuration whose seq_shards the layout was made for (a tuning
   // trial may use another: layout_for() makes the matching groups).
@@ -43,7 +47,9 @@ class Processes {
   int run_or_abort(std::function<int()> const& body) const;
 
  private:
+  void choose_collectives(Config const& cfg);
   std::unique_ptr<parallel::MpiSession> mpi_;
+  parallel::CommChoice comm_;  // chosen once per job, the same on every rank
   std::unique_ptr<parallel::Communicator> world_, sums_, sequence_;
   parallel::ProcessLayout layout_;
 };

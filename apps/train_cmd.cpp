@@ -19,7 +19,7 @@ namespace joule::apps {
 namespace {
 
 struct TrainOptions {
-  std::string config_path, data, checkpoint, resume;
+  std::string config_path, data, checkpoint, resume, comm;
   int steps = -1, recompute_depth = -1, micro_batch = -1, host_threads = -1, seq_shards = -1, checkpoint_every = -1;
   double offload_ratio = -1;
   long long seed = -1;
@@ -40,6 +40,7 @@ Config configure(TrainOptions const& o) {
     if (o.seed >= 0) j["train"]["seed"] = o.seed;
     if (!o.checkpoint.empty()) j["train"]["checkpoint"] = o.checkpoint;
     if (o.checkpoint_every >= 0) j["train"]["checkpoint_every"] = o.checkpoint_every;
+    if (!o.comm.empty()) j["parallel"]["backend"] = o.comm;
   });
 }
 
@@ -66,7 +67,8 @@ int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o) {
   auto const& layout = procs.layout();
   if (root && layout.world > 1)
     fmt::print("{} processes ({}): {} sequence shard(s) x {} data-parallel replica(s); micro-batches dealt "
-               "round-robin to the replicas\n", layout.world, procs.backend(), layout.seq_shards, layout.dp);
+               "round-robin to the replicas\n{}\n", layout.world, procs.backend(), layout.seq_shards, layout.dp,
+               procs.collectives());
   Trainer trainer(cfg, root ? &std::cout : nullptr, procs.data_parallel(), procs.sequence_shards());
   if (!o.resume.empty()) trainer.resume(o.resume);
 
@@ -143,6 +145,9 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_option("--offload-ratio", o->offload_ratio,
                   "share of parameter bytes whose AdamW state lives on the host (overrides train.offload_ratio)");
   cmd->add_option("--host-threads", o->host_threads, "threads for the host optimizer, 0 = all (overrides train.host_threads)");
+  cmd->add_option("--comm", o->comm, "float collectives: auto (NCCL where every rank has its own GPU), mpi, nccl "
+                  "(overrides parallel.backend)")
+      ->check(CLI::IsMember({"auto", "mpi", "nccl"}));
   cmd->add_option("--seq-shards", o->seq_shards,
                   "processes sharing each sequence, Ulysses style (overrides train.seq_shards; needs mpirun)");
   cmd->add_option("--checkpoint", o->checkpoint, "write checkpoints here (overrides train.checkpoint)");

@@ -33,7 +33,7 @@ std::atomic<bool> g_stop{false};
 extern "C" void on_sigint(int) { g_stop = true; }
 
 struct TuneOptions {
-  std::string config_path, data, out = "runs.h5", resume, objective, strategy;
+  std::string config_path, data, out = "runs.h5", resume, objective, strategy, comm;
   int steps = -1, measured_steps = -1, warmup_steps = -1, max_repeats = -1;
   double budget_mib = -1;
   bool make_data = false, no_train = false;
@@ -69,6 +69,7 @@ int run_tune(TuneOptions const& o) {
     if (o.max_repeats >= 0) t("max_repeats") = o.max_repeats;
     if (o.budget_mib >= 0) t("device_memory_budget_mib") = o.budget_mib;
     if (o.no_train) t("train_after") = false;
+    if (!o.comm.empty()) j["parallel"]["backend"] = o.comm;
   });
   auto const settings = scheduler::parse_tune_settings(cfg);
   std::string const out = o.resume.empty() ? o.out : o.resume;
@@ -152,6 +153,7 @@ int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& 
     say(fmt::format("GPU power limits to try: {} W (this process's {} GPU(s) allow [{:.0f}, {:.0f}] W, now {:.0f} W; "
                     "restored at exit)\n", fmt::join(settings.power_limits_w, ", "), limiter->gpus(),
                     limiter->min_watts(), limiter->max_watts(), limiter->original_watts()));
+  if (procs.size() > 1) say(procs.collectives() + "\n");
   say(fmt::format("tuning {} ({} processes, {}): objective {}, strategy {}, {} candidates of which {} fit {:.0f} MiB ({})\n"
                   "energy: {}{}\nlog: {}{}\n",
                   o.config_path.empty() ? "the embedded default configuration" : o.config_path, procs.size(),
@@ -273,6 +275,9 @@ std::function<int()> add_tune_command(CLI::App& app) {
   cmd->add_option("--budget-mib", o->budget_mib, "device memory budget in MiB (tune.device_memory_budget_mib; 0: automatic)");
   cmd->add_flag("--make-data", o->make_data, "generate the synthetic shapes dataset at data.path if missing");
   cmd->add_flag("--no-train", o->no_train, "only search; do not train with the chosen configuration");
+  cmd->add_option("--comm", o->comm, "float collectives under mpirun: auto (NCCL where every rank has its own GPU), "
+                  "mpi, nccl (overrides parallel.backend)")
+      ->check(CLI::IsMember({"auto", "mpi", "nccl"}));
   return [o, cmd]() -> int { return *cmd ? run_tune(*o) : -1; };
 }
 

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 namespace joule::parallel {
 
 namespace {
@@ -87,6 +89,16 @@ class NcclCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> bootstrap) {
   return std::make_unique<NcclCommunicator>(std::move(bootstrap));
+}
+
+std::string local_gpu_identity() {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "GetDevice");
+  char bus[64] = {};
+  check_cuda(cudaDeviceGetPCIBusId(bus, sizeof bus, device), "DeviceGetPCIBusId");
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return std::string(host) + ":" + bus;
 }
 
 }  // namespace joule::parallel

@@ -7,6 +7,7 @@
 #include "parallel/communicator.hpp"
 
 #include <memory>
+#include <string>
 
 namespace joule::parallel {
 
@@ -16,5 +17,9 @@ std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicato
 inline std::unique_ptr<Communicator> make_nccl_communicator(Communicator const& bootstrap) {
   return make_nccl_communicator(bootstrap.split(0, bootstrap.rank()));
 }
+
+// This process's GPU (the current CUDA device) as "<host name>:<PCI bus id>": the same for every
+// rank on that GPU (backend_choice.hpp).
+std::string local_gpu_identity();
 
 }  // namespace joule::parallel

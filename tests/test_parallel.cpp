@@ -3,12 +3,15 @@
 // case; a failure on any rank fails mpirun.
 #define CATCH_CONFIG_RUNNER
 #include "parallel/agreement.hpp"
+#include "parallel/backend_choice.hpp"
 #include "parallel/layout.hpp"
 #include "parallel/mpi_communicator.hpp"
 
 #include "support/catch.hpp"
 
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 using namespace joule::parallel;
@@ -83,6 +86,40 @@ TEST_CASE("layout: a layout that violates a constraint is rejected, naming it", 
   REQUIRE_THROWS_WITH(make_layout(4, 5, 2, 8, 48), Contains("outside the world"));
   auto const l = make_layout(4, 3, 2, 8, 48);
   REQUIRE((l.seq_rank == 1 && l.dp_rank == 1 && l.dp == 2));
+}
+
+TEST_CASE("collectives: NCCL only where every rank has a GPU of its own, MPI otherwise, with the reason",
+          "[parallel][backend]") {
+  std::vector<std::string> const own{"n0:0000:01:00.0", "n0:0000:02:00.0", "n1:0000:01:00.0"};
+  std::vector<std::string> const shared{"n0:0000:01:00.0", "n1:0000:01:00.0", "n0:0000:01:00.0"};
+  std::vector<std::string> const none{"n0:0000:01:00.0", "", "n1:0000:01:00.0"};
+  auto const a = choose_comm_backend("auto", true, own);
+  REQUIRE(a.nccl);
+  REQUIRE(a.reason == "every rank has a GPU of its own");
+  auto const b = choose_comm_backend("auto", true, shared);  // one GH200 per node, 2 ranks on n0
+  REQUIRE_FALSE(b.nccl);
+  REQUIRE_THAT(b.reason, StartsWith("ranks 0 and 2 share GPU n0:0000:01:00.0"));
+  REQUIRE_FALSE(choose_comm_backend("auto", true, none).nccl);
+  REQUIRE(choose_comm_backend("auto", true, none).reason == "rank 1 has no GPU");
+  auto const c = choose_comm_backend("auto", false, own);
+  REQUIRE_FALSE(c.nccl);
+  REQUIRE(c.reason == "this build has no NCCL");
+  REQUIRE_FALSE(choose_comm_backend("mpi", true, own).nccl);
+  REQUIRE(choose_comm_backend("nccl", true, own).nccl);
+  REQUIRE_THROWS_WITH(choose_comm_backend("nccl", true, shared),
+                      StartsWith("parallel.backend is \"nccl\", but ranks 0 and 2 share GPU"));
+  REQUIRE_THROWS_WITH(choose_comm_backend("nccl", false, own),
+                      "parallel.backend is \"nccl\", but this build has no NCCL");
+  REQUIRE_THROWS_AS(choose_comm_backend("gloo", true, own), std::invalid_argument);
+  // The configuration's section.
+  REQUIRE(requested_comm_backend(R"({"model": {}})") == "auto");
+  REQUIRE(requested_comm_backend(R"({"parallel": {}})") == "auto");
+  REQUIRE(requested_comm_backend(R"({"parallel": {"backend": "mpi"}})") == "mpi");
+  REQUIRE_THROWS_WITH(requested_comm_backend(R"({"parallel": {"backend": "gloo"}})", "c.json"),
+                      "c.json: parallel.backend is \"gloo\"; allowed: \"auto\", \"mpi\", \"nccl\"");
+  REQUIRE_THROWS_WITH(requested_comm_backend(R"({"parallel": {"backand": "mpi"}})", "c.json"),
+                      "c.json: parallel.backand: unknown field (allowed in parallel: backend)");
+  REQUIRE_THROWS_WITH(requested_comm_backend(R"({"parallel": 3})", "c.json"), "c.json: parallel must be an object");
 }
 
 TEST_CASE("first_error: every rank learns whether any failed, and the lowest failing rank's text",

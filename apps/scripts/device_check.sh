@@ -59,7 +59,6 @@ command -v nvcc >/dev/null || export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PA
   echo "cores: $jobs; mpi: $(command -v mpiexec || echo none); ninja: $(command -v ninja || echo none)"
   echo "python3 torch: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.is_available())' 2>&1 | tail -1)"
 } >"$out/machine.txt" 2>&1
-gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')"
 
 # --- 1. Dependencies and the build ----------------------------------------------------------------
 cmake_args=()
@@ -71,11 +70,10 @@ if [ -n "$deps" ]; then
   cmake_args+=(-DCMAKE_PREFIX_PATH="$root/usr;$root/hdf5" -DHDF5_ROOT="$root/hdf5" -DHDF5_USE_STATIC_LIBRARIES=ON)
 fi
 : "${Kokkos_ROOT:?give --deps BUNDLE (apps/scripts/device_bundle.sh) or Kokkos_ROOT (a CUDA + OpenMP Kokkos 4.x/5.x with Kokkos-Kernels)}"
-# MPI if the machine has it, else one process per job. NCCL needs one GPU per rank: with a single
-# GPU the mpirun tests' ranks share it, so they use MPI for everything.
+# MPI if the machine has it, else one process per job. (With one GPU the mpirun tests' ranks share
+# it, and joule then runs their collectives on MPI, saying so: parallel/backend_choice.hpp.)
 if command -v mpicxx >/dev/null && command -v mpiexec >/dev/null; then cmake_args+=(-DJOULE_WITH_MPI=ON)
 else cmake_args+=(-DJOULE_WITH_MPI=OFF); fi
-[ "$gpus" -lt 2 ] && cmake_args+=(-DJOULE_WITH_NCCL=OFF)
 command -v ninja >/dev/null && cmake_args+=(-G Ninja)
 read -r -a extra <<<"${JOULE_DEVICE_CMAKE_ARGS:-}"
 cmake_args+=("${extra[@]}")
