@@ -133,8 +133,8 @@ int run_offload_overlap_bench(OffloadBenchOptions const& o) {
       return v.empty() ? 0.0 : v[v.size() / 2];
     };
     fmt::print("\ngradient clipping {}: {}\n", clip > 0 ? "on" : "off",
-               clip > 0 ? "host jobs start after the norm, and overlap the device groups' AdamW and the next forward pass"
-                        : "host jobs start as the backward pass finishes each group");
+               clip > 0 ? "host jobs handed over after the norm (end of the backward pass), in forward order"
+                        : "host jobs handed over as the backward pass finishes each group");
     fmt::print("{:>6} {:>9} {:>9} {:>12} {:>13} {:>14} {:>10} {:>8} {:>12}\n", "ratio", "achieved", "step ms",
                "backward ms", "host work ms", "launcher waits", "hidden", "device-opt", "step / r=0");
     double const base_step = median(times[0].step);
