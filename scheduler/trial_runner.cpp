@@ -113,8 +113,7 @@ std::size_t TrialRunner::predicted_device_bytes(Knobs const& k) const {
   int const micro = k.micro_batch > 0 ? k.micro_batch : base_.train.micro_batch;
   auto const model = estimate_memory(base_.model, micro, k.recompute_depth, k.seq_shards);
   auto const opt = estimate_optimizer_memory(base_.model, k.offload_ratio);
-  bool const shared = Kokkos::SpaceAccessibility<Kokkos::HostSpace, DeviceMemory>::accessible;
-  return model.total() + opt.device + (shared ? opt.host : 0);
+  return model.total() + opt.device + (kDeviceIsHost ? opt.host : 0);
 }
 
 void TrialRunner::set_power_control(std::function<void(double)> apply, double min_w, double max_w) {

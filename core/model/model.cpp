@@ -143,6 +143,9 @@ void Model::set_batch(ExecSpace const& space, HostBatch const& batch, int n_vali
           "got " + std::to_string(batch.samples.size()) + " samples, the model runs " + std::to_string(B));
   auto const& h_images = images_host_;
   require(batch.images.size() == h_images.span(), "Model::set_batch", "image buffer size mismatch");
+  // Before refilling the staging, the previous batch's copies must have read it: a wait for those
+  // copies alone, not for the kernels queued after them.
+  staged_.synchronize();
   for (std::size_t i = 0; i < h_images.span(); ++i) h_images.data()[i] = batch.images[i] * (2.0f / 255.0f) - 1.0f;
   auto const& h_tokens = tokens_host_;
   auto const& h_targets = targets_host_;
@@ -162,7 +165,7 @@ void Model::set_batch(ExecSpace const& space, HostBatch const& batch, int n_vali
   Kokkos::deep_copy(space, images_, h_images);
   Kokkos::deep_copy(space, tokens_, h_tokens);
   Kokkos::deep_copy(space, targets_, h_targets);
-  space.fence();  // the copies have read the host staging before the next batch refills it
+  staged_.record(space);
 }
 
 int Model::logits_row(int b, int position) const {

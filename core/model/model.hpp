@@ -10,6 +10,7 @@
 // later work can place and move groups independently.
 #include "core/data/dataset.hpp"
 #include "core/model/block.hpp"
+#include "core/detail/stream_event.hpp"
 #include "core/model/config.hpp"
 #include "core/model/sequence_shards.hpp"
 #include "core/ops/cross_entropy.hpp"
@@ -24,6 +25,8 @@ namespace joule {
 
 using ExecSpace = Kokkos::DefaultExecutionSpace;
 using DeviceMemory = ExecSpace::memory_space;
+// A CPU-only build: "device" memory is host memory and kernels are complete when launched.
+inline constexpr bool kDeviceIsHost = Kokkos::SpaceAccessibility<Kokkos::HostSpace, DeviceMemory>::accessible;
 
 template <class T, class MemorySpace>
 struct EmbeddingParameters {  // group "embed"
@@ -173,6 +176,7 @@ class Model {
   Kokkos::View<int*, DeviceMemory> targets_;  // [B*S/P]  this rank's positions
   compat::host_mirror_t<Tensor4<T, DeviceMemory>> images_host_;
   compat::host_mirror_t<Kokkos::View<int*, DeviceMemory>> tokens_host_, targets_host_;
+  detail::StreamEvent staged_;  // the last batch's copies have read the host staging
   // Activations kept for the backward pass.
   Tensor2<T, DeviceMemory> patches_, image_emb_, text_emb_;   // [B*n_img, Fp], [B*n_img, C], [B*T, C]
   Tensor2<T, DeviceMemory> x0_;                               // [B*S, C] embedded sequences (all shards)

@@ -3,12 +3,11 @@
 #include "core/io/h5file.hpp"
 #include "core/train/host_cores.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <thread>
-
-#include <algorithm>
-#include <cmath>
 
 namespace joule {
 
@@ -150,26 +149,32 @@ void Optimizer::begin_step(double lr, long step) {
 }
 
 namespace {
+// f(begin, end, decayed) for the runs of a group's buffer of n elements, which alternate between
+// decayed (matrices: the [begin, end) slices in `decayed`) and not decayed; empty runs skipped.
+template <class F>
+void for_each_run(std::vector<std::pair<std::size_t, std::size_t>> const& decayed, std::size_t n, F&& f) {
+  std::size_t pos = 0;
+  auto run = [&](std::size_t begin, std::size_t end, bool decay) {
+    if (begin < end) f(begin, end, decay);
+  };
+  for (auto const& [b, e] : decayed) {
+    run(pos, b, false);
+    run(b, e, true);
+    pos = e;
+  }
+  run(pos, n, false);
+}
+
 template <class Space, class P, class G, class M>
 void adamw_slices(Space const& space, std::vector<std::pair<std::size_t, std::size_t>> const& decayed,
                   P const& p, G const& g, M const& m, M const& v, AdamWConfig cfg, double weight_decay,
                   long step, double scale, int threads) {
-  // Runs of the buffer alternate between decayed (matrices) and not decayed.
-  std::size_t const n = p.extent(0);
-  std::size_t pos = 0;
-  auto run = [&](std::size_t begin, std::size_t end, double wd) {
-    if (begin >= end) return;
+  for_each_run(decayed, p.extent(0), [&](std::size_t begin, std::size_t end, bool decay) {
     auto const r = std::make_pair(begin, end);
-    cfg.weight_decay = wd;
+    cfg.weight_decay = decay ? weight_decay : 0.0;
     adamw_update(space, Kokkos::subview(p, r), Kokkos::subview(g, r), Kokkos::subview(m, r),
                  Kokkos::subview(v, r), cfg, step, scale, threads);
-  };
-  for (auto const& [b, e] : decayed) {
-    run(pos, b, 0.0);
-    run(b, e, weight_decay);
-    pos = e;
-  }
-  run(pos, n, 0.0);
+  });
 }
 }  // namespace
 
@@ -234,20 +239,13 @@ void Optimizer::host_job(int group) {
       float const* grad = g.host_grad.data();
       float* m = g.host_m.data();
       float* v = g.host_v.data();
-      std::size_t const n = g.host_param.extent(0), threads = std::size_t(worker_->threads());
-      auto update = [&](std::size_t begin, std::size_t end, bool decay, int chunk) {
-        std::size_t const per = (end - begin + threads - 1) / threads;
-        std::size_t const b = std::min(end, begin + std::size_t(chunk) * per), e = std::min(end, b + per);
-        if (b < e) detail::adamw_host_range(decay ? with_decay : without, p, grad, m, v, b, e);
-      };
+      std::size_t const threads = std::size_t(worker_->threads());
       worker_->parallel([&](int chunk) {
-        std::size_t pos = 0;
-        for (auto const& [b, e] : g.decayed) {
-          update(pos, b, false, chunk);
-          update(b, e, true, chunk);
-          pos = e;
-        }
-        update(pos, n, false, chunk);
+        for_each_run(g.decayed, g.host_param.extent(0), [&](std::size_t begin, std::size_t end, bool decay) {
+          std::size_t const per = (end - begin + threads - 1) / threads;
+          std::size_t const b = std::min(end, begin + std::size_t(chunk) * per), e = std::min(end, b + per);
+          if (b < e) detail::adamw_host_range(decay ? with_decay : without, p, grad, m, v, b, e);
+        });
       });
     } else {
       adamw_slices(HostExecSpace(), g.decayed, g.host_param, g.host_grad, g.host_m, g.host_v, g.job_config,

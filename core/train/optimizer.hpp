@@ -4,7 +4,7 @@
 // where the backend has it) and are updated on the host (the Grace cores on a GH200) by the same
 // element arithmetic, rounded the same way (core/ops/adamw.hpp): every ratio gives the same bits.
 //
-// Data path of an offloaded group, per step (detail/stream_event.hpp orders the instances):
+// Data path of an offloaded group, per step (core/detail/stream_event.hpp orders the instances):
 //   - when the backward pass has queued the group's last gradient kernel (Model::backward's
 //     group_ready hook, last micro-batch), the launching thread records an event on the compute
 //     instance, makes the copy instance wait for it, queues the device -> host copy of the
@@ -26,7 +26,7 @@
 // become ready; reading it is the one device synchronisation of the launching thread per step.
 #include "core/model/model.hpp"
 #include "core/ops/adamw.hpp"
-#include "core/train/detail/stream_event.hpp"
+#include "core/detail/stream_event.hpp"
 #include "core/train/host_worker.hpp"
 
 #include <memory>
@@ -45,8 +45,6 @@ using HostStateMemory = Kokkos::CudaHostPinnedSpace;
 using HostStateMemory = Kokkos::HostSpace;
 #endif
 using HostExecSpace = Kokkos::DefaultHostExecutionSpace;
-// A CPU-only build: "device" memory is host memory and kernels are complete when launched.
-inline constexpr bool kDeviceIsHost = Kokkos::SpaceAccessibility<Kokkos::HostSpace, DeviceMemory>::accessible;
 
 struct OptimizerSettings {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.01;

@@ -76,8 +76,7 @@ Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_para
     throw TrainingError(config.data.path + ": needs at least 2 samples (one to train on, one held out)");
   model_.init_parameters(config.train.seed);
   optimizer_.sync_master_weights();
-  bool const host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, DeviceMemory>::accessible;
-  if (distributed() && !dp_.device_pointers && !host_memory)  // MPI without device support
+  if (distributed() && !dp_.device_pointers && !kDeviceIsHost)  // MPI without device support
     for (std::size_t g = 0; g < optimizer_.group_names().size(); ++g)
       staged_.push_back(Kokkos::create_mirror_view(optimizer_.gradient_buffer(int(g))));
   buckets_.reserve(optimizer_.group_names().size());

@@ -1,9 +1,9 @@
 #pragma once
-// Ordering between execution-space instances without host fences: the one backend-specific piece
-// of the optimizer's data path. On CUDA an event (cudaEvent_t, created once, timing off): record()
-// marks the work queued on an instance so far, make_wait() makes another instance's later work wait
-// for it on the device, synchronize() lets a host thread (the optimizer's worker, never the
-// launching thread) wait for it. On host backends a kernel is complete when its launch returns, so
+// Ordering between execution-space instances, and with host threads, without fencing whole
+// instances: the one backend-specific piece of the data paths (the optimizer's copies, the
+// model's batch staging). On CUDA an event (cudaEvent_t, created once, timing off): record() marks
+// the work queued on an instance so far, make_wait() makes another instance's later work wait for
+// it on the device, synchronize() lets a host thread wait for that work alone. On host backends a kernel is complete when its launch returns, so
 // record() only fences the instance (a no-op when nothing is pending) and the rest does nothing.
 #include "core/compat.hpp"
 
