@@ -1,7 +1,7 @@
 // `joule energy probe`: which energy sources this machine has and what they read now.
 #include "commands.hpp"
 
-#include "energy/report.hpp"
+#include "energy/probe.hpp"
 
 #include <fmt/format.h>
 

@@ -65,33 +65,6 @@ double sum(std::vector<double> const& e, std::vector<std::size_t> const& idx) {
 
 }  // namespace
 
-std::string format_probe(Sampler& sampler) {
-  std::ostringstream out;
-  auto const& ch = sampler.channels();
-  sampler.snapshot();
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  sampler.snapshot();
-  auto const trace = sampler.trace();
-  std::string current;
-  for (auto const* s : sampler.sources()) {
-    out << "source " << s->name() << (s->name() == "model" ? "  (a model, not a measurement)" : "") << "\n";
-    for (std::size_t i = 0; i < ch.size(); ++i) {
-      if (ch[i].source != s->name()) continue;
-      double const v = trace.empty() ? std::nan("") : trace.back().values[i];
-      char const* unit = ch[i].channel.quantity == Quantity::gauge ? "" : " W";
-      out << "  " << ch[i].channel.domain << ": " << ch[i].channel.sensor << "  now "
-          << (std::isnan(v) ? std::string("n/a") : fmt("%.1f", v) + unit) << "\n";
-    }
-  }
-  for (auto const& n : sampler.notes()) out << "note: " << n << "\n";
-  auto const rule = total_rule(ch);
-  out << "total used by the scheduler: " << rule.description << "\n";
-  if (!rule.measured)
-    out << "Only the CPU-time model is available here: energy figures on this machine are estimates, "
-           "labelled 'model', not measurements.\n";
-  return out.str();
-}
-
 std::string format_energy_report(Sampler const& sampler, RegionRecorder const& regions,
                                  double run_seconds, std::vector<double> const& run_energy) {
   auto const c = columns_of(sampler.channels());

@@ -1,0 +1,47 @@
+// `joule energy probe`'s text: the sources found, what each reads now, and the total used.
+#include "energy/probe.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <thread>
+
+namespace joule::energy {
+
+namespace {
+std::string fmt(char const* format, double a) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, a);
+  return buf;
+}
+}  // namespace
+
+std::string format_probe(Sampler& sampler) {
+  std::ostringstream out;
+  auto const& ch = sampler.channels();
+  sampler.snapshot();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  sampler.snapshot();
+  auto const trace = sampler.trace();
+  std::string current;
+  for (auto const* s : sampler.sources()) {
+    out << "source " << s->name() << (s->name() == "model" ? "  (a model, not a measurement)" : "") << "\n";
+    for (std::size_t i = 0; i < ch.size(); ++i) {
+      if (ch[i].source != s->name()) continue;
+      double const v = trace.empty() ? std::nan("") : trace.back().values[i];
+      char const* unit = ch[i].channel.quantity == Quantity::gauge ? "" : " W";
+      out << "  " << ch[i].channel.domain << ": " << ch[i].channel.sensor << "  now "
+          << (std::isnan(v) ? std::string("n/a") : fmt("%.1f", v) + unit) << "\n";
+    }
+  }
+  for (auto const& n : sampler.notes()) out << "note: " << n << "\n";
+  auto const rule = total_rule(ch);
+  out << "total used by the scheduler: " << rule.description << "\n";
+  if (!rule.measured)
+    out << "Only the CPU-time model is available here: energy figures on this machine are estimates, "
+           "labelled 'model', not measurements.\n";
+  return out.str();
+}
+
+}  // namespace joule::energy
