@@ -13,10 +13,10 @@ std::function<int()> add_energy_command(CLI::App& app) {
   auto* probe = energy->add_subcommand("probe", "list the energy sources found, their readings now, and the total used");
   return [probe]() -> int {
     if (!*probe) return -1;
-    std::vector<std::string> notes;
+    std::vector<energy::SourceAttempt> attempts;  // what was looked for, and why it is (not) used
     auto const options = energy::SourceOptions::from_environment();
-    energy::Sampler sampler(energy::discover_sources(options, &notes));
-    fmt::print("{}", energy::format_probe(sampler));
+    energy::Sampler sampler(energy::discover_sources(options, nullptr, &attempts));
+    fmt::print("{}", energy::format_probe(sampler, attempts));
     return 0;
   };
 }

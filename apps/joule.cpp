@@ -1,4 +1,5 @@
 // The joule command. Subcommands live in their own files; this file parses and dispatches.
+#include "bench/bench_energy.hpp"
 #include "bench/bench_offload.hpp"
 #include "bench/bench_ops.hpp"
 #include "commands.hpp"
@@ -40,9 +41,12 @@ int main(int argc, char** argv) {
 
   joule::apps::BenchOptions bench;
   std::string suite = "ops";
-  auto* bench_cmd = app.add_subcommand("bench", "benchmarks: operators (GFLOP/s), host AdamW bandwidth, offload overlap");
-  bench_cmd->add_option("--suite", suite, "ops: operator GFLOP/s; adamw: host AdamW vs STREAM triad; offload: overlap")
-      ->check(CLI::IsMember({"ops", "adamw", "offload"}));
+  auto* bench_cmd = app.add_subcommand(
+      "bench", "benchmarks: operators (GFLOP/s), host AdamW bandwidth, offload overlap, energy measurement overhead");
+  bench_cmd->add_option("--suite", suite,
+                        "ops: operator GFLOP/s; adamw: host AdamW vs STREAM triad; offload: overlap; energy: the "
+                        "cost of measuring energy")
+      ->check(CLI::IsMember({"ops", "adamw", "offload", "energy"}));
   std::string preset_help = "operator shapes:";
   std::vector<std::string> preset_names;
   for (auto const& p : joule::apps::bench_presets()) {
@@ -72,6 +76,11 @@ int main(int argc, char** argv) {
       offload.repeats = bench.repeats;
       if (suite == "adamw") return joule::apps::run_adamw_bandwidth_bench(offload);
       if (suite == "offload") return joule::apps::run_offload_overlap_bench(offload);
+      if (suite == "energy") {
+        joule::apps::EnergyBenchOptions energy;
+        energy.repeats = bench.repeats;
+        return joule::apps::run_energy_overhead_bench(energy);
+      }
       return joule::apps::run_bench(bench);
     }
     if (*info_cmd) print_version();

@@ -1,5 +1,6 @@
 // `joule train`: train the captioning model from a configuration file (or the embedded default).
 #include "commands.hpp"
+#include "energy_setup.hpp"
 
 #include "core/train/trainer.hpp"
 #include "energy/report.hpp"
@@ -25,7 +26,8 @@ struct TrainOptions {
   long long seed = -1;
   bool make_data = false;
   bool energy = true;
-  double energy_rate_hz = 20.0;
+  double energy_rate_hz = energy::Sampler::kDefaultRateHz;
+  std::string energy_regions = "timeline";
 };
 
 Config configure(TrainOptions const& o) {
@@ -72,33 +74,31 @@ int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o) {
   Trainer trainer(cfg, root ? &std::cout : nullptr, procs.data_parallel(), procs.sequence_shards());
   if (!o.resume.empty()) trainer.resume(o.resume);
 
-  // Energy: sensors sampled on their own thread, every Kokkos region of the run measured.
+  // Energy: sensors sampled on their own thread, every Kokkos region of the run stamped on the
+  // timeline and given energy from the power trace afterwards.
   std::unique_ptr<energy::Sampler> sampler;
   std::unique_ptr<energy::RegionRecorder> regions;
-  std::vector<double> e0;
-  double t0 = 0;
+  std::unique_ptr<energy::Monitor> monitor;
   if (o.energy) {
     sampler = std::make_unique<energy::Sampler>(
         energy::discover_sources(energy::SourceOptions::from_environment()), o.energy_rate_hz);
-    regions = std::make_unique<energy::RegionRecorder>(*sampler);
+    regions = make_region_recorder(*sampler, energy::edge_mode_from_string(o.energy_regions));
+    monitor = std::make_unique<energy::Monitor>(*sampler);
     sampler->start();
-    t0 = sampler->now();
-    e0 = sampler->snapshot();
+    monitor->begin("run");
   }
   auto const summary = trainer.run();
   std::string energy_report;
   if (sampler) {
-    auto e1 = sampler->snapshot();
-    double const t1 = sampler->now();
-    sampler->stop();
-    for (std::size_t i = 0; i < e1.size(); ++i) e1[i] -= e0[i];
+    auto const run = monitor->end("run");
+    sampler->stop();  // its final sample covers the run; the report needs no more readings
     if (world) {  // every rank measured its own regions and sensors; rank 0 reports them all
-      auto const texts = world->gather(energy::summarize_rank(*sampler, *regions, procs.rank(), t1 - t0, e1).to_json(), 0);
+      auto const texts = world->gather(energy::summarize_rank(*sampler, *regions, procs.rank(), run).to_json(), 0);
       std::vector<energy::RankEnergy> ranks;
       for (auto const& t : texts) ranks.push_back(energy::RankEnergy::from_json(t));
       if (root) energy_report = energy::format_energy_report_across_ranks(ranks);
     } else {
-      energy_report = energy::format_energy_report(*sampler, *regions, t1 - t0, e1);
+      energy_report = energy::format_energy_report(*sampler, *regions, run);
     }
     regions.reset();
   }
@@ -158,6 +158,10 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_flag("--make-data", o->make_data, "generate the synthetic shapes dataset at data.path if missing");
   cmd->add_flag("!--no-energy", o->energy, "do not measure energy");
   cmd->add_option("--energy-rate", o->energy_rate_hz, "energy sampling rate in Hz")->check(CLI::Range(0.1, 10000.0));
+  cmd->add_option("--energy-regions", o->energy_regions,
+                  "region edges: timeline (stamped where the work runs, never fenced) or fenced (a fence at "
+                  "every edge: exact, slower; for studies)")
+      ->check(CLI::IsMember({"timeline", "fenced"}));
   return [o, cmd]() -> int { return *cmd ? run_train(*o) : -1; };
 }
 

@@ -2,10 +2,13 @@
 // of the config's "tune" section) for the least energy-delay objective, by measurement; train with
 // the choice; leave every trial in an HDF5 run log (scheduler/run_log.hpp) and print the report.
 #include "commands.hpp"
+#include "energy_setup.hpp"
 #include "processes.hpp"
 #include "run_config.hpp"
 
+#include "energy/monitor.hpp"
 #include "energy/power_limit.hpp"
+#include "energy/report.hpp"
 #include "energy/source.hpp"
 #include "parallel/agreement.hpp"
 #include "scheduler/report.hpp"
@@ -33,7 +36,7 @@ std::atomic<bool> g_stop{false};
 extern "C" void on_sigint(int) { g_stop = true; }
 
 struct TuneOptions {
-  std::string config_path, data, out = "runs.h5", resume, objective, strategy, comm;
+  std::string config_path, data, out = "runs.h5", resume, objective, strategy, comm, energy_regions = "timeline";
   int steps = -1, measured_steps = -1, warmup_steps = -1, max_repeats = -1;
   double budget_mib = -1;
   bool make_data = false, no_train = false;
@@ -93,7 +96,8 @@ int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& 
     throw DatasetError(cfg.data.path + ": no such dataset (pass --make-data to generate the synthetic shapes data there)");
 
   energy::Sampler sampler(energy::discover_sources(energy::SourceOptions::from_environment()));
-  energy::RegionRecorder regions(sampler);
+  auto const regions = make_region_recorder(sampler, energy::edge_mode_from_string(o.energy_regions));
+  energy::Monitor monitor(sampler);
   sampler.start();
 
   scheduler::Parallelism par;
@@ -109,7 +113,7 @@ int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& 
     par.first_error = [world](std::string const& mine) { return parallel::first_error(*world, mine); };
   }
   std::signal(SIGINT, on_sigint);
-  scheduler::TrialRunner runner(cfg, settings, sampler, regions, par, [] { return g_stop.load(); });
+  scheduler::TrialRunner runner(cfg, settings, monitor, *regions, par, [] { return g_stop.load(); });
   // GPU power limits only when the configuration asks; restored when `limiter` dies (any exit
   // but SIGKILL) and explicitly at the end.
   std::unique_ptr<energy::PowerLimiter> limiter;
@@ -126,6 +130,7 @@ int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& 
   header.host = hostname();
   header.energy_source = runner.energy_description();
   header.energy_kind = runner.energy_measured() ? "measured" : "model";
+  header.energy_regions = energy::edges_description(*regions);
   header.objective = settings.objective.name();
   header.config_json = cfg.json;
   header.world_size = procs.size();
@@ -275,6 +280,10 @@ std::function<int()> add_tune_command(CLI::App& app) {
   cmd->add_option("--budget-mib", o->budget_mib, "device memory budget in MiB (tune.device_memory_budget_mib; 0: automatic)");
   cmd->add_flag("--make-data", o->make_data, "generate the synthetic shapes dataset at data.path if missing");
   cmd->add_flag("--no-train", o->no_train, "only search; do not train with the chosen configuration");
+  cmd->add_option("--energy-regions", o->energy_regions,
+                  "region edges: timeline (stamped where the work runs, never fenced) or fenced (a fence at "
+                  "every edge: exact, slower; for studies)")
+      ->check(CLI::IsMember({"timeline", "fenced"}));
   cmd->add_option("--comm", o->comm, "float collectives under mpirun: auto (NCCL where every rank has its own GPU), "
                   "mpi, nccl (overrides parallel.backend)")
       ->check(CLI::IsMember({"auto", "mpi", "nccl"}));

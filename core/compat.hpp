@@ -6,6 +6,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #ifndef KOKKOS_VERSION
@@ -39,13 +40,49 @@ namespace joule::compat {
 template <class View>
 using host_mirror_t = decltype(Kokkos::create_mirror_view(std::declval<View const&>()));
 
+// Where the work of the region being opened on this thread runs, for tools that stamp region
+// edges on the timeline of that work (energy/'s device clock): on the host (stamp the host clock),
+// or on a device stream (CUDA: its cudaStream_t; nullptr: the default instance's).
+struct RegionLane {
+  bool host = false;
+  void* stream = nullptr;
+};
+namespace detail {
+inline thread_local RegionLane t_region_lane{};
+}  // namespace detail
+inline RegionLane region_lane() { return detail::t_region_lane; }
+
+template <class ExecutionSpace>
+RegionLane lane_of(ExecutionSpace const& space) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (std::is_same_v<ExecutionSpace, Kokkos::Cuda>) return {false, static_cast<void*>(space.cuda_stream())};
+#endif
+  (void)space;
+  return {Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible, nullptr};
+}
+
 // Kokkos::Profiling::ScopedRegion exists from 4.1 on; this is the same thing for every version.
+// With an execution space instance, the region's edges belong to that instance's timeline
+// (region_lane()); without, a region is on the timeline of the region around it.
 class ScopedRegion {
  public:
-  explicit ScopedRegion(std::string const& name) { Kokkos::Profiling::pushRegion(name); }
-  ~ScopedRegion() { Kokkos::Profiling::popRegion(); }
+  explicit ScopedRegion(std::string const& name) : previous_(detail::t_region_lane) {
+    Kokkos::Profiling::pushRegion(name);
+  }
+  template <class ExecutionSpace>
+  ScopedRegion(ExecutionSpace const& space, std::string const& name) : previous_(detail::t_region_lane) {
+    detail::t_region_lane = lane_of(space);
+    Kokkos::Profiling::pushRegion(name);
+  }
+  ~ScopedRegion() {
+    Kokkos::Profiling::popRegion();  // stamped on the region's own lane
+    detail::t_region_lane = previous_;
+  }
   ScopedRegion(ScopedRegion const&) = delete;
   ScopedRegion& operator=(ScopedRegion const&) = delete;
+
+ private:
+  RegionLane previous_;
 };
 
 // An execution space instance that can run independently of the default one (its own CUDA

@@ -24,17 +24,29 @@ SourceOptions SourceOptions::from_environment() {
   o.powercap_root = env_or("JOULE_POWERCAP_ROOT", "/sys/class/powercap");
   o.model_idle_watts = std::atof(env_or("JOULE_MODEL_IDLE_W", "20").c_str());
   o.model_core_watts = std::atof(env_or("JOULE_MODEL_CORE_W", "8").c_str());
-  o.local_rank = env_int({"JOULE_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}, 0);
-  o.local_size = env_int({"JOULE_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}, 1);
+  // The local rank as Kokkos 4.x finds it (Kokkos::Impl::mpi_local_rank_on_node, same order), so
+  // the GPU chosen below is the one Kokkos chose; JOULE_LOCAL_RANK overrides.
+  o.local_rank = env_int({"JOULE_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+                          "MPI_LOCALRANKID", "SLURM_LOCALID", "PMI_LOCAL_RANK"},
+                         0);
+  o.local_size = env_int({"JOULE_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE",
+                          "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE", "PMI_LOCAL_SIZE"},
+                         1);
+  if (char const* v = std::getenv("CUDA_VISIBLE_DEVICES")) o.cuda_visible_devices = v;  // set but empty: no GPU
+  // The device Kokkos runs on, exactly, on CUDA builds; else the one Kokkos' rule would pick.
+  o.cuda_pci_bus_id = kokkos_device_pci_bus_id();
+  o.cuda_device_by_local_rank = o.cuda_pci_bus_id.empty();
   return o;
 }
 
-std::vector<std::unique_ptr<Source>> discover_sources(SourceOptions const& options,
-                                                      std::vector<std::string>* notes) {
+std::vector<std::unique_ptr<Source>> discover_sources(SourceOptions const& options, std::vector<std::string>* notes,
+                                                      std::vector<SourceAttempt>* attempts) {
   std::vector<std::unique_ptr<Source>> found;
   bool measured = false;
   for (auto* open : {&open_nvml, &open_hwmon, &open_rapl}) {
-    auto s = (*open)(options);
+    SourceAttempt attempt;
+    auto s = (*open)(options, &attempt);
+    if (attempts) attempts->push_back(attempt);
     if (!s) continue;
     if (notes) notes->insert(notes->end(), s->notes().begin(), s->notes().end());
     for (auto const& c : s->channels()) measured = measured || (c.measured && c.quantity != Quantity::gauge);

@@ -2,9 +2,11 @@
 // driver simply has no NVML source. Energy: nvmlDeviceGetTotalEnergyConsumption (mJ since driver
 // load). Power: nvmlDeviceGetFieldValues with NVML_FI_DEV_POWER_INSTANT and the scope set
 // explicitly (GPU; MODULE on Grace Hopper, where C2C mode is enabled). Clocks: SM and memory.
+// Only this process's GPU is read (detail/nvml_select.hpp): NVML numbers every GPU of the node.
 #include "energy/source.hpp"
 
 #include "energy/detail/dl_symbol.hpp"
+#include "energy/detail/nvml_select.hpp"
 
 #include <dlfcn.h>
 
@@ -80,15 +82,15 @@ bool power_field(Nvml const& nvml, nvmlDevice_t dev, unsigned scope, double& wat
 
 class NvmlSource final : public Source {
  public:
-  NvmlSource(Nvml nvml, SourceOptions const& options) : nvml_(nvml) {
-    unsigned count = 0;
-    if (nvml_.device_count(&count) != NVML_SUCCESS) count = 0;
-    int const rank = options.local_rank < 0 ? 0 : options.local_rank;
-    int const size = options.local_size < 1 ? 1 : options.local_size;
-    for (unsigned g = 0; g < count; ++g) {
-      if (int(g) % size != rank) continue;  // another local rank reads this GPU
+  // Reads the GPUs `choice` names (one: this process's; several only for options built by hand).
+  NvmlSource(Nvml nvml, detail::NvmlChoice const& choice) : nvml_(nvml) {
+    if (!choice.error.empty()) notes_.push_back("nvml: " + choice.error + "; no GPU is read");
+    for (unsigned g : choice.indices) {
       nvmlDevice_t dev = nullptr;
-      if (nvml_.device_handle(g, &dev) != NVML_SUCCESS) continue;
+      if (nvmlReturn_t const r = nvml_.device_handle(g, &dev); r != NVML_SUCCESS) {
+        notes_.push_back("nvml gpu " + std::to_string(g) + ": " + nvml_.error(r));
+        continue;
+      }
       char name[96] = "GPU";
       nvml_.device_name(dev, name, sizeof name);
       std::string const who = "nvml gpu " + std::to_string(g) + " (" + name + ")";
@@ -177,28 +179,69 @@ class NvmlSource final : public Source {
   std::vector<bool> lost_;
 };
 
+std::string indices(detail::NvmlChoice const& choice) {
+  std::string text;
+  for (unsigned g : choice.indices) text += (text.empty() ? "" : ", ") + std::to_string(g);
+  return text;
+}
+
 }  // namespace
 
-std::unique_ptr<Source> open_nvml(SourceOptions const& options) {
-  if (options.nvml_library == "none") return nullptr;
+std::unique_ptr<Source> open_nvml(SourceOptions const& options, SourceAttempt* attempt) {
+  SourceAttempt local;
+  SourceAttempt& a = attempt ? *attempt : local;
+  a = {"nvml", options.nvml_library, "", false};
+  if (options.nvml_library == "none") {
+    a.outcome = "disabled (JOULE_NVML_LIBRARY=none)";
+    return nullptr;
+  }
   Nvml n;
   n.handle = dlopen(options.nvml_library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!n.handle) return nullptr;
-  bool const complete = detail::bind_symbol(n.handle, "nvmlInit_v2", n.init) &&
-                        detail::bind_symbol(n.handle, "nvmlShutdown", n.shutdown) &&
-                        detail::bind_symbol(n.handle, "nvmlDeviceGetCount_v2", n.device_count) &&
-                        detail::bind_symbol(n.handle, "nvmlDeviceGetHandleByIndex_v2", n.device_handle) &&
-                        detail::bind_symbol(n.handle, "nvmlDeviceGetName", n.device_name) &&
-                        detail::bind_symbol(n.handle, "nvmlDeviceGetTotalEnergyConsumption", n.total_energy) &&
-                        detail::bind_symbol(n.handle, "nvmlDeviceGetFieldValues", n.field_values);
+  if (!n.handle) {
+    char const* why = dlerror();
+    std::string const text = why ? why : "";
+    a.outcome = text.find("No such file") != std::string::npos
+                    ? "not found (no NVIDIA driver installed?)"
+                    : "cannot be loaded: " + text;
+    return nullptr;
+  }
+  char const* missing = nullptr;
+  auto need = [&](char const* symbol, auto& f) {
+    if (!missing && !detail::bind_symbol(n.handle, symbol, f)) missing = symbol;
+  };
+  need("nvmlInit_v2", n.init);
+  need("nvmlShutdown", n.shutdown);
+  need("nvmlDeviceGetCount_v2", n.device_count);
+  need("nvmlDeviceGetHandleByIndex_v2", n.device_handle);
+  need("nvmlDeviceGetName", n.device_name);
+  need("nvmlDeviceGetTotalEnergyConsumption", n.total_energy);
+  need("nvmlDeviceGetFieldValues", n.field_values);
   detail::bind_symbol(n.handle, "nvmlDeviceGetC2cModeInfoV", n.c2c_mode);
   detail::bind_symbol(n.handle, "nvmlDeviceGetClockInfo", n.clock);
   detail::bind_symbol(n.handle, "nvmlErrorString", n.error_string);
-  if (!complete || n.init() != NVML_SUCCESS) {
+  if (missing) {
+    a.outcome =
+        std::string("loaded, but symbol ") + missing + " missing (not NVML, or a driver older than joule needs)";
     dlclose(n.handle);
     return nullptr;
   }
-  return std::make_unique<NvmlSource>(n, options);
+  if (nvmlReturn_t const r = n.init(); r != NVML_SUCCESS) {
+    a.outcome = "nvmlInit_v2 failed: " + n.error(r) + " (driver not loaded, or no GPU?)";
+    dlclose(n.handle);
+    return nullptr;
+  }
+  auto const devices = detail::list_nvml_devices(n.handle, options.cuda_visible_devices);
+  auto const choice = detail::choose_nvml_devices(options, devices);
+  auto source = std::make_unique<NvmlSource>(n, choice);
+  if (!choice.error.empty()) {
+    a.outcome = "loaded, but no GPU of this process: " + choice.error;
+  } else if (source->channels().empty()) {
+    a.outcome = "GPU(s) " + indices(choice) + " (" + choice.how + ") offer neither energy nor power";
+  } else {
+    a.found = true;
+    a.outcome = "found: gpu " + indices(choice) + ", " + choice.how;
+  }
+  return source;
 }
 
 }  // namespace joule::energy

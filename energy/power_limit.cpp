@@ -1,6 +1,7 @@
 #include "energy/power_limit.hpp"
 
 #include "energy/detail/dl_symbol.hpp"
+#include "energy/detail/nvml_select.hpp"
 
 #include <dlfcn.h>
 
@@ -51,13 +52,13 @@ std::unique_ptr<PowerLimiter> PowerLimiter::open(SourceOptions const& options) {
   if (int const r = impl->init(); r != 0) throw PowerLimitError("NVML init failed: " + impl->error(r));
   std::unique_ptr<PowerLimiter> p(new PowerLimiter(std::move(impl)));
   auto const& n = *p->impl_;
-  unsigned count = 0;
-  if (n.device_count(&count) != 0) count = 0;
-  int const rank = options.local_rank < 0 ? 0 : options.local_rank;
-  int const size = options.local_size < 1 ? 1 : options.local_size;
-  for (unsigned g = 0; g < count; ++g) {
-    if (int(g) % size != rank) continue;
+  // The same device the energy source reads (nvml_select.hpp): this process's GPU, never another's.
+  auto const devices = detail::list_nvml_devices(n.handle, options.cuda_visible_devices);
+  auto const choice = detail::choose_nvml_devices(options, devices);
+  if (!choice.error.empty()) throw PowerLimitError("no GPU for this process to limit: " + choice.error);
+  for (unsigned g : choice.indices) {
     Device d{};
+    d.index = g;
     if (int const r = n.device_handle(g, &d.handle); r != 0)
       throw PowerLimitError("GPU " + std::to_string(g) + ": " + n.error(r));
     if (int const r = n.get_limit(d.handle, &d.original_mw); r != 0)
@@ -66,7 +67,6 @@ std::unique_ptr<PowerLimiter> PowerLimiter::open(SourceOptions const& options) {
       throw PowerLimitError("GPU " + std::to_string(g) + ": cannot read its power-limit range: " + n.error(r));
     p->devices_.push_back(d);
   }
-  if (p->devices_.empty()) throw PowerLimitError("no GPU for this process (local rank " + std::to_string(rank) + ")");
   return p;
 }
 
@@ -75,6 +75,12 @@ PowerLimiter::~PowerLimiter() {
     restore();
   } catch (...) {  // a destructor must not throw; restore() already tried every GPU
   }
+}
+
+std::vector<unsigned> PowerLimiter::nvml_indices() const {
+  std::vector<unsigned> out;
+  for (auto const& d : devices_) out.push_back(d.index);
+  return out;
 }
 
 double PowerLimiter::original_watts() const { return devices_.front().original_mw * 1e-3; }

@@ -17,7 +17,7 @@ std::string fmt(char const* format, double a) {
 }
 }  // namespace
 
-std::string format_probe(Sampler& sampler) {
+std::string format_probe(Sampler& sampler, std::vector<SourceAttempt> const& attempts) {
   std::ostringstream out;
   auto const& ch = sampler.channels();
   sampler.snapshot();
@@ -36,6 +36,8 @@ std::string format_probe(Sampler& sampler) {
     }
   }
   for (auto const& n : sampler.notes()) out << "note: " << n << "\n";
+  if (!attempts.empty()) out << "looked for:\n";
+  for (auto const& a : attempts) out << "  " << a.source << ": " << a.looked_for << " — " << a.outcome << "\n";
   auto const rule = total_rule(ch);
   out << "total used by the scheduler: " << rule.description << "\n";
   if (!rule.measured)

@@ -2,8 +2,10 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <chrono>
-#include <tuple>
+#include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 namespace joule::energy {
@@ -19,12 +21,36 @@ void on_pop() {
 double steady() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+// The library rule: regions that Kokkos and Kokkos-Kernels open themselves.
+bool library_region(char const* name) { return std::strncmp(name, "Kokkos", 6) == 0; }
+
+// Each thread has its own stack of open regions (pops carry no name in Kokkos' API), tagged with
+// its recorder so that a later recorder never sees a stale stack. name < 0: a library region.
+struct Open {
+  int name;
+  Stamp begin;
+};
+struct Stack {
+  RegionRecorder const* owner = nullptr;
+  std::vector<Open> open;
+};
+thread_local Stack t_stack;
+
+// Pending intervals beyond this are resolved on the way (without waiting), so that a long run
+// that never asks for stats keeps a bounded backlog and a device clock's events are recycled.
+constexpr std::size_t kBacklog = 1024;
 }  // namespace
 
-RegionRecorder::RegionRecorder(Sampler& sampler, bool snapshot_at_edges)
-    : sampler_(sampler), snapshot_(snapshot_at_edges) {
+RegionRecorder::RegionRecorder(Sampler& sampler, EdgeMode mode, std::unique_ptr<EdgeClock> clock)
+    : sampler_(sampler),
+      mode_(mode),
+      clock_(clock ? std::move(clock) : make_edge_clock(sampler, mode)),
+      total_(total_rule(sampler.channels())) {
+  for (auto c : total_.channels) resolution_s_ = std::max(resolution_s_, sampler.resolution_s(c));
   if (g_recorder) throw std::logic_error("joule::energy::RegionRecorder: one recorder at a time");
   g_recorder = this;
+  closed_.reserve(kBacklog + 64);
+  ready_.reserve(kBacklog + 64);
   Kokkos::Tools::Experimental::set_push_region_callback(on_push);
   Kokkos::Tools::Experimental::set_pop_region_callback(on_pop);
 }
@@ -35,23 +61,29 @@ RegionRecorder::~RegionRecorder() {
   g_recorder = nullptr;
 }
 
-namespace {
-// Each thread has its own stack of open regions (pops carry no name in Kokkos' API), tagged
-// with its recorder so that a later recorder never sees a stale stack.
-struct Stack {
-  RegionRecorder const* owner = nullptr;
-  std::vector<std::tuple<std::string, double, std::vector<double>>> open;
-};
-thread_local Stack t_stack;
-}  // namespace
+int RegionRecorder::intern(char const* name) {
+  auto const it = ids_.find(std::string_view(name));
+  if (it != ids_.end()) return it->second;
+  int const id = int(names_.size());
+  names_.emplace_back(name);
+  ids_.emplace(names_.back(), id);
+  return id;
+}
 
 void RegionRecorder::push(char const* name, double at) {
   double const enter = steady();
-  double const t = at >= 0 ? at : sampler_.now();
-  std::vector<double> e = snapshot_ || at >= 0 ? sampler_.snapshot(at) : std::vector<double>();
   if (t_stack.owner != this) t_stack = Stack{this, {}};
-  t_stack.open.emplace_back(name, t, std::move(e));
+  if (library_region(name) && at < 0) {
+    t_stack.open.push_back({-1, {}});
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++library_regions_;
+    hook_seconds_ += steady() - enter;
+    ++hook_calls_;
+    return;
+  }
+  Stamp const s = at >= 0 ? Stamp{at, -1} : clock_->stamp();
   std::lock_guard<std::mutex> lock(mutex_);
+  t_stack.open.push_back({intern(name), s});
   hook_seconds_ += steady() - enter;
   ++hook_calls_;
 }
@@ -59,24 +91,85 @@ void RegionRecorder::push(char const* name, double at) {
 void RegionRecorder::pop(double at) {
   double const enter = steady();
   if (t_stack.owner != this || t_stack.open.empty()) return;  // pop without push: ignore
-  auto [name, t0, e0] = std::move(t_stack.open.back());
+  Open const o = t_stack.open.back();
   t_stack.open.pop_back();
-  double const t = at >= 0 ? at : sampler_.now();
-  std::vector<double> const e1 = snapshot_ || at >= 0 ? sampler_.snapshot(at) : std::vector<double>();
+  if (o.name < 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    hook_seconds_ += steady() - enter;
+    ++hook_calls_;
+    return;
+  }
+  Stamp const s = at >= 0 ? Stamp{at, -1} : clock_->stamp();
   std::lock_guard<std::mutex> lock(mutex_);
-  RegionStats& s = stats_[name];
-  ++s.calls;
-  s.seconds += t - t0;
-  if (s.energy.size() < e1.size()) s.energy.resize(e1.size(), 0.0);
-  for (std::size_t i = 0; i < e1.size() && i < e0.size(); ++i) s.energy[i] += e1[i] - e0[i];
+  closed_.push_back({o.name, o.begin, s});
+  if (closed_.size() >= kBacklog) {
+    resolve_locked();
+    attribute_locked(sampler_.covered_until());
+  }
   hook_seconds_ += steady() - enter;
   ++hook_calls_;
 }
 
-std::map<std::string, RegionStats> RegionRecorder::stats() const {
+void RegionRecorder::resolve_locked() {
+  std::size_t kept = 0;
+  for (auto& c : closed_) {
+    double const t0 = clock_->resolve(c.begin);
+    if (!std::isnan(t0)) c.begin = {t0, -1};
+    double const t1 = clock_->resolve(c.end);
+    if (!std::isnan(t1)) c.end = {t1, -1};
+    if (c.begin.event < 0 && c.end.event < 0)
+      ready_.push_back({c.name, c.begin.t, std::max(c.begin.t, c.end.t)});
+    else
+      closed_[kept++] = c;
+  }
+  closed_.resize(kept);
+}
+
+void RegionRecorder::attribute_locked(double covered_until) {
+  // Group the covered intervals by region, then integrate each channel over them in one pass.
+  std::map<int, std::vector<std::pair<double, double>>> by_name;
+  std::size_t kept = 0;
+  for (auto const& r : ready_) {
+    if (r.t1 <= covered_until)
+      by_name[r.name].push_back({r.t0, r.t1});
+    else
+      ready_[kept++] = r;
+  }
+  ready_.resize(kept);
+  std::size_t const channels = sampler_.channels().size();
+  for (auto const& [id, intervals] : by_name) {
+    RegionStats& s = stats_[names_[id]];
+    s.energy.resize(channels, 0.0);
+    s.calls += static_cast<long long>(intervals.size());
+    for (auto const& [t0, t1] : intervals) s.seconds += t1 - t0;
+    std::vector<double> e;
+    for (std::size_t c = 0; c < channels; ++c) {
+      e.assign(intervals.size(), 0.0);
+      sampler_.add_energy(c, intervals, e);
+      double sum = 0;
+      for (double x : e) sum += x;
+      s.energy[c] += sum;  // NaN stays NaN (gauges, or a trace with a hole)
+    }
+    s.total_j = 0;
+    for (auto c : total_.channels) s.total_j += s.energy[c];
+    s.below_resolution = s.calls > 0 && s.seconds / double(s.calls) < resolution_s_;
+  }
+}
+
+std::map<std::string, RegionStats> RegionRecorder::stats(bool settle) {
+  double need = -1;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (settle) clock_->calibrate();
+    resolve_locked();
+    for (auto const& r : ready_) need = std::max(need, r.t1);
+  }
+  if (settle && need >= 0) sampler_.wait_until_covered(need);
   std::lock_guard<std::mutex> lock(mutex_);
+  attribute_locked(sampler_.covered_until());
   return stats_;
 }
+
 double RegionRecorder::hook_seconds() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return hook_seconds_;
@@ -84,6 +177,31 @@ double RegionRecorder::hook_seconds() const {
 long long RegionRecorder::hook_calls() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return hook_calls_;
+}
+long long RegionRecorder::library_regions() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return library_regions_;
+}
+
+std::map<std::string, RegionStats> region_difference(std::map<std::string, RegionStats> const& after,
+                                                     std::map<std::string, RegionStats> const& before,
+                                                     double resolution_s) {
+  std::map<std::string, RegionStats> out;
+  for (auto const& [name, now] : after) {
+    auto const it = before.find(name);
+    if (it != before.end() && it->second.calls == now.calls) continue;
+    RegionStats d = now;
+    if (it != before.end()) {
+      auto const& was = it->second;
+      d.calls -= was.calls;
+      d.seconds -= was.seconds;
+      d.total_j -= was.total_j;
+      for (std::size_t c = 0; c < d.energy.size() && c < was.energy.size(); ++c) d.energy[c] -= was.energy[c];
+    }
+    d.below_resolution = d.seconds / double(d.calls) < resolution_s;
+    out.emplace(name, std::move(d));
+  }
+  return out;
 }
 
 }  // namespace joule::energy

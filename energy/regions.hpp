@@ -1,18 +1,30 @@
 #pragma once
-// Named regions, measured. joule's code opens regions through Kokkos' profiling API
-// (Kokkos::Profiling::pushRegion / popRegion, or compat::ScopedRegion); this recorder installs
-// itself as Kokkos' in-process tool callbacks, so every region opened anywhere is timed and
-// given energy without that code knowing about energy.
+// Named regions on the timeline where their work runs, given energy after the fact.
 //
-// Attribution: at each region edge the sampler takes a snapshot, and a region's energy per
-// channel is E(end) - E(start) — inclusive, like its time. Nested regions (block_forward inside
-// forward) are each inclusive; regions open at the same time on different threads (a host
-// optimizer during the backward pass) each get all the energy of their span, because a power
-// sensor cannot tell who used it. Region energies therefore do not add up to the run's total,
-// which is measured over the whole run.
+// joule's code opens regions through Kokkos' profiling API (Kokkos::Profiling::pushRegion /
+// popRegion, or compat::ScopedRegion); this recorder installs itself as Kokkos' in-process tool
+// callbacks, so every region opened anywhere is recorded without that code knowing about energy.
+//
+// Edges: an edge records a stamp from the edge clock (edge_clock.hpp) and nothing else — no
+// sensor is read, nothing waits (except in the fenced mode). Regions opened by libraries (names
+// beginning with "Kokkos": Kokkos-Kernels opens one around every BLAS call) are skipped: counted,
+// not timed, since joule's own regions around them already cover their time.
+//
+// Attribution: a region's energy per channel is the integral of that channel's power over each
+// of its intervals, computed from the sampler's trace once the trace covers the interval
+// (Sampler::energy_between). Nested regions (block_forward inside forward) are each inclusive.
+// Regions open at the same time on different threads or streams (backward on the GPU while
+// optimizer_host runs on the Grace cores) each get the whole power of their span: a power sensor
+// cannot tell who used it, so the power is not split, and region energies do not add up to the
+// run's total. A region whose intervals are on average shorter than the total's sensors resolve
+// (the sampling period, or the sensor's update period or averaging window) is flagged
+// below_resolution: its energy is an interpolation, not a measurement of that region alone.
+#include "energy/edge_clock.hpp"
 #include "energy/sampler.hpp"
 
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -20,34 +32,73 @@ namespace joule::energy {
 
 struct RegionStats {
   long long calls = 0;
-  double seconds = 0;
-  std::vector<double> energy;  // joules per sampler channel
+  double seconds = 0;           // summed over the calls (inclusive)
+  std::vector<double> energy;   // joules per sampler channel (NaN for gauges)
+  double total_j = 0;           // by the sampler's total rule
+  bool below_resolution = false;
 };
+
+// What happened between two readings of stats(): calls, seconds and energy subtracted.
+std::map<std::string, RegionStats> region_difference(std::map<std::string, RegionStats> const& after,
+                                                     std::map<std::string, RegionStats> const& before,
+                                                     double resolution_s);
 
 class RegionRecorder {
  public:
-  // Installs the Kokkos callbacks; one recorder at a time.
-  explicit RegionRecorder(Sampler& sampler, bool snapshot_at_edges = true);
+  // Installs the Kokkos callbacks; one recorder at a time. The clock defaults to
+  // make_edge_clock(sampler, mode).
+  explicit RegionRecorder(Sampler& sampler, EdgeMode mode = EdgeMode::timeline,
+                          std::unique_ptr<EdgeClock> clock = nullptr);
   ~RegionRecorder();  // removes the callbacks
   RegionRecorder(RegionRecorder const&) = delete;
   RegionRecorder& operator=(RegionRecorder const&) = delete;
 
-  std::map<std::string, RegionStats> stats() const;
+  EdgeMode mode() const { return mode_; }
+  char const* clock_name() const { return clock_->name(); }
+  // The coarsest resolution among the channels of the total (see Sampler::resolution_s).
+  double resolution_s() const { return resolution_s_; }
+
+  // Every region closed so far whose interval the trace covers, attributed. With settle, first
+  // anchors a device clock and waits until the sampler has covered the last closed edge (at most
+  // about one sampling period), so that everything closed before the call is included.
+  std::map<std::string, RegionStats> stats(bool settle = false);
   // Time spent inside the callbacks themselves (their overhead), and how many there were.
   double hook_seconds() const;
   long long hook_calls() const;
+  long long library_regions() const;  // skipped by the library rule
 
-  // Used by the Kokkos callbacks (and by tests, with an explicit time and thread).
+  // Used by the Kokkos callbacks; tests pass an explicit time (seconds on the sampler's clock)
+  // to stand in for a device stream's timestamps.
   void push(char const* name, double at = -1);
   void pop(double at = -1);
 
  private:
+  struct Closed {
+    int name;
+    Stamp begin, end;
+  };
+  struct Attributed {
+    int name;
+    double t0, t1;
+  };
+  int intern(char const* name);
+  void resolve_locked();  // closed -> ready where the clock knows both edges' times
+  void attribute_locked(double covered_until);
+
   Sampler& sampler_;
-  bool snapshot_;
+  EdgeMode mode_;
+  std::unique_ptr<EdgeClock> clock_;
+  TotalRule total_;
+  double resolution_s_ = 0;
   mutable std::mutex mutex_;
+  std::map<std::string, int, std::less<>> ids_;
+  std::vector<std::string> names_;
+  std::vector<Closed> closed_;    // edges stamped, times maybe not known yet (device events)
+  std::vector<Attributed> ready_; // times known, waiting for the trace to cover them
+  double last_edge_ = 0;
   std::map<std::string, RegionStats> stats_;
   double hook_seconds_ = 0;
-  long long hook_calls_ = 0;
+  long long hook_calls_ = 0, library_regions_ = 0;
 };
 
 }  // namespace joule::energy

@@ -26,6 +26,7 @@ std::string fmt(char const* format, double a) {
 struct Columns {
   std::vector<std::string> names;
   std::vector<std::vector<std::size_t>> channels;
+  std::vector<std::pair<std::string, std::string>> domain_source;  // per column
   TotalRule total;
 };
 
@@ -49,6 +50,7 @@ Columns columns_of(std::vector<Sampler::ChannelInfo> const& ch) {
       index[key] = c.names.size();
       c.names.push_back(key + (ch[i].channel.measured ? " (measured)" : " (estimate)"));
       c.channels.emplace_back();
+      c.domain_source.emplace_back(d, ch[i].source);
     }
     c.channels[index[key]].push_back(i);
   }
@@ -65,34 +67,57 @@ double sum(std::vector<double> const& e, std::vector<std::size_t> const& idx) {
 
 }  // namespace
 
-std::string format_energy_report(Sampler const& sampler, RegionRecorder const& regions,
-                                 double run_seconds, std::vector<double> const& run_energy) {
+std::string edges_description(RegionRecorder const& regions) {
+  return regions.mode() == EdgeMode::fenced
+             ? std::string("region edges fenced (exact; the device was serialised at every edge)")
+             : std::string("region edges on the timeline where their work ran (") + regions.clock_name() +
+                   " clock, never fenced)";
+}
+
+std::string format_energy_report(Sampler const& sampler, RegionRecorder& regions, Measurement const& run) {
   auto const c = columns_of(sampler.channels());
+  auto const stats = regions.stats(/*settle=*/true);
   std::ostringstream out;
   out << "energy by region (joules; inclusive: nested and overlapping regions each count their "
          "whole span; total = "
-      << c.total.description << (c.total.measured ? ", measured" : ", MODEL ESTIMATE") << ")\n";
+      << c.total.description << (c.total.measured ? ", measured" : ", MODEL ESTIMATE") << ")\n"
+      << edges_description(regions) << "; energy attributed from the " << fmt("%g", sampler.rate_hz())
+      << " Hz power trace\n";
   char line[512];
   std::snprintf(line, sizeof line, "  %-34s %7s %10s", "region", "calls", "time s");
   out << line;
   for (auto const& n : c.names) out << " " << std::string(std::max<int>(0, 18 - int(n.size())), ' ') << n;
   out << std::string(13, ' ') << "total\n";
-  auto row = [&](std::string const& name, long long calls, double seconds, std::vector<double> const& e) {
-    std::snprintf(line, sizeof line, "  %-34s %7lld %10.3f", name.c_str(), calls, seconds);
+  bool flagged = false;
+  for (auto const& [name, s] : stats) {
+    std::string const label = s.below_resolution ? name + " *" : name;
+    flagged = flagged || s.below_resolution;
+    std::snprintf(line, sizeof line, "  %-34s %7lld %10.3f", label.c_str(), s.calls, s.seconds);
     out << line;
-    for (auto const& idx : c.channels) out << fmt(" %18.2f", sum(e, idx));
-    out << fmt(" %17.2f", sum(e, c.total.channels)) << "\n";
-  };
-  for (auto const& [name, s] : regions.stats()) row(name, s.calls, s.seconds, s.energy);
-  row("(whole run)", 1, run_seconds, run_energy);
+    for (auto const& idx : c.channels) out << fmt(" %18.2f", sum(s.energy, idx));
+    out << fmt(" %17.2f", s.total_j) << "\n";
+  }
+  std::snprintf(line, sizeof line, "  %-34s %7d %10.3f", "(whole run)", 1, run.seconds);
+  out << line;
+  for (auto const& [domain, source] : c.domain_source) {
+    double j = 0;
+    for (auto const& d : run.domains)
+      if (d.domain == domain && d.source == source) j += d.joules;
+    out << fmt(" %18.2f", j);
+  }
+  out << fmt(" %17.2f", run.total_j) << "\n";
+  if (flagged)
+    out << "* below the sensors' resolution (" << fmt("%.0f", regions.resolution_s() * 1e3)
+        << " ms): the region's calls are shorter on average, so its energy is interpolated from the trace, "
+           "not resolved\n";
   unsigned const cores = std::max(1u, std::thread::hardware_concurrency());
   double const hooks = regions.hook_seconds();
-  out << "measurement overhead: region hooks " << fmt("%.3f", hooks) << " s over "
-      << regions.hook_calls() << " region edges (" << fmt("%.2f", 100.0 * hooks / std::max(run_seconds, 1e-9))
-      << "% of the run's time); sampler thread " << fmt("%.3f", sampler.thread_cpu_seconds())
-      << " s of CPU at " << fmt("%g", sampler.rate_hz()) << " Hz ("
-      << fmt("%.2f", 100.0 * sampler.thread_cpu_seconds() / std::max(run_seconds * cores, 1e-9))
-      << "% of " << cores << " cores)\n";
+  out << "measurement overhead: region hooks " << fmt("%.3f", hooks) << " s over " << regions.hook_calls()
+      << " region edges (" << regions.library_regions() << " of them library regions, skipped; "
+      << fmt("%.2f", 100.0 * hooks / std::max(run.seconds, 1e-9)) << "% of the run's time); sampler thread "
+      << fmt("%.3f", sampler.thread_cpu_seconds()) << " s of CPU at " << fmt("%g", sampler.rate_hz()) << " Hz ("
+      << fmt("%.2f", 100.0 * sampler.thread_cpu_seconds() / std::max(run.seconds * cores, 1e-9)) << "% of "
+      << cores << " cores)\n";
   for (auto const& n : sampler.notes()) out << "note: " << n << "\n";
   return out.str();
 }
@@ -107,7 +132,8 @@ std::string RankEnergy::to_json() const {
   j["hook_seconds"] = hook_seconds;
   j["sampler_cpu_seconds"] = sampler_cpu_seconds;
   j["notes"] = notes;
-  for (auto const& [name, r] : regions) j["regions"][name] = {r.calls, r.seconds, r.energy_j};
+  j["edges"] = edges;
+  for (auto const& [name, r] : regions) j["regions"][name] = {r.calls, r.seconds, r.energy_j, r.below_resolution};
   return j.dump();
 }
 
@@ -123,27 +149,28 @@ RankEnergy RankEnergy::from_json(std::string const& text) {
     e.hook_seconds = j.at("hook_seconds");
     e.sampler_cpu_seconds = j.at("sampler_cpu_seconds");
     e.notes = j.at("notes").get<std::vector<std::string>>();
+    e.edges = j.at("edges");
     if (j.contains("regions"))
-      for (auto const& [name, r] : j.at("regions").items()) e.regions[name] = {r.at(0), r.at(1), r.at(2)};
+      for (auto const& [name, r] : j.at("regions").items()) e.regions[name] = {r.at(0), r.at(1), r.at(2), r.at(3)};
     return e;
   } catch (nlohmann::json::exception const& x) {
     throw std::runtime_error(std::string("a rank's energy figures could not be read: ") + x.what());
   }
 }
 
-RankEnergy summarize_rank(Sampler const& sampler, RegionRecorder const& regions, int rank,
-                          double run_seconds, std::vector<double> const& run_energy) {
-  auto const rule = total_rule(sampler.channels());
+RankEnergy summarize_rank(Sampler const& sampler, RegionRecorder& regions, int rank, Measurement const& run) {
   RankEnergy e;
   e.rank = rank;
-  e.total_description = rule.description;
-  e.measured = rule.measured;
-  e.run_seconds = run_seconds;
-  e.run_energy_j = sum(run_energy, rule.channels);
-  for (auto const& [name, st] : regions.stats()) e.regions[name] = {st.calls, st.seconds, sum(st.energy, rule.channels)};
+  e.total_description = run.total_description;
+  e.measured = run.measured;
+  e.run_seconds = run.seconds;
+  e.run_energy_j = run.total_j;
+  for (auto const& [name, st] : regions.stats(/*settle=*/true))
+    e.regions[name] = {st.calls, st.seconds, st.total_j, st.below_resolution};
   e.hook_seconds = regions.hook_seconds();
   e.sampler_cpu_seconds = sampler.thread_cpu_seconds();
   e.notes = sampler.notes();
+  e.edges = edges_description(regions);
   return e;
 }
 
@@ -157,7 +184,8 @@ std::string format_energy_report_across_ranks(std::vector<RankEnergy> const& ran
                                                     : "partly MODEL ESTIMATE (" + std::to_string(ranks.size() - measured) +
                                                           " of " + std::to_string(ranks.size()) + " ranks have no sensor)";
   out << "energy by region over " << ranks.size() << " ranks (joules, " << kind
-      << "; time: the longest rank; energy: summed over the ranks; inclusive regions)\n";
+      << "; time: the longest rank; energy: summed over the ranks; inclusive regions)\n"
+      << ranks.front().edges << "\n";
   std::map<std::string, RankEnergy::Region> sums;
   for (auto const& r : ranks)
     for (auto const& [name, x] : r.regions) {
@@ -165,12 +193,16 @@ std::string format_energy_report_across_ranks(std::vector<RankEnergy> const& ran
       s.calls += x.calls;
       s.seconds = std::max(s.seconds, x.seconds);
       s.energy_j += x.energy_j;
+      s.below_resolution = s.below_resolution || x.below_resolution;
     }
   char line[256];
   std::snprintf(line, sizeof line, "  %-34s %9s %10s %14s\n", "region", "calls", "time s", "energy J");
   out << line;
+  bool flagged = false;
   for (auto const& [name, s] : sums) {
-    std::snprintf(line, sizeof line, "  %-34s %9lld %10.3f %14.2f\n", name.c_str(), s.calls, s.seconds, s.energy_j);
+    std::string const label = s.below_resolution ? name + " *" : name;
+    flagged = flagged || s.below_resolution;
+    std::snprintf(line, sizeof line, "  %-34s %9lld %10.3f %14.2f\n", label.c_str(), s.calls, s.seconds, s.energy_j);
     out << line;
   }
   double total = 0, longest = 0, hooks = 0;
@@ -181,6 +213,7 @@ std::string format_energy_report_across_ranks(std::vector<RankEnergy> const& ran
   }
   std::snprintf(line, sizeof line, "  %-34s %9d %10.3f %14.2f\n", "(whole run)", int(ranks.size()), longest, total);
   out << line;
+  if (flagged) out << "* below the sensors' resolution on some rank: energy interpolated from the trace, not resolved\n";
   out << "per rank:";
   for (auto const& r : ranks)
     out << fmt(" %.2f J", r.run_energy_j) << " (rank " << r.rank << ", " << (r.measured ? "measured" : "model")

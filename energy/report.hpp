@@ -1,6 +1,7 @@
 #pragma once
 // Human-readable energy reports: per domain, every figure labelled measured or model, the total
 // chosen by total_rule(), and what the measuring itself cost.
+#include "energy/monitor.hpp"
 #include "energy/regions.hpp"
 #include "energy/sampler.hpp"
 
@@ -10,10 +11,12 @@
 
 namespace joule::energy {
 
-// Per-region time and energy table, plus the whole run (its span: run_seconds, run_energy from
-// Sampler::snapshot at the start and end) and the overhead of sampling and region hooks.
-std::string format_energy_report(Sampler const& sampler, RegionRecorder const& regions,
-                                 double run_seconds, std::vector<double> const& run_energy);
+// Per-region time and energy table (regions settled first), the whole run's measurement, how the
+// edges were taken (timeline or fenced), which regions are below the sensors' resolution, and
+// the overhead of sampling and region hooks.
+std::string format_energy_report(Sampler const& sampler, RegionRecorder& regions, Measurement const& run);
+// "region edges on the timeline ..." or "region edges fenced ...": which mode produced the figures.
+std::string edges_description(RegionRecorder const& regions);
 
 // One process's figures for a run, reduced to its total rule (joules summed over the counted
 // channels), as plain data that can travel between processes as JSON text.
@@ -21,6 +24,7 @@ struct RankEnergy {
   struct Region {
     long long calls = 0;
     double seconds = 0, energy_j = 0;
+    bool below_resolution = false;
   };
   int rank = 0;
   std::string total_description;
@@ -29,12 +33,12 @@ struct RankEnergy {
   std::map<std::string, Region> regions;
   double hook_seconds = 0, sampler_cpu_seconds = 0;
   std::vector<std::string> notes;
+  std::string edges;  // edges_description()
 
   std::string to_json() const;
   static RankEnergy from_json(std::string const& text);  // throws std::runtime_error
 };
-RankEnergy summarize_rank(Sampler const& sampler, RegionRecorder const& regions, int rank,
-                          double run_seconds, std::vector<double> const& run_energy);
+RankEnergy summarize_rank(Sampler const& sampler, RegionRecorder& regions, int rank, Measurement const& run);
 
 // The job's report from every rank's figures: per region the longest time over the ranks and the
 // energy summed over them; the job's total is the sum of the ranks' totals (each rank counts only

@@ -1,10 +1,12 @@
 #include "energy/sampler.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
 #include <map>
 #include <set>
+#include <stdexcept>
 
 namespace joule::energy {
 
@@ -12,19 +14,22 @@ namespace {
 double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+double const kNaN = std::nan("");
 }  // namespace
 
 Sampler::Sampler(std::vector<std::unique_ptr<Source>> sources, double rate_hz)
-    : sources_(std::move(sources)), rate_hz_(rate_hz > 0 ? rate_hz : 20.0), t0_(steady_seconds()) {
+    : sources_(std::move(sources)), rate_hz_(rate_hz > 0 ? rate_hz : kDefaultRateHz), t0_(steady_seconds()) {
   for (auto const& s : sources_)
     for (auto const& c : s->channels()) channels_.push_back({s->name(), c});
   std::size_t const n = channels_.size();
-  last_value_.assign(n, std::nan(""));
+  last_value_.assign(n, kNaN);
   energy_.assign(n, 0.0);
   counter_start_.assign(n, 0.0);
   counter_started_.assign(n, false);
   for (std::size_t i = 0; i < n; ++i)
-    if (channels_[i].channel.quantity == Quantity::gauge) energy_[i] = std::nan("");
+    if (channels_[i].channel.quantity == Quantity::gauge) energy_[i] = kNaN;
+  // A day at 100 Hz is 8.6 M samples; reserve a minute's worth so that short runs never regrow.
+  times_.reserve(std::size_t(60 * rate_hz_));
 }
 
 Sampler::~Sampler() { stop(); }
@@ -37,17 +42,26 @@ std::vector<Source const*> Sampler::sources() const {
 
 double Sampler::now() const { return steady_seconds() - t0_; }
 
-void Sampler::sample_locked(double t, bool record) {
-  std::vector<double> values;
-  values.reserve(channels_.size());
+double Sampler::resolution_s(std::size_t channel) const {
+  return std::max(1.0 / rate_hz_, channels_.at(channel).channel.resolution_s);
+}
+
+void Sampler::sample_locked(double t) {
+  std::size_t const n = channels_.size();
+  values_.clear();
   for (auto& s : sources_) {
     s->read(scratch_);
-    values.insert(values.end(), scratch_.begin(), scratch_.end());
+    values_.insert(values_.end(), scratch_.begin(), scratch_.end());
   }
-  double const dt = have_last_ && t > last_t_ ? t - last_t_ : 0.0;
-  TracePoint point{t, std::vector<double>(channels_.size(), std::nan(""))};
-  for (std::size_t i = 0; i < channels_.size(); ++i) {
-    double const v = values[i];
+  if (!times_.empty() && t <= times_.back()) t = std::nextafter(times_.back(), 1e300);  // strictly increasing
+  double const dt = times_.empty() ? 0.0 : t - times_.back();
+  std::size_t const row = times_.size() * n;
+  times_.push_back(t);
+  watts_.resize(row + n, kNaN);
+  joules_.resize(row + n, kNaN);
+  for (std::size_t i = 0; i < n; ++i) {
+    double const v = values_[i];
+    double& w = watts_[row + i];
     switch (channels_[i].channel.quantity) {
       case Quantity::energy_counter:
         if (std::isnan(v)) break;  // sensor lost: energy stays where it was
@@ -55,41 +69,101 @@ void Sampler::sample_locked(double t, bool record) {
           counter_start_[i] = v;
           counter_started_[i] = true;
         }
-        if (dt > 0 && !std::isnan(last_value_[i])) point.values[i] = (v - last_value_[i]) / dt;
+        if (dt > 0 && !std::isnan(last_value_[i])) w = (v - last_value_[i]) / dt;
         energy_[i] = v - counter_start_[i];
         last_value_[i] = v;
         break;
       case Quantity::power:
         if (std::isnan(v)) {
-          last_value_[i] = std::nan("");
+          last_value_[i] = kNaN;
           break;
         }
         if (dt > 0 && !std::isnan(last_value_[i])) energy_[i] += 0.5 * (last_value_[i] + v) * dt;
         last_value_[i] = v;
-        point.values[i] = v;
+        w = v;
         break;
       case Quantity::gauge:
-        point.values[i] = v;
+        w = v;
         break;
     }
+    joules_[row + i] = energy_[i];
   }
-  have_last_ = true;
-  if (t > last_t_) last_t_ = t;
-  if (record) trace_.push_back(std::move(point));
+  sampled_.notify_all();
 }
 
 std::vector<double> Sampler::snapshot(double at) {
+  if (running_)
+    throw std::logic_error("joule::energy::Sampler::snapshot: the sampler thread is the only reader of sensors "
+                           "while it runs; compute energy from the trace (energy_between)");
   std::lock_guard<std::mutex> lock(mutex_);
-  double const t = at >= 0 ? at : now();
-  // A snapshot is a sample, but only periodic samples go into the trace (so that a run with
-  // many short regions does not grow the trace without bound).
-  sample_locked(t, /*record=*/at >= 0 || !running_);
+  sample_locked(at >= 0 ? at : now());
   return energy_;
 }
 
-std::vector<TracePoint> Sampler::trace() const {
+std::size_t Sampler::first_at_or_after(double t) const {
+  return std::size_t(std::lower_bound(times_.begin(), times_.end(), t) - times_.begin());
+}
+
+void Sampler::add_energy(std::size_t channel, std::vector<std::pair<double, double>> const& intervals,
+                         std::vector<double>& out) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return trace_;
+  std::size_t const n = channels_.size();
+  Quantity const q = channels_.at(channel).channel.quantity;
+  // Cumulative energy at time t. Between samples s-1 and s: a counter's power is constant (its
+  // difference over the period); a power reading is linear between the two readings.
+  auto cumulative = [&](double t) {
+    // Before the first sample nothing was measured: an interval that began earlier counts from it.
+    if (times_.empty() || t > times_.back()) return kNaN;
+    t = std::max(t, times_.front());
+    std::size_t s = first_at_or_after(t);
+    if (times_[s] == t || s == 0) return joules_[s * n + channel];
+    double const ta = times_[s - 1], tb = times_[s], ea = joules_[(s - 1) * n + channel],
+                 eb = joules_[s * n + channel];
+    if (q == Quantity::energy_counter) return ea + (eb - ea) * (t - ta) / (tb - ta);
+    double const pa = watts_[(s - 1) * n + channel], pb = watts_[s * n + channel];
+    if (std::isnan(pa) || std::isnan(pb)) return ea + (eb - ea) * (t - ta) / (tb - ta);
+    double const x = t - ta;
+    return ea + pa * x + 0.5 * (pb - pa) * x * x / (tb - ta);
+  };
+  if (out.size() < intervals.size()) out.resize(intervals.size(), 0.0);
+  for (std::size_t i = 0; i < intervals.size(); ++i) {
+    if (q == Quantity::gauge) {
+      out[i] = kNaN;
+      continue;
+    }
+    out[i] += cumulative(intervals[i].second) - cumulative(intervals[i].first);
+  }
+}
+
+double Sampler::energy_between(std::size_t channel, double t0, double t1) const {
+  std::vector<double> e;
+  add_energy(channel, {{t0, t1}}, e);
+  return e[0];
+}
+
+double Sampler::covered_until() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return times_.empty() ? -1.0 : times_.back();
+}
+
+void Sampler::wait_until_covered(double t) {
+  if (!running_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (times_.empty() || times_.back() < t) sample_locked(std::max(t, now()));
+    return;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  sampled_.wait(lock, [&] { return (!times_.empty() && times_.back() >= t) || !running_; });
+  if (times_.empty() || times_.back() < t) sample_locked(std::max(t, now()));  // stopped meanwhile
+}
+
+std::vector<TracePoint> Sampler::trace(double t0, double t1) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::size_t const n = channels_.size();
+  std::vector<TracePoint> out;
+  for (std::size_t s = first_at_or_after(t0); s < times_.size() && times_[s] <= t1; ++s)
+    out.push_back({times_[s], std::vector<double>(watts_.begin() + s * n, watts_.begin() + (s + 1) * n)});
+  return out;
 }
 
 std::vector<std::string> Sampler::notes() const {
@@ -100,11 +174,12 @@ std::vector<std::string> Sampler::notes() const {
 }
 
 void Sampler::start() {
-  if (running_.exchange(true)) return;
+  if (running_) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    sample_locked(now(), true);
+    sample_locked(now());
   }
+  running_ = true;
   thread_ = std::thread([this] { run(); });
 }
 
@@ -116,7 +191,7 @@ void Sampler::run() {
     std::this_thread::sleep_until(next);
     if (!running_) break;
     std::lock_guard<std::mutex> lock(mutex_);
-    sample_locked(now(), true);
+    sample_locked(now());
   }
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -127,7 +202,7 @@ void Sampler::stop() {
   if (!running_.exchange(false)) return;
   if (thread_.joinable()) thread_.join();
   std::lock_guard<std::mutex> lock(mutex_);
-  sample_locked(now(), true);
+  sample_locked(now());
 }
 
 TotalRule total_rule(std::vector<Sampler::ChannelInfo> const& channels) {

@@ -5,6 +5,7 @@
 // recorded, never integrated). A modelled channel is flagged and labelled `model` everywhere.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct Channel {
   std::string sensor;  // what exactly is read, e.g. "nvml gpu 0 total energy"
   Quantity quantity = Quantity::power;
   bool measured = true;  // false: modelled
+  // The sensor's own update period or averaging window in seconds (0: finer than any sampling
+  // rate joule uses). A region shorter than this is below what the sensor can resolve.
+  double resolution_s = 0;
 };
 
 class Source {
@@ -54,24 +58,53 @@ struct SourceOptions {
   // The CPU-time model (used only when nothing can be measured): idle + per busy core.
   double model_idle_watts = 20.0;      // JOULE_MODEL_IDLE_W
   double model_core_watts = 8.0;       // JOULE_MODEL_CORE_W
-  // Several processes on a node: node sensors (hwmon, RAPL) are read by local rank 0 only, GPU g
-  // by the local rank g % local_size. Defaults from OMPI_COMM_WORLD_LOCAL_RANK/SIZE, SLURM_LOCALID
-  // /SLURM_NTASKS_PER_NODE or JOULE_LOCAL_RANK/SIZE; 0 and 1 otherwise.
+  // Several processes on a node: node sensors (hwmon, RAPL) are read by local rank 0 only.
+  // Defaults: JOULE_LOCAL_RANK/SIZE, else the variables Kokkos reads (OMPI_COMM_WORLD_LOCAL_*,
+  // MV2_COMM_WORLD_LOCAL_*, MPI_LOCALRANKID/MPI_LOCALNRANKS, SLURM_LOCALID/SLURM_NTASKS_PER_NODE,
+  // PMI_LOCAL_*); 0 and 1 otherwise.
   int local_rank = -1;
   int local_size = -1;
   bool force_model = false;  // also add the model when measured sources exist
 
+  // This process's GPU, the only one NVML reads and the power limiter changes. NVML numbers every
+  // GPU of the node whatever CUDA_VISIBLE_DEVICES hides, so the NVML device is found from the CUDA
+  // device (energy/detail/nvml_select.hpp), in this order of preference:
+  std::string cuda_pci_bus_id;  // its PCI bus id as cudaDeviceGetPCIBusId gives it ("0009:01:00.0")
+  int cuda_device = -1;         // its CUDA runtime ordinal (within CUDA_VISIBLE_DEVICES)
+  // Neither known: the device Kokkos picks, local_rank % visible devices (from_environment sets it).
+  bool cuda_device_by_local_rank = false;
+  // CUDA_VISIBLE_DEVICES as this process got it (nullopt: not set); maps a CUDA ordinal to NVML.
+  std::optional<std::string> cuda_visible_devices;
+  // With none of the above (options built by hand): every GPU g with g % local_size == local_rank.
+
+  // Reads the variables above; the bus id of Kokkos' CUDA device when Kokkos runs on one.
   static SourceOptions from_environment();
 };
 
-std::unique_ptr<Source> open_nvml(SourceOptions const& options);      // nullptr: none there
-std::unique_ptr<Source> open_hwmon(SourceOptions const& options);
-std::unique_ptr<Source> open_rapl(SourceOptions const& options);
+// The PCI bus id of the CUDA device Kokkos runs on; "" when Kokkos is not initialised or has no
+// CUDA backend (kokkos_device.cpp, the one unit of energy/ that calls CUDA).
+std::string kokkos_device_pci_bus_id();
+
+// What discovery looked for, per source, and what it found: the probe's "looked for:" list, so a
+// machine where nothing is readable says why.
+struct SourceAttempt {
+  std::string source;      // "nvml", "hwmon", "rapl"
+  std::string looked_for;  // the library, or the sysfs folder
+  std::string outcome;     // "found: ..." or why not ("not found (no NVIDIA driver installed?)")
+  bool found = false;
+};
+
+// nullptr: none there (then *attempt, when given, says why).
+std::unique_ptr<Source> open_nvml(SourceOptions const& options, SourceAttempt* attempt = nullptr);
+std::unique_ptr<Source> open_hwmon(SourceOptions const& options, SourceAttempt* attempt = nullptr);
+std::unique_ptr<Source> open_rapl(SourceOptions const& options, SourceAttempt* attempt = nullptr);
 std::unique_ptr<Source> open_model(SourceOptions const& options);
 
 // All sources found, in order of preference; the model only when none measures anything (or
-// force_model). Notes about sources that were looked for and not usable go to `notes`.
+// force_model). Notes about sources that were looked for and not usable go to `notes`; what was
+// looked for and why it is or is not used, per measuring source, to `attempts`.
 std::vector<std::unique_ptr<Source>> discover_sources(SourceOptions const& options,
-                                                      std::vector<std::string>* notes = nullptr);
+                                                      std::vector<std::string>* notes = nullptr,
+                                                      std::vector<SourceAttempt>* attempts = nullptr);
 
 }  // namespace joule::energy

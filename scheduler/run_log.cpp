@@ -176,9 +176,16 @@ std::vector<RegionMeasure> read_regions(H5File const& f, std::string const& grou
   require_length(f, g + "/calls", calls.size(), names.size(), g + "/name");
   require_length(f, g + "/seconds", seconds.size(), names.size(), g + "/name");
   require_length(f, g + "/energy_j", energy.size(), names.size(), g + "/name");
+  // below_resolution: 1 where the region's calls are shorter than the sensors resolve (absent in
+  // logs written before it was recorded).
+  std::vector<std::int64_t> flagged(names.size(), 0);
+  if (f.exists(g + "/below_resolution")) {
+    flagged = read_vector<std::int64_t>(f, g + "/below_resolution");
+    require_length(f, g + "/below_resolution", flagged.size(), names.size(), g + "/name");
+  }
   std::vector<RegionMeasure> regions(names.size());
   for (std::size_t i = 0; i < names.size(); ++i)
-    regions[i] = RegionMeasure{names[i], calls[i], seconds[i], energy[i]};
+    regions[i] = RegionMeasure{names[i], calls[i], seconds[i], energy[i], flagged[i] != 0};
   return regions;
 }
 
@@ -265,6 +272,7 @@ RunHeader read_header(H5File const& f) {
   h.energy_kind = f.attribute_string("/", "energy_kind");
   if (h.energy_kind != "measured" && h.energy_kind != "model")
     damaged(f, fmt::format("attribute 'energy_kind' on / is \"{}\", expected measured or model", h.energy_kind));
+  if (f.has_attribute("/", "energy_regions")) h.energy_regions = f.attribute_string("/", "energy_regions");
   h.objective = f.attribute_string("/", "objective");
   h.strategy = f.attribute_string("/", "strategy");
   h.world_size = read_int(f, "/", "world_size");
@@ -324,9 +332,10 @@ void write_regions(H5File& f, std::string const& group, std::vector<RegionMeasur
   std::string const g = group + "/regions";
   f.create_group(g);
   std::vector<std::string> names;
-  std::vector<std::int64_t> calls;
+  std::vector<std::int64_t> calls, flagged;
   std::vector<double> seconds, energy;
   for (auto const& r : regions) {
+    flagged.push_back(r.below_resolution ? 1 : 0);
     names.push_back(r.name);
     calls.push_back(r.calls);
     seconds.push_back(r.seconds);
@@ -336,6 +345,7 @@ void write_regions(H5File& f, std::string const& group, std::vector<RegionMeasur
   f.write(g + "/calls", calls.data(), {calls.size()});
   write_doubles(f, g + "/seconds", seconds);
   write_doubles(f, g + "/energy_j", energy);
+  f.write(g + "/below_resolution", flagged.data(), {flagged.size()});
 }
 
 void write_power(H5File& f, std::string const& group, PowerTrace const& p) {
@@ -369,6 +379,7 @@ void write_header(H5File& f, RunHeader const& h, std::string const& run_id) {
   f.set_attribute("/", "host", h.host);
   f.set_attribute("/", "energy_source", h.energy_source);
   f.set_attribute("/", "energy_kind", h.energy_kind);
+  f.set_attribute("/", "energy_regions", h.energy_regions);
   f.set_attribute("/", "objective", h.objective);
   f.set_attribute("/", "strategy", h.strategy);
   f.set_attribute("/", "world_size", (long long)h.world_size);

@@ -37,6 +37,7 @@ struct RunHeader {
   std::string joule_version, git_commit, kokkos_version, execution_space, host;
   std::string energy_source;  // description of the sources behind the total
   std::string energy_kind;    // "measured" or "model"
+  std::string energy_regions;  // how region edges were taken (energy::edges_description); "" in older logs
   std::string objective, strategy;
   std::string config_json;  // the full configuration as JSON text
   std::string created;      // ISO 8601 UTC; filled in by RunLogWriter::create when empty

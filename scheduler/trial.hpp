@@ -41,6 +41,7 @@ struct RegionMeasure {
   long long calls = 0;
   double seconds = 0;
   double energy_j = 0;  // by the energy total rule (sum of the counted domains)
+  bool below_resolution = false;  // its calls are shorter on average than the sensors resolve
 };
 
 // Power over time, one column per domain (GPU, CPU, module, model...), watts.

@@ -38,15 +38,14 @@ std::string failure_reason(std::exception const& e) {
 
 }  // namespace
 
-TrialRunner::TrialRunner(Config const& base, TuneSettings const& settings, energy::Sampler& sampler,
+TrialRunner::TrialRunner(Config const& base, TuneSettings const& settings, energy::Monitor& monitor,
                          energy::RegionRecorder& regions, Parallelism parallel, std::function<bool()> stop_requested)
     : base_(base),
       settings_(settings),
-      sampler_(sampler),
+      monitor_(monitor),
       regions_(regions),
       parallel_(std::move(parallel)),
-      stop_(std::move(stop_requested)),
-      total_channels_(energy::total_rule(sampler.channels()).channels) {
+      stop_(std::move(stop_requested)) {
   if (settings_.device_memory_budget_mib > 0) {
     budget_bytes_ = settings_.device_memory_budget_mib * 1048576.0;
     budget_source_ = "tune.device_memory_budget_mib";
@@ -154,8 +153,8 @@ Knobs memory_model_fastest(std::vector<Knobs> const& feasible) {
   return *std::min_element(feasible.begin(), feasible.end(), [&](Knobs const& a, Knobs const& b) { return key(a) < key(b); });
 }
 
-std::string TrialRunner::energy_description() const { return energy::total_rule(sampler_.channels()).description; }
-bool TrialRunner::energy_measured() const { return energy::total_rule(sampler_.channels()).measured; }
+std::string TrialRunner::energy_description() const { return monitor_.total().description; }
+bool TrialRunner::energy_measured() const { return monitor_.total().measured; }
 
 void TrialRunner::check_stop() const {
   double stop = stop_ && stop_() ? 1.0 : 0.0;
@@ -181,23 +180,21 @@ std::unique_ptr<Trainer> TrialRunner::make_trainer(Knobs const& k, int steps) {
   return trainer;
 }
 
-double TrialRunner::joules_between(std::vector<double> const& e0, std::vector<double> const& e1) const {
-  double joules = 0;
-  for (auto c : total_channels_) joules += e1[c] - e0[c];
-  return joules;
-}
-
 TrialRunner::Steps TrialRunner::run_steps(Trainer& trainer, int n) {
-  Steps s;
+  // Each step is a window on the energy clock; the energy is integrated from the power trace
+  // after the round, so that no step waits for a sensor.
+  std::vector<energy::Window> windows;
   for (int i = 0; i < n; ++i) {
     check_stop();
-    auto const e0 = sampler_.snapshot();
-    auto const t0 = std::chrono::steady_clock::now();
+    monitor_.begin("trial step");
     trainer.run(1);
-    double const seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    auto const e1 = sampler_.snapshot();
-    s.seconds.push_back(seconds);
-    s.joules.push_back(joules_between(e0, e1));
+    windows.push_back(monitor_.close("trial step"));
+  }
+  Steps s;
+  for (auto const& w : windows) {
+    auto const m = monitor_.measure(w);
+    s.seconds.push_back(m.seconds);
+    s.joules.push_back(m.total_j);
   }
   // The same figures on every rank: rank 0's times, energy summed over the ranks.
   if (parallel_.sum && n > 0) {
@@ -207,39 +204,16 @@ TrialRunner::Steps TrialRunner::run_steps(Trainer& trainer, int n) {
   return s;
 }
 
-std::vector<RegionMeasure> TrialRunner::region_delta(std::map<std::string, energy::RegionStats> const& before) const {
+std::vector<RegionMeasure> TrialRunner::region_delta(std::map<std::string, energy::RegionStats> const& before) {
   std::vector<RegionMeasure> out;
-  for (auto const& [name, now] : regions_.stats()) {
-    energy::RegionStats const zero;
-    auto const it = before.find(name);
-    auto const& was = it == before.end() ? zero : it->second;
-    if (now.calls == was.calls) continue;
-    RegionMeasure r;
-    r.name = name;
-    r.calls = now.calls - was.calls;
-    r.seconds = now.seconds - was.seconds;
-    for (auto c : total_channels_)
-      r.energy_j += (c < now.energy.size() ? now.energy[c] : 0.0) - (c < was.energy.size() ? was.energy[c] : 0.0);
-    out.push_back(r);
-  }
+  for (auto const& [name, d] : energy::region_difference(regions_.stats(/*settle=*/true), before, regions_.resolution_s()))
+    out.push_back({name, d.calls, d.seconds, d.total_j, d.below_resolution});
   return out;
 }
 
-PowerTrace TrialRunner::power_between(double t0, double t1) const {
-  PowerTrace p;
-  std::vector<std::size_t> columns;
-  auto const& ch = sampler_.channels();
-  for (std::size_t i = 0; i < ch.size(); ++i) {
-    if (ch[i].channel.quantity == energy::Quantity::gauge) continue;
-    columns.push_back(i);
-    p.domains.push_back(ch[i].channel.domain + " (" + ch[i].source + (ch[i].channel.measured ? ")" : ", model)"));
-  }
-  for (auto const& point : sampler_.trace()) {
-    if (point.t < t0 || point.t > t1) continue;
-    p.time_s.push_back(point.t - t0);
-    for (auto c : columns) p.watts.push_back(c < point.values.size() ? point.values[c] : std::nan(""));
-  }
-  return p;
+PowerTrace TrialRunner::power_between(double t0, double t1) {
+  auto const m = monitor_.measure({"power trace", t0, t1}, /*with_trace=*/true);
+  return {m.trace_columns, m.trace_time_s, m.trace_watts};
 }
 
 TrialRecord TrialRunner::measure(Knobs const& k) {
@@ -247,14 +221,14 @@ TrialRecord TrialRunner::measure(Knobs const& k) {
   r.knobs = k;
   r.warmup_steps = settings_.warmup_steps;
   r.predicted_device_bytes = predicted_device_bytes(k);
-  double const t_start = sampler_.now();
+  double const t_start = monitor_.sampler().now();
   bool stepping = false;
   try {
     auto const trainer = make_trainer(k, 1 << 30);
     stepping = true;
     run_steps(*trainer, settings_.warmup_steps);
-    auto const before = regions_.stats();
-    double const t_measure = sampler_.now();
+    auto const before = regions_.stats(/*settle=*/true);
+    double const t_measure = monitor_.sampler().now();
     std::vector<double> per_step_objective;
     for (r.repeats = 1;; ++r.repeats) {
       auto const s = run_steps(*trainer, settings_.measured_steps);
@@ -270,7 +244,7 @@ TrialRecord TrialRunner::measure(Knobs const& k) {
     r.energy_per_step_j = median(r.step_energy_j);
     r.objective = objective_value(settings_.objective, r.energy_per_step_j, r.time_per_step_s, settings_.objective.p_max_w);
     r.regions = region_delta(before);
-    r.power = power_between(t_measure, sampler_.now());
+    r.power = power_between(t_measure, monitor_.sampler().now());
     if (!std::isfinite(r.time_per_step_s) || !std::isfinite(r.energy_per_step_j))
       throw TrainingError("time or energy per step is not finite");
   } catch (Interrupted const&) {
@@ -289,7 +263,7 @@ TrialRecord TrialRunner::measure(Knobs const& k) {
   }
   if (!r.ok()) {
     r.time_per_step_s = r.energy_per_step_j = r.objective = kNaN;
-    if (r.power.time_s.empty()) r.power = power_between(t_start, sampler_.now());
+    if (r.power.time_s.empty()) r.power = power_between(t_start, monitor_.sampler().now());
   }
   return r;
 }
@@ -305,9 +279,8 @@ TrainRecord TrialRunner::train(Knobs const& k, std::ostream* log) {
   rec.knobs = k;
   auto const trainer_ptr = make_trainer(k, 0);
   auto& trainer = *trainer_ptr;
-  auto const before = regions_.stats();
-  double const t0 = sampler_.now();
-  auto const e0 = sampler_.snapshot();
+  auto const before = regions_.stats(/*settle=*/true);
+  monitor_.begin("train");
   auto const start = std::chrono::steady_clock::now();
   auto const& t = base_.train;  // trials change no schedule, step count or logging field
   while (trainer.step() < t.steps) {
@@ -327,11 +300,12 @@ TrainRecord TrialRunner::train(Knobs const& k, std::ostream* log) {
     }
   }
   rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  double joules = joules_between(e0, sampler_.snapshot());
+  auto const m = monitor_.end("train", /*with_trace=*/true);
+  double joules = m.total_j;
   if (parallel_.sum) parallel_.sum(&joules, 1);
   rec.energy_j = joules;
   rec.regions = region_delta(before);
-  rec.power = power_between(t0, sampler_.now());
+  rec.power = {m.trace_columns, m.trace_time_s, m.trace_watts};
   return rec;
 }
 

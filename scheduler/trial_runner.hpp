@@ -14,8 +14,8 @@
 // values) make a `failed` trial; any other error mid-step stops the job, since the other ranks
 // may be inside that step's collectives (see TrialAbort).
 #include "core/train/trainer.hpp"
+#include "energy/monitor.hpp"
 #include "energy/regions.hpp"
-#include "energy/sampler.hpp"
 #include "scheduler/trial.hpp"
 #include "scheduler/tune_settings.hpp"
 
@@ -60,7 +60,7 @@ Knobs memory_model_fastest(std::vector<Knobs> const& feasible);
 
 class TrialRunner {
  public:
-  TrialRunner(Config const& base, TuneSettings const& settings, energy::Sampler& sampler,
+  TrialRunner(Config const& base, TuneSettings const& settings, energy::Monitor& monitor,
               energy::RegionRecorder& regions, Parallelism parallel, std::function<bool()> stop_requested);
 
   // Every combination of the knobs' values, offload ratio varying fastest.
@@ -94,21 +94,19 @@ class TrialRunner {
   Steps run_steps(Trainer& trainer, int n);
   // A trainer for k (its power limit applied first), on the processes laid out for its shards.
   std::unique_ptr<Trainer> make_trainer(Knobs const& k, int steps);
-  double joules_between(std::vector<double> const& e0, std::vector<double> const& e1) const;
   void check_stop() const;
-  std::vector<RegionMeasure> region_delta(std::map<std::string, energy::RegionStats> const& before) const;
-  PowerTrace power_between(double t0, double t1) const;
+  std::vector<RegionMeasure> region_delta(std::map<std::string, energy::RegionStats> const& before);
+  PowerTrace power_between(double t0, double t1);
 
   Config base_;
   TuneSettings settings_;
-  energy::Sampler& sampler_;
+  energy::Monitor& monitor_;
   energy::RegionRecorder& regions_;
   Parallelism parallel_;
   std::function<bool()> stop_;
   std::function<void(double)> apply_power_limit_;
   double power_min_w_ = 0, power_max_w_ = 0;
   void apply_power_limit(Knobs const& k);
-  std::vector<std::size_t> total_channels_;
   double budget_bytes_ = 0;
   std::string budget_source_;
 };

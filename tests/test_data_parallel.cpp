@@ -210,6 +210,7 @@ TEST_CASE("tuning trials under several processes: a trial that cannot start on o
   model_only.local_rank = w.rank();
   energy::Sampler sampler(energy::discover_sources(model_only));
   energy::RegionRecorder regions(sampler);
+  energy::Monitor monitor(sampler);
   sampler.start();
   scheduler::Parallelism par;
   par.world = w.size();
@@ -221,7 +222,7 @@ TEST_CASE("tuning trials under several processes: a trial that cannot start on o
   par.sum = [&](double* p, std::size_t n) { w.allreduce_sum(p, n); };
   par.broadcast_from_root = [&](double* p, std::size_t n) { w.broadcast(p, n * sizeof(double), 0); };
   par.first_error = [&](std::string const& mine) { return parallel::first_error(w, mine); };
-  scheduler::TrialRunner runner(cfg, settings, sampler, regions, par, {});
+  scheduler::TrialRunner runner(cfg, settings, monitor, regions, par, {});
   scheduler::Knobs k;
   k.micro_batch = 3;
 

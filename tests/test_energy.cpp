@@ -1,8 +1,10 @@
 // Energy measurement against fake sensor trees (hwmon, powercap) in a temporary folder and a fake
 // NVML library loaded through joule's real dlopen path. Synthetic time (snapshot(at)) makes the
 // integration checks exact and independent of the machine's load.
+#include "energy/monitor.hpp"
 #include "energy/power_limit.hpp"
 #include "energy/regions.hpp"
+#include "energy/report.hpp"
 #include "energy/sampler.hpp"
 #include "support/test_support.hpp"
 
@@ -340,43 +342,234 @@ TEST_CASE("energy: with nothing to read, only the model is used and it is labell
   REQUIRE(trace.back().values[0] > o.model_idle_watts + 0.5 * o.model_core_watts);
 }
 
-TEST_CASE("energy: regions get the energy of their span; nested and overlapping regions are inclusive",
+namespace {
+
+// A source whose power is a known function of time: a base load plus what each active region
+// adds. It reads like NVML's energy counter (cumulative joules, exact at every read), at the
+// synthetic time the test sets before each sample. The truth for an interval is the exact
+// integral of the schedule.
+struct Schedule {
+  struct Span {
+    double t0, t1, watts;
+  };
+  double base_w = 200;
+  std::vector<Span> spans;
+  double power(double t) const {
+    double p = base_w;
+    for (auto const& s : spans)
+      if (t >= s.t0 && t < s.t1) p += s.watts;
+    return p;
+  }
+  double energy(double a, double b) const {  // exact integral of power over [a, b]
+    double e = base_w * (b - a);
+    for (auto const& s : spans) e += s.watts * std::max(0.0, std::min(b, s.t1) - std::max(a, s.t0));
+    return e;
+  }
+};
+
+class ScheduleSource final : public Source {
+ public:
+  ScheduleSource(Schedule const& s, double const& clock) : schedule_(s), clock_(clock) {
+    channels_.push_back({kDomainGpu, "schedule counter", Quantity::energy_counter, true});
+  }
+  std::string name() const override { return "schedule"; }
+  void read(std::vector<double>& values) override { values.assign(1, schedule_.energy(0.0, clock_)); }
+
+ private:
+  Schedule const& schedule_;
+  double const& clock_;
+};
+
+// Samples at `rate` Hz over [0, until] in synthetic time.
+void drive(Sampler& s, double& clock, double rate, double until) {
+  for (int k = 0; k * (1.0 / rate) <= until + 1e-12; ++k) {
+    clock = k / rate;
+    s.snapshot(clock);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("energy: regions stamped on a stand-in device stream get their energy from the trace within 2%",
           "[energy][regions]") {
+  // The worker thread stands in for a device stream: it passes its regions' edges with its own
+  // timestamps, while the launching thread opens a host region of its own meanwhile. The power
+  // depends on which regions are active; attribution happens after the fact, from the trace.
+  double const rate = 100;  // 10 ms sampling period
+  Schedule sched;
+  struct Truth {
+    char const* name;
+    double t0, t1, watts;
+  };
+  // Edges at awkward phases of the sampling period; nested (step > forward, backward).
+  std::vector<Truth> const device = {{"step", 0.1033, 0.9071, 0}, {"forward", 0.1033, 0.3517, 150},
+                                     {"backward", 0.3517, 0.8049, 300}, {"tiny", 0.8511, 0.8547, 400}};
+  Truth const host = {"optimizer_host", 0.5023, 0.7391, 60};
+  for (auto const& t : device)
+    if (t.watts > 0) sched.spans.push_back({t.t0, t.t1, t.watts});
+  sched.spans.push_back({host.t0, host.t1, host.watts});
+
+  double clock = 0;
+  std::vector<std::unique_ptr<Source>> sources;
+  sources.push_back(std::make_unique<ScheduleSource>(sched, clock));
+  Sampler s(std::move(sources), rate);
+  RegionRecorder r(s);
+  std::thread stream([&] {
+    r.push("step", device[0].t0);
+    r.push("forward", device[1].t0);
+    r.pop(device[1].t1);
+    r.push("backward", device[2].t0);
+    r.pop(device[2].t1);
+    r.pop(device[0].t1);
+    r.push("tiny", device[3].t0);
+    r.pop(device[3].t1);
+  });
+  r.push(host.name, host.t0);  // the launching thread's own (host) region, overlapping backward
+  r.pop(host.t1);
+  stream.join();
+  REQUIRE(r.stats().empty());  // nothing sampled yet: nothing attributed, nothing lost
+  drive(s, clock, rate, 1.0);
+  auto const stats = r.stats();
+  auto check = [&](Truth const& t) {
+    INFO(t.name);
+    auto const& st = stats.at(t.name);
+    REQUIRE(st.calls == 1);
+    REQUIRE(st.seconds == Approx(t.t1 - t.t0));
+    double const truth = sched.energy(t.t0, t.t1);  // inclusive: everything drawn during the span
+    if (t.t1 - t.t0 >= 10 / rate) REQUIRE(st.total_j == Approx(truth).epsilon(0.02));
+    REQUIRE(st.energy.size() == 1);
+    REQUIRE(st.below_resolution == (t.t1 - t.t0 < 1.0 / rate));
+  };
+  for (auto const& t : device) check(t);
+  check(host);
+  REQUIRE(stats.at("tiny").below_resolution);  // 3.6 ms at 10 ms sampling: flagged
+  REQUIRE_FALSE(stats.at("forward").below_resolution);
+  // Overlapping regions are not split: backward and optimizer_host both see the 60 W overlap.
+  REQUIRE(stats.at("backward").total_j + stats.at("optimizer_host").total_j >
+          sched.energy(device[2].t0, device[2].t1) + 0.9 * sched.energy(host.t0, host.t1));
+}
+
+TEST_CASE("energy: region edges read no sensor; library regions are skipped; fenced mode stamps too",
+          "[energy][regions]") {
+  // A source that counts its reads: edges must never cause one.
+  struct Counting final : Source {
+    int reads = 0;
+    Counting() { channels_.push_back({kDomainGpu, "counting", Quantity::power, true}); }
+    std::string name() const override { return "counting"; }
+    void read(std::vector<double>& v) override {
+      ++reads;
+      v.assign(1, 100.0);
+    }
+  };
+  auto owned = std::make_unique<Counting>();
+  Counting* counting = owned.get();
+  std::vector<std::unique_ptr<Source>> sources;
+  sources.push_back(std::move(owned));
+  Sampler s(std::move(sources));
+  s.snapshot();
+  for (EdgeMode mode : {EdgeMode::timeline, EdgeMode::fenced}) {
+    int const reads = counting->reads;
+    RegionRecorder r(s, mode);
+    REQUIRE(r.mode() == mode);
+    for (int i = 0; i < 100; ++i) {
+      Kokkos::Profiling::pushRegion("outer");
+      Kokkos::Profiling::pushRegion("KokkosBlas::gemm[ETI]");  // a library's own region
+      Kokkos::Profiling::popRegion();
+      Kokkos::Profiling::popRegion();
+    }
+    REQUIRE(counting->reads == reads);  // 400 edges, no sensor read
+    REQUIRE(r.library_regions() == 100);
+    auto const stats = r.stats(/*settle=*/true);  // settling samples once (no sampler thread)
+    REQUIRE(stats.count("KokkosBlas::gemm[ETI]") == 0);
+    REQUIRE(stats.at("outer").calls == 100);
+    REQUIRE(stats.at("outer").seconds >= 0);
+    REQUIRE(r.hook_calls() == 400);
+  }
+  REQUIRE(to_string(EdgeMode::fenced) == std::string("fenced"));
+  REQUIRE(edge_mode_from_string("timeline") == EdgeMode::timeline);
+  REQUIRE_THROWS_WITH(edge_mode_from_string("exact"), Contains("'timeline'") && Contains("'fenced'"));
+}
+
+TEST_CASE("energy: the sampler thread is the only reader while it runs", "[energy][sampler]") {
+  FakeTree t;
+  auto o = empty_options(t);
+  o.nvml_library = "none";
+  Sampler s(discover_sources(o));  // the model
+  s.start();
+  REQUIRE_THROWS_WITH(s.snapshot(), Contains("only reader"));
+  double const t0 = s.now();
+  s.wait_until_covered(t0 + 0.05);  // returns once a periodic sample is past t0 + 50 ms
+  REQUIRE(s.covered_until() >= t0 + 0.05);
+  s.stop();
+}
+
+TEST_CASE("energy: the monitor's windows: overlapping, per domain, the total's rule, only the window's trace",
+          "[energy][monitor]") {
+  double const rate = 100;
+  Schedule sched;
+  sched.spans.push_back({0.2, 0.6, 100});
+  double clock = 0;
+  std::vector<std::unique_ptr<Source>> sources;
+  sources.push_back(std::make_unique<ScheduleSource>(sched, clock));
+  Sampler s(std::move(sources), rate);
+  Monitor m(s);
+  REQUIRE(m.total().measured);
+  // Windows on the sampler's clock, given directly (synthetic time).
+  drive(s, clock, rate, 1.0);
+  auto const a = m.measure({"a", 0.1, 0.5}, /*with_trace=*/true);
+  auto const b = m.measure({"b", 0.3, 0.9});
+  REQUIRE(a.total_j == Approx(sched.energy(0.1, 0.5)).epsilon(0.005));
+  REQUIRE(b.total_j == Approx(sched.energy(0.3, 0.9)).epsilon(0.005));
+  REQUIRE(a.seconds == Approx(0.4));
+  REQUIRE(a.measured);
+  REQUIRE(a.domains.size() == 1);
+  REQUIRE(a.domains[0].domain == kDomainGpu);
+  REQUIRE(a.domains[0].joules == Approx(a.total_j));
+  REQUIRE(a.trace_columns == std::vector<std::string>{"gpu (schedule)"});
+  REQUIRE(a.trace_time_s.size() >= 39);
+  REQUIRE(a.trace_time_s.size() <= 41);  // the window only, not the whole run
+  REQUIRE(a.trace_time_s.front() >= 0);
+  REQUIRE(a.trace_time_s.back() <= 0.4 + 1e-9);
+  REQUIRE(a.trace_watts.size() == a.trace_time_s.size());
+  REQUIRE(b.trace_time_s.empty());  // not asked for
+  REQUIRE_FALSE(m.measure({"short", 0.3, 0.305}).measured == false);
+  REQUIRE(m.measure({"short", 0.3, 0.305}).below_resolution);
+  // begin/end by name, overlapping, with errors for misuse.
+  m.begin("x");
+  m.begin("y");
+  REQUIRE_THROWS_WITH(m.begin("x"), Contains("already open"));
+  auto const wx = m.close("x");
+  auto const wy = m.close("y");
+  REQUIRE(wy.t1 >= wx.t1);
+  REQUIRE_THROWS_WITH(m.close("x"), Contains("no open window"));
+}
+
+TEST_CASE("energy: whole-run report: regions settled, mode stated, flagged regions marked", "[energy][report]") {
   FakeTree t;
   auto o = empty_options(t);
   t.write("hwmon/hwmon1/power1_oem_info", "Module Power Socket 0");
   t.write("hwmon/hwmon1/power1_average", "100000000");  // 100 W throughout
   Sampler s(discover_sources(o));
-  s.snapshot(0.0);
+  Monitor m(s);
   RegionRecorder r(s);
-  r.push("step", 0.0);
-  r.push("forward", 1.0);
-  std::promise<void> forward_done, optimizer_started;
-  std::thread other([&] {  // a host optimizer on another thread, overlapping step and forward
-    r.push("optimizer_host", 1.5);
-    optimizer_started.set_value();
-    forward_done.get_future().wait();
-    r.pop(3.5);
-  });
-  optimizer_started.get_future().wait();
-  r.pop(2.0);  // forward: 1 s
-  forward_done.set_value();
-  other.join();
-  r.pop(4.0);  // step: 4 s
-  auto const stats = r.stats();
-  REQUIRE(stats.at("step").energy[0] == Approx(400.0));
-  REQUIRE(stats.at("forward").energy[0] == Approx(100.0));
-  REQUIRE(stats.at("optimizer_host").energy[0] == Approx(200.0));
-  REQUIRE(stats.at("optimizer_host").seconds == Approx(2.0));
-  REQUIRE(stats.at("step").calls == 1);
-
-  // Through Kokkos' own profiling API: the recorder sees regions opened anywhere.
-  Kokkos::Profiling::pushRegion("kokkos_region");
-  Kokkos::Profiling::pushRegion("inner");
-  Kokkos::Profiling::popRegion();
-  Kokkos::Profiling::popRegion();
-  auto const after = r.stats();
-  REQUIRE(after.at("kokkos_region").calls == 1);
-  REQUIRE(after.at("inner").calls == 1);
-  REQUIRE(r.hook_calls() >= 4);
+  s.snapshot(0.0);
+  r.push("long", 0.0);
+  r.pop(2.0);
+  r.push("short", 2.0);
+  r.pop(2.001);
+  s.snapshot(2.5);
+  auto const run = m.measure({"run", 0.0, 2.5});
+  REQUIRE(run.total_j == Approx(250.0));
+  auto const text = format_energy_report(s, r, run);
+  INFO(text);
+  REQUIRE_THAT(text, Contains("region edges on the timeline") && Contains("host clock"));
+  REQUIRE_THAT(text, Contains("short *") && Contains("below the sensors' resolution"));
+  REQUIRE_THAT(text, Contains("200.00"));  // long: 2 s at 100 W
+  REQUIRE_THAT(text, Contains("250.00"));  // the whole run
+  auto const rank = summarize_rank(s, r, 0, run);
+  REQUIRE(rank.regions.at("short").below_resolution);
+  REQUIRE_FALSE(rank.regions.at("long").below_resolution);
+  auto const back = RankEnergy::from_json(rank.to_json());
+  REQUIRE(back.regions.at("long").energy_j == Approx(200.0));
+  REQUIRE(back.edges == rank.edges);
 }

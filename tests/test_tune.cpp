@@ -25,7 +25,8 @@ Config with_tune(nlohmann::json j, nlohmann::json tune) {
 struct Energy {
   energy::Sampler sampler;
   energy::RegionRecorder regions;
-  Energy() : sampler(model_only()), regions(sampler) {}
+  energy::Monitor monitor;
+  Energy() : sampler(model_only()), regions(sampler), monitor(sampler) {}
   static std::vector<std::unique_ptr<energy::Source>> model_only() {
     energy::SourceOptions o;
     o.nvml_library = "none";
@@ -75,7 +76,7 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
   auto settings = parse_tune_settings(cfg);
   Energy e;
   e.sampler.start();
-  TrialRunner runner(cfg, settings, e.sampler, e.regions, {}, {});
+  TrialRunner runner(cfg, settings, e.monitor, e.regions, {}, {});
   auto const space = runner.space();
   REQUIRE(space.size() == 2 * 4 * 2);  // offload x recompute depth 0..3 x micro-batch
   REQUIRE(space.front().offload_ratio == 0);
@@ -89,7 +90,7 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
   // A budget between the two: one fits, the other is infeasible with the reason.
   settings.device_memory_budget_mib =
       (runner.predicted_device_bytes(a) + runner.predicted_device_bytes(b)) / 2.0 / 1048576.0;
-  TrialRunner tight(cfg, settings, e.sampler, e.regions, {}, {});
+  TrialRunner tight(cfg, settings, e.monitor, e.regions, {}, {});
   REQUIRE(tight.infeasible_reason(b).empty());
   REQUIRE_THAT(tight.infeasible_reason(a), Contains("memory model predicts") && Contains("over the budget"));
 

@@ -4,7 +4,7 @@
 #include "core/ops/adamw.hpp"
 #include "core/train/host_cores.hpp"
 #include "core/train/trainer.hpp"
-#include "energy/regions.hpp"
+#include "energy_setup.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -111,13 +111,13 @@ int run_offload_overlap_bench(OffloadBenchOptions const& o) {
         // host jobs' time from the worker's own timestamps, and the launching thread's waits for
         // them where it waited.
         energy::Sampler sampler({});
-        energy::RegionRecorder regions(sampler, /*snapshot_at_edges=*/false);
+        auto const regions = make_region_recorder(sampler, energy::EdgeMode::timeline);
         auto& opt = trainers[k]->optimizer();
         opt.reset_offload_times();
         auto const summary = trainers[k]->run(o.steps);
         opt.wait_all();
         for (auto const& r : summary.steps) times[k].step.push_back(1e3 * r.seconds);
-        auto const stats = regions.stats();
+        auto const stats = regions->stats(/*settle=*/true);
         auto ms = [&](char const* name) {
           auto it = stats.find(name);
           return it == stats.end() ? 0.0 : 1e3 * it->second.seconds / o.steps;

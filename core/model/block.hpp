@@ -142,7 +142,7 @@ void block_forward(ExecutionSpace const& space, BlockShape const& s, Y const& y,
                    BlockActivations<T, MemorySpace> const& a,
                    BlockParameters<T, MemorySpace> const& p, X const& x,
                    SequenceExchange<T, MemorySpace> const* exchange = nullptr) {
-  compat::ScopedRegion region("joule::block_forward");
+  compat::ScopedRegion region(space, "joule::block_forward");
   layernorm_forward(space, a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1_weight, p.ln1_bias);
   linear_forward(space, a.qkv, a.ln1, p.qkv_weight, p.qkv_bias);
   require(s.shards == 1 || exchange != nullptr, "block_forward", "sequence shards need an exchange");
@@ -169,7 +169,7 @@ void block_backward(ExecutionSpace const& space, BlockShape const& s, DX const& 
                     DY const& d_y, X const& x, BlockActivations<T, MemorySpace> const& a,
                     BlockParameters<T, MemorySpace> const& p,
                     SequenceExchange<T, MemorySpace> const* exchange = nullptr) {
-  compat::ScopedRegion region("joule::block_backward");
+  compat::ScopedRegion region(space, "joule::block_backward");
   // MLP branch, then the skip connection around it.
   linear_backward(space, w.d_fc, g.fc_proj_weight, g.fc_proj_bias, d_y, a.fc_gelu, p.fc_proj_weight);
   gelu_backward(space, w.d_fc, w.d_fc, a.fc);

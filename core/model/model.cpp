@@ -195,7 +195,7 @@ CrossEntropyResult Model::forward(ExecSpace const& space, std::function<void(int
   auto before = [&](int group) {
     if (before_group) before_group(group);
   };
-  compat::ScopedRegion region("forward");
+  compat::ScopedRegion region(space, "forward");
   auto const& e = params.embed;
   before(0);
   int const n_img = cfg_.image_tokens();
@@ -228,7 +228,7 @@ void Model::backward(ExecSpace const& space, double d_loss, std::function<void(i
   auto ready = [&](int group) {
     if (group_ready) group_ready(group);
   };
-  compat::ScopedRegion region("backward");
+  compat::ScopedRegion region(space, "backward");
   int const L = cfg_.layers, n_img = cfg_.image_tokens();
   Tensor1<T, DeviceMemory> const no_bias;
   cross_entropy_backward(space, logits_, logits_, ce_lse_, targets_, counted_rows_, d_loss);

@@ -81,7 +81,7 @@ class SequenceExchange {
   // heads [B*S, width*C/P] <- local [B*S/P, width*C]
   template <class ExecutionSpace, class Heads, class Local>
   void to_heads(ExecutionSpace const& space, Heads const& heads, Local const& local, int width) const {
-    compat::ScopedRegion region("ulysses_all_to_all");
+    compat::ScopedRegion region(space, "ulysses_all_to_all");
     check(heads, local, width);
     auto const L = layout(width);
     auto const send = send_, recv = recv_;
@@ -99,7 +99,7 @@ class SequenceExchange {
   // local [B*S/P, width*C] <- heads [B*S, width*C/P]
   template <class ExecutionSpace, class Local, class Heads>
   void to_local(ExecutionSpace const& space, Local const& local, Heads const& heads, int width) const {
-    compat::ScopedRegion region("ulysses_all_to_all");
+    compat::ScopedRegion region(space, "ulysses_all_to_all");
     check(heads, local, width);
     auto const L = layout(width);
     auto const send = send_, recv = recv_;

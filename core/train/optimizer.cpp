@@ -195,7 +195,7 @@ void Optimizer::copy_gradient_to_host(int group) {
   g.grad_final.record(compute_);
   g.grad_final.make_wait(copies_);
   {
-    compat::ScopedRegion region("d2h");
+    compat::ScopedRegion region(copies_, "d2h");
     Kokkos::deep_copy(copies_, g.host_grad, g.grad);
   }
   g.landed.record(copies_);
@@ -226,7 +226,7 @@ void Optimizer::host_job(int group) {
   Group& g = groups_[group];
   g.landed.synchronize();
   {
-    compat::ScopedRegion region("optimizer_host");
+    compat::ScopedRegion region(HostExecSpace(), "optimizer_host");
     if (worker_) {
       // On the worker's threads: every run of the buffer (decayed or not) split into one chunk
       // per thread, through the same host loop as the inline path.
@@ -253,7 +253,7 @@ void Optimizer::host_job(int group) {
       HostExecSpace().fence();
     }
   }
-  compat::ScopedRegion region("h2d");
+  compat::ScopedRegion region(host_to_device_, "h2d");
   if constexpr (kDeviceIsHost) {
     // Host memory on both sides, and kernels complete when launched: a plain copy, made by the
     // thread that has the new weights (no Kokkos call from the worker thread).
@@ -307,7 +307,7 @@ void Optimizer::finish_step(double grad_scale) {
   for (std::size_t i = 0; i < groups_.size(); ++i) {
     Group& g = groups_[i];
     if (offloaded_[i]) continue;
-    compat::ScopedRegion region("optimizer_device");
+    compat::ScopedRegion region(compute_, "optimizer_device");
     adamw_slices(compute_, g.decayed, g.param, g.grad, g.m, g.v, adamw_config(), settings_.weight_decay,
                  step_, grad_scale, 0);
   }

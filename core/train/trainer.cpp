@@ -137,7 +137,7 @@ void Trainer::finish_gradient_sums() {
 }
 
 StepRecord Trainer::train_step() {
-  compat::ScopedRegion region("step");
+  compat::ScopedRegion region(space_, "step");
   auto const t0 = std::chrono::steady_clock::now();
   int const accumulation = cfg_.train.batch / cfg_.train.micro_batch;
   double const lr = learning_rate(step_);
@@ -189,7 +189,7 @@ StepRecord Trainer::train_step() {
 
 EvalResult Trainer::evaluate() {
   optimizer_.wait_all();  // evaluation reads every group's new weights
-  compat::ScopedRegion region("evaluate");
+  compat::ScopedRegion region(space_, "evaluate");
   int const B = cfg_.train.micro_batch, T_ = cfg_.model.text_len, V = cfg_.model.vocab(),
             n_img = cfg_.model.image_tokens();
   std::size_t const n = std::min<std::size_t>(eval_indices_.size(), cfg_.train.eval_samples);

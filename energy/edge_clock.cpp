@@ -1,0 +1,46 @@
+#include "energy/edge_clock.hpp"
+
+#include "energy/detail/cuda_edge_clock.hpp"
+#include "energy/sampler.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include <stdexcept>
+
+namespace joule::energy {
+
+char const* to_string(EdgeMode mode) { return mode == EdgeMode::fenced ? "fenced" : "timeline"; }
+
+EdgeMode edge_mode_from_string(std::string const& text) {
+  if (text == "timeline") return EdgeMode::timeline;
+  if (text == "fenced") return EdgeMode::fenced;
+  throw std::invalid_argument("energy regions '" + text + "': allowed are 'timeline' (the default: edges stamped "
+                              "where their work runs, never fenced) and 'fenced' (a fence at every edge: exact, slower)");
+}
+
+namespace {
+
+class HostClock final : public EdgeClock {
+ public:
+  HostClock(Sampler const& s, bool fence) : sampler_(s), fence_(fence) {}
+  char const* name() const override { return fence_ ? "fenced" : "host"; }
+  Stamp stamp() override {
+    if (fence_) Kokkos::fence();
+    return {sampler_.now(), -1};
+  }
+  double resolve(Stamp const& s) override { return s.t; }
+
+ private:
+  Sampler const& sampler_;
+  bool fence_;
+};
+
+}  // namespace
+
+std::unique_ptr<EdgeClock> make_edge_clock(Sampler const& sampler, EdgeMode mode, StreamProvider stream) {
+  if (mode == EdgeMode::fenced) return std::make_unique<HostClock>(sampler, true);
+  if (auto device = detail::make_cuda_edge_clock(sampler, std::move(stream))) return device;
+  return std::make_unique<HostClock>(sampler, false);
+}
+
+}  // namespace joule::energy
