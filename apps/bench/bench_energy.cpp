@@ -5,25 +5,18 @@
 #include "energy/monitor.hpp"
 #include "energy_setup.hpp"
 #include "run_config.hpp"
+#include "scheduler/statistics.hpp"
 
 #include <fmt/format.h>
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace joule::apps {
-
-namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-}  // namespace
 
 int run_energy_overhead_bench(EnergyBenchOptions const& o) {
   std::string const data = fmt::format("/tmp/joule-bench-energy-{}.h5", getpid());
@@ -70,11 +63,11 @@ int run_energy_overhead_bench(EnergyBenchOptions const& o) {
         sampler_cpu[m] += sampler->thread_cpu_seconds();
       }
     }
-  double const base = median(step_ms[0]);
+  double const base = scheduler::median(step_ms[0]);
   fmt::print("{:<28} {:>12} {:>10} {:>14} {:>16} {:>14}\n", "mode", "step ms", "vs off", "edges / step",
              "hooks ms / step", "sampler CPU s");
   for (std::size_t m = 0; m < modes.size(); ++m) {
-    double const step = median(step_ms[m]);
+    double const step = scheduler::median(step_ms[m]);
     fmt::print("{:<28} {:>12.3f} {:>10.4f} {:>14.0f} {:>16.4f} {:>14.3f}\n", modes[m].name, step, step / base,
                edges_per_step[m], hook_ms_per_step[m], sampler_cpu[m]);
   }
