@@ -1,5 +1,7 @@
 // `joule data synth`: write the built-in synthetic captioning dataset.
 #include "commands.hpp"
+#include "output_paths.hpp"
+#include "run_config.hpp"
 
 #include "core/data/synth.hpp"
 #include "core/model/config.hpp"
@@ -8,6 +10,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 namespace joule::apps {
@@ -19,14 +22,19 @@ std::function<int()> add_data_command(CLI::App& app) {
   auto* data = app.add_subcommand("data", "datasets");
   data->require_subcommand(1);
   auto* synth = data->add_subcommand("synth", "write the synthetic shapes captioning dataset (HDF5)");
-  synth->add_option("--out", *out, "output file (default with --config: its data.path)");
-  synth->add_option("--config", *config, "take frames, image size and text length from this configuration")
+  synth->add_option("--out", *out, "output file (default with --config: its data.path); its folder is made");
+  auto* config_opt = synth->add_option("--config", *config, "take frames, image size and text length from this configuration")
       ->check(CLI::ExistingFile);
-  synth->add_option("--count", o->count, "samples")->check(CLI::Range(1, 10000000));
-  synth->add_option("--frames", o->frames, "frames per sample (> 1: moving shapes)")->check(CLI::Range(1, 256));
-  synth->add_option("--image-size", o->image_size, "image height and width")->check(CLI::Range(8, 4096));
-  synth->add_option("--text-len", o->text_len, "tokens per caption incl. BOS/EOS/PAD")->check(CLI::Range(3, 4096));
-  synth->add_option("--seed", o->seed, "random seed");
+  synth->add_option("--count", o->count, "samples")->check(whole_number())->check(CLI::Range(1, 10000000));
+  // With --config the shapes are the model's: a flag for them too would be silently ignored.
+  synth->add_option("--frames", o->frames, "frames per sample (> 1: moving shapes)")
+      ->check(whole_number())->check(CLI::Range(1, 256))->excludes(config_opt);
+  synth->add_option("--image-size", o->image_size, "image height and width")
+      ->check(whole_number())->check(CLI::Range(8, 4096))->excludes(config_opt);
+  synth->add_option("--text-len", o->text_len, "tokens per caption incl. BOS/EOS/PAD")
+      ->check(whole_number())->check(CLI::Range(3, 4096))->excludes(config_opt);
+  synth->add_option("--seed", o->seed, "random seed (>= 0)")
+      ->check(whole_number())->check(CLI::Range(0LL, std::numeric_limits<long long>::max()));
 
   auto info_path = std::make_shared<std::string>();
   auto* info = data->add_subcommand("info", "validate a dataset file and print its shape and a few captions");
@@ -58,6 +66,12 @@ std::function<int()> add_data_command(CLI::App& app) {
       if (path.empty()) path = cfg.data.path;
     }
     if (path.empty()) throw std::invalid_argument("joule data synth: give --out FILE (or --config)");
+    FilePlan plan;  // before writing: not over the configuration it read, and writable there
+    plan.input("--config", *config);
+    OutputOptions made;
+    made.creates_folder = true;
+    plan.output(out->empty() ? fmt::format("data.path (from {})", *config) : std::string("--out"), path, made);
+    if (auto const problem = plan.check(); !problem.empty()) throw std::invalid_argument(problem);
     auto const parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     write_synthetic(path, *o);

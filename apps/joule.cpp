@@ -8,9 +8,12 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdlib>
 #include <exception>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -19,6 +22,28 @@ void print_version() {
   fmt::print("Kokkos {}.{}.{}, default execution space {} ({} threads/concurrency)\n",
              KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100,
              Kokkos::DefaultExecutionSpace::name(), Kokkos::DefaultExecutionSpace().concurrency());
+}
+
+// CLI11 says only "A subcommand is required" when the word after `joule` (or `joule data`, `joule
+// energy`) is not one of its subcommands. Returns the message to print instead: which command,
+// which word, and the subcommands there are; "" when the error is another one.
+std::string subcommand_problem(CLI::App& app) {
+  CLI::App* cur = &app;
+  std::string path = "joule";
+  for (auto parsed = cur->get_subcommands(); !parsed.empty(); parsed = cur->get_subcommands()) {
+    cur = parsed.front();
+    path += " " + cur->get_name();
+  }
+  if (cur->get_require_subcommand_min() == 0) return "";
+  std::vector<std::string> names;
+  for (auto const* sub : cur->get_subcommands([](CLI::App*) { return true; })) names.push_back(sub->get_name());
+  std::string const list = fmt::format("{}", fmt::join(names, ", "));
+  auto const rest = cur->remaining();
+  if (rest.empty()) return fmt::format("{}: a subcommand is required; the subcommands are: {}", path, list);
+  if (!rest.front().empty() && rest.front()[0] == '-')
+    return fmt::format("{}: unknown option '{}' (a subcommand comes first; the subcommands are: {})", path,
+                       rest.front(), list);
+  return fmt::format("{}: unknown subcommand '{}'; the subcommands are: {}", path, rest.front(), list);
 }
 
 }  // namespace
@@ -68,6 +93,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (CLI::ParseError const& e) {
+    if (dynamic_cast<CLI::RequiredError const*>(&e))
+      if (auto const text = subcommand_problem(app); !text.empty()) {
+        fmt::print(stderr, "{}\nRun with --help for more information.\n", text);
+        return e.get_exit_code();
+      }
     return app.exit(e);
   }
   try {

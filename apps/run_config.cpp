@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -15,15 +17,87 @@ namespace joule::apps {
 
 char const* default_config_json() { return kDefaultConfigJson; }
 
-Config load_config_with(std::string const& path, std::function<void(nlohmann::json&)> const& overrides) {
-  std::string text = default_config_json(), source = "the embedded default configuration";
+void Overrides::add(std::string flag, std::string field, nlohmann::json value) {
+  entries_.push_back({std::move(flag), std::move(field), std::move(value), false});
+}
+
+void Overrides::set_flag(std::string flag, std::string field, bool given, nlohmann::json value) {
+  if (given) entries_.push_back({std::move(flag), std::move(field), std::move(value), true});
+}
+
+Overrides::Entry const* Overrides::find(std::string const& field) const {
+  for (auto const& e : entries_)
+    if (e.field == field) return &e;
+  return nullptr;
+}
+
+std::string Overrides::flag_for(std::string const& field) const {
+  auto const* e = find(field);
+  return e ? e->flag : "";
+}
+
+void Overrides::apply(nlohmann::json& j) const {
+  for (auto const& e : entries_) {
+    nlohmann::json* node = &j;
+    std::string const& f = e.field;
+    for (std::size_t start = 0;;) {
+      auto const dot = f.find('.', start);
+      std::string const key = f.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      // A section that is not an object is the configuration's own error: left for its checks.
+      if (!node->is_object() && !node->is_null()) break;
+      node = &(*node)[key];
+      if (dot == std::string::npos) {
+        *node = e.value;
+        break;
+      }
+      start = dot + 1;
+    }
+  }
+}
+
+void Overrides::rethrow_with_flag(ConfigError const& error) const {
+  std::string const msg = error.what();
+  auto is_name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; };
+  Entry const* hit = nullptr;
+  std::size_t at = std::string::npos;
+  for (auto const& e : entries_) {
+    for (std::size_t pos = msg.find(e.field); pos != std::string::npos; pos = msg.find(e.field, pos + 1)) {
+      bool const starts = pos == 0 || !is_name_char(msg[pos - 1]);
+      std::size_t const end = pos + e.field.size();
+      bool const ends = end == msg.size() || !is_name_char(msg[end]);
+      if (starts && ends) {
+        if (pos < at) at = pos, hit = &e;
+        break;
+      }
+    }
+  }
+  if (!hit) return;
+  // The file's name in front of the field would blame the file; the flag's value replaced it.
+  std::string value;
+  if (!hit->valueless)
+    value = " " + (hit->value.is_number_float()  ? fmt::format("{}", hit->value.get<double>())
+                   : !hit->value.is_string()      ? hit->value.dump()
+                   : hit->value.get<std::string>().empty() ? std::string("\"\"")
+                                                           : hit->value.get<std::string>());
+  throw ConfigError(hit->flag + value + ": " + msg.substr(at));
+}
+
+std::string config_source(std::string const& path) {
+  return path.empty() ? "the embedded default configuration" : path;
+}
+
+Config load_config_with(std::string const& path, Overrides const& overrides) {
+  return overrides.attribute([&] { return load_config_with(path, [&](nlohmann::json& j) { overrides.apply(j); }); });
+}
+
+Config load_config_with(std::string const& path, std::function<void(nlohmann::json&)> const& edit) {
+  std::string text = default_config_json(), source = config_source(path);
   if (!path.empty()) {
     std::ifstream f(path);
     if (!f) throw ConfigError(path + ": cannot open the configuration file");
     std::stringstream ss;
     ss << f.rdbuf();
     text = ss.str();
-    source = path;
   }
   nlohmann::json j;
   try {
@@ -31,7 +105,7 @@ Config load_config_with(std::string const& path, std::function<void(nlohmann::js
   } catch (nlohmann::json::parse_error const& e) {
     throw ConfigError(source + ": not valid JSON: " + e.what());
   }
-  if (j.is_object() && overrides) overrides(j);  // a non-object is reported by parse_config
+  if (j.is_object() && edit) edit(j);  // a non-object is reported by parse_config
   return parse_config(j.dump(), source);
 }
 
@@ -42,6 +116,41 @@ void make_data_if_missing(Config const& cfg) {
   auto const s = SynthOptions::for_model(cfg.model, 4096, cfg.train.seed);
   write_synthetic(cfg.data.path, s);
   fmt::print("wrote {} synthetic samples to {}\n", s.count, cfg.data.path);
+}
+
+namespace {
+
+template <class T>
+std::errc parse_whole(std::string const& text, T& value) {
+  char const* const end = text.data() + text.size();
+  char const* const begin = text.data() + (!text.empty() && text[0] == '+');
+  auto const [ptr, ec] = std::from_chars(begin, end, value);
+  return ec == std::errc() && ptr != end ? std::errc::invalid_argument : ec;
+}
+
+}  // namespace
+
+CLI::Validator whole_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        long long s = 0;
+        unsigned long long u = 0;
+        auto const signed_ec = parse_whole(text, s);
+        if (signed_ec == std::errc()) return "";
+        auto const unsigned_ec = parse_whole(text, u);
+        if (unsigned_ec == std::errc()) return "";
+        if (signed_ec == std::errc::result_out_of_range) return text + " is too large for a 64-bit integer";
+        return text + " is not a whole number";
+      },
+      "");
+}
+
+nlohmann::json integer_json(std::string const& text) {
+  long long s = 0;
+  if (parse_whole(text, s) == std::errc()) return s;
+  unsigned long long u = 0;
+  if (parse_whole(text, u) == std::errc()) return u;
+  throw std::invalid_argument(text + " is not a 64-bit integer");
 }
 
 }  // namespace joule::apps

@@ -5,14 +5,76 @@
 // made on demand.
 #include "core/model/config.hpp"
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace joule::apps {
 
-Config load_config_with(std::string const& path, std::function<void(nlohmann::json&)> const& overrides);
+// Command-line flags that replace configuration fields. A flag that is not given is std::nullopt
+// (no magic "unset" number): whatever the user types is passed on, and the configuration's own
+// checks judge it. An error they raise about an overridden field names the flag in front,
+// "--steps -1: train.steps is -1; allowed: [1, 1073741824]", so a bad flag is never mistaken for
+// a bad file, and the allowed range is the field's, by construction.
+class Overrides {
+ public:
+  template <class T>
+  void set(std::string flag, std::string field, std::optional<T> const& value) {
+    if (value) add(std::move(flag), std::move(field), nlohmann::json(*value));
+  }
+  // A flag without a value (--no-train sets tune.train_after = false).
+  void set_flag(std::string flag, std::string field, bool given, nlohmann::json value);
+  void add(std::string flag, std::string field, nlohmann::json value);
+
+  bool has(std::string const& field) const { return find(field) != nullptr; }
+  // "--steps" for an overridden field, "" otherwise.
+  std::string flag_for(std::string const& field) const;
+
+  // Writes each value at its field's dotted path ("train.steps" -> j["train"]["steps"]).
+  void apply(nlohmann::json& j) const;
+  // Runs `check`; a ConfigError that names an overridden field is thrown again with that flag and
+  // its value in front (the earliest field named in the message decides).
+  template <class F>
+  auto attribute(F&& check) const -> decltype(check()) {
+    try {
+      return check();
+    } catch (ConfigError const& e) {
+      rethrow_with_flag(e);
+      throw;
+    }
+  }
+
+ private:
+  struct Entry {
+    std::string flag, field;
+    nlohmann::json value;
+    bool valueless = false;
+  };
+  Entry const* find(std::string const& field) const;
+  void rethrow_with_flag(ConfigError const& e) const;
+  std::vector<Entry> entries_;
+};
+
+// Loads the configuration (`path`, or the embedded default when empty) with `overrides` applied;
+// errors about overridden fields name their flag (see Overrides).
+Config load_config_with(std::string const& path, Overrides const& overrides);
+// The same with any edit of the JSON (programs' own settings, e.g. the benchmarks').
+Config load_config_with(std::string const& path, std::function<void(nlohmann::json&)> const& edit);
+// Where the configuration came from, for messages: the path or "the embedded default configuration".
+std::string config_source(std::string const& path);
 void make_data_if_missing(Config const& cfg);
+
+// A CLI11 check for integer flags: the whole text must be an integer that fits 64 bits, signed or
+// unsigned (CLI11 2.1 would otherwise saturate 99999999999999999999 to 2^63-1 and pass it on as if
+// typed, and wrap -5 into an unsigned 18446744073709551611).
+CLI::Validator whole_number();
+// The JSON integer of a text whole_number() accepted (a signed one if it fits, else unsigned), so
+// that an unsigned field such as train.seed takes all its values and a negative one is judged by
+// the field's own check.
+nlohmann::json integer_json(std::string const& text);
 
 }  // namespace joule::apps

@@ -1,6 +1,7 @@
 // `joule train`: train the captioning model from a configuration file (or the embedded default).
 #include "commands.hpp"
 #include "energy_setup.hpp"
+#include "output_paths.hpp"
 
 #include "core/train/trainer.hpp"
 #include "energy/report.hpp"
@@ -14,46 +15,77 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 namespace joule::apps {
 
 namespace {
 
 struct TrainOptions {
-  std::string config_path, data, checkpoint, resume, comm;
-  int steps = -1, recompute_depth = -1, micro_batch = -1, host_threads = -1, seq_shards = -1, checkpoint_every = -1;
-  double offload_ratio = -1;
-  long long seed = -1;
+  std::string config_path, resume, comm;
+  // Overrides of configuration fields: std::nullopt when not given (see run_config.hpp).
+  std::optional<std::string> data, checkpoint, seed;  // seed: any 64-bit integer text (integer_json)
+  std::optional<long long> steps, recompute_depth, micro_batch, host_threads, seq_shards, checkpoint_every;
+  std::optional<double> offload_ratio;
   bool make_data = false;
   bool energy = true;
   double energy_rate_hz = energy::Sampler::kDefaultRateHz;
   std::string energy_regions = "timeline";
 };
 
-Config configure(TrainOptions const& o) {
-  return load_config_with(o.config_path, [&](nlohmann::json& j) {
-    if (!o.data.empty()) j["data"]["path"] = o.data;
-    if (o.steps >= 0) j["train"]["steps"] = o.steps;
-    if (o.recompute_depth >= 0) j["train"]["recompute_depth"] = o.recompute_depth;
-    if (o.micro_batch >= 0) j["train"]["micro_batch"] = o.micro_batch;
-    if (o.offload_ratio >= 0) j["train"]["offload_ratio"] = o.offload_ratio;
-    if (o.host_threads >= 0) j["train"]["host_threads"] = o.host_threads;
-    if (o.seq_shards >= 0) j["train"]["seq_shards"] = o.seq_shards;
-    if (o.seed >= 0) j["train"]["seed"] = o.seed;
-    if (!o.checkpoint.empty()) j["train"]["checkpoint"] = o.checkpoint;
-    if (o.checkpoint_every >= 0) j["train"]["checkpoint_every"] = o.checkpoint_every;
-    if (!o.comm.empty()) j["parallel"]["backend"] = o.comm;
-  });
+Overrides overrides(TrainOptions const& o) {
+  Overrides ov;
+  ov.set("--data", "data.path", o.data);
+  ov.set("--steps", "train.steps", o.steps);
+  ov.set("--recompute-depth", "train.recompute_depth", o.recompute_depth);
+  ov.set("--micro-batch", "train.micro_batch", o.micro_batch);
+  ov.set("--offload-ratio", "train.offload_ratio", o.offload_ratio);
+  ov.set("--host-threads", "train.host_threads", o.host_threads);
+  ov.set("--seq-shards", "train.seq_shards", o.seq_shards);
+  if (o.seed) ov.add("--seed", "train.seed", integer_json(*o.seed));
+  ov.set("--checkpoint", "train.checkpoint", o.checkpoint);
+  ov.set("--checkpoint-every", "train.checkpoint_every", o.checkpoint_every);
+  if (!o.comm.empty()) ov.add("--comm", "parallel.backend", o.comm);
+  return ov;
+}
+
+// What the run reads and writes, named as the user gave them (flag, or field of the configuration).
+FilePlan files(TrainOptions const& o, Config const& cfg) {
+  std::string const source = config_source(o.config_path);
+  auto role = [&](char const* flag, char const* field, bool given) {
+    return given ? std::string(flag) : fmt::format("{} (from {})", field, source);
+  };
+  FilePlan plan;
+  plan.input("--config", o.config_path);
+  std::string const data = role("--data", "data.path", o.data.has_value());
+  if (o.make_data && !std::filesystem::exists(cfg.data.path)) {
+    OutputOptions made;
+    made.creates_folder = true;
+    plan.output(data + " (written by --make-data)", cfg.data.path, made);
+  } else {
+    plan.input(data, cfg.data.path);
+  }
+  plan.input("--resume", o.resume);
+  std::string const checkpoint = role("--checkpoint", "train.checkpoint", o.checkpoint.has_value());
+  OutputOptions renamed;
+  renamed.through_tmp = true;  // FILE.tmp, then renamed over FILE
+  plan.output(checkpoint, cfg.train.checkpoint, renamed);
+  // Resuming from the checkpoint the run goes on writing: read whole before the first write.
+  plan.allow_same(checkpoint, "--resume");
+  return plan;
 }
 
 int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o);
 
 int run_train(TrainOptions const& o) {
-  Config const cfg = configure(o);
-  if (cfg.train.seq_shards > 1 && !launched_by_mpi())
-    throw ConfigError("train.seq_shards = " + std::to_string(cfg.train.seq_shards) + " splits each sequence over " +
-                      std::to_string(cfg.train.seq_shards) + " processes: start joule with mpirun -np N, N a multiple of " +
-                      std::to_string(cfg.train.seq_shards));
+  auto const ov = overrides(o);
+  Config const cfg = load_config_with(o.config_path, ov);
+  ov.attribute([&] {
+    if (cfg.train.seq_shards > 1 && !launched_by_mpi())
+      throw ConfigError("train.seq_shards = " + std::to_string(cfg.train.seq_shards) + " splits each sequence over " +
+                        std::to_string(cfg.train.seq_shards) + " processes: start joule with mpirun -np N, N a multiple of " +
+                        std::to_string(cfg.train.seq_shards));
+  });
   Processes const procs(cfg);
   return procs.run_or_abort([&] { return train_on(procs, cfg, o); });
 }
@@ -61,6 +93,9 @@ int run_train(TrainOptions const& o) {
 int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o) {
   auto* world = procs.world();
   bool const root = procs.root();
+  // Before any work: no output overwrites an input, and every output can be written (rank 0 writes).
+  if (auto const problem = check_on_root(world, [&] { return files(o, cfg).check(); }); !problem.empty())
+    return refuse(world, problem);
   if (o.make_data && root) make_data_if_missing(cfg);
   if (world) world->barrier();
   if (!std::filesystem::exists(cfg.data.path))
@@ -138,22 +173,27 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_option("--config", o->config_path, "JSON configuration (default: the embedded tiny config)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--data", o->data, "dataset path (overrides data.path)");
-  cmd->add_option("--steps", o->steps, "optimizer steps (overrides train.steps)");
-  cmd->add_option("--recompute-depth", o->recompute_depth, "blocks to recompute (overrides train.recompute_depth)");
-  cmd->add_option("--micro-batch", o->micro_batch, "samples per forward/backward (overrides train.micro_batch)");
-  cmd->add_option("--seed", o->seed, "seed (overrides train.seed)");
+  cmd->add_option("--steps", o->steps, "optimizer steps (overrides train.steps: 1 to 2^30)")->check(whole_number());
+  cmd->add_option("--recompute-depth", o->recompute_depth,
+                  "blocks to recompute (overrides train.recompute_depth: 0 to model.layers)")->check(whole_number());
+  cmd->add_option("--micro-batch", o->micro_batch,
+                  "samples per forward/backward (overrides train.micro_batch: divides train.batch)")->check(whole_number());
+  cmd->add_option("--seed", o->seed, "seed (overrides train.seed: >= 0)")->check(whole_number())->type_name("INT");
   cmd->add_option("--offload-ratio", o->offload_ratio,
-                  "share of parameter bytes whose AdamW state lives on the host (overrides train.offload_ratio)");
-  cmd->add_option("--host-threads", o->host_threads, "threads for the host optimizer, 0 = all (overrides train.host_threads)");
+                  "share of parameter bytes whose AdamW state lives on the host (overrides train.offload_ratio: 0 to 1)");
+  cmd->add_option("--host-threads", o->host_threads,
+                  "threads for the host optimizer, 0 = all (overrides train.host_threads: 0 to 4096)")->check(whole_number());
   cmd->add_option("--comm", o->comm, "float collectives: auto (NCCL where every rank has its own GPU), mpi, nccl "
                   "(overrides parallel.backend)")
       ->check(CLI::IsMember({"auto", "mpi", "nccl"}));
   cmd->add_option("--seq-shards", o->seq_shards,
-                  "processes sharing each sequence, Ulysses style (overrides train.seq_shards; needs mpirun)");
-  cmd->add_option("--checkpoint", o->checkpoint, "write checkpoints here (overrides train.checkpoint)");
+                  "processes sharing each sequence, Ulysses style (overrides train.seq_shards; needs mpirun)")
+      ->check(whole_number());
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "write checkpoints here (overrides train.checkpoint; its folder must exist and be writable)");
   cmd->add_option("--checkpoint-every", o->checkpoint_every,
-                  "steps between checkpoints, 0 = at the end only (overrides train.checkpoint_every)")
-      ->check(CLI::Range(0, 1 << 30));
+                  "steps between checkpoints, 0 = at the end only (overrides train.checkpoint_every: >= 0)")
+      ->check(whole_number());
   cmd->add_option("--resume", o->resume, "continue from this checkpoint")->check(CLI::ExistingFile);
   cmd->add_flag("--make-data", o->make_data, "generate the synthetic shapes dataset at data.path if missing");
   cmd->add_flag("!--no-energy", o->energy, "do not measure energy");

@@ -3,6 +3,7 @@
 // the choice; leave every trial in an HDF5 run log (scheduler/run_log.hpp) and print the report.
 #include "commands.hpp"
 #include "energy_setup.hpp"
+#include "output_paths.hpp"
 #include "processes.hpp"
 #include "run_config.hpp"
 
@@ -36,11 +37,61 @@ std::atomic<bool> g_stop{false};
 extern "C" void on_sigint(int) { g_stop = true; }
 
 struct TuneOptions {
-  std::string config_path, data, out = "runs.h5", resume, objective, strategy, comm, energy_regions = "timeline";
-  int steps = -1, measured_steps = -1, warmup_steps = -1, max_repeats = -1;
-  double budget_mib = -1;
+  std::string config_path, out = "runs.h5", resume, comm, energy_regions = "timeline";
+  // Overrides of configuration fields: std::nullopt when not given (see run_config.hpp).
+  std::optional<std::string> data, objective, strategy;
+  std::optional<long long> steps, measured_steps, warmup_steps, max_repeats;
+  std::optional<double> budget_mib;
   bool make_data = false, no_train = false;
 };
+
+Overrides overrides(TuneOptions const& o) {
+  Overrides ov;
+  ov.set("--data", "data.path", o.data);
+  ov.set("--steps", "train.steps", o.steps);
+  ov.set("--objective", "tune.objective", o.objective);
+  ov.set("--strategy", "tune.strategy", o.strategy);
+  ov.set("--measured-steps", "tune.measured_steps", o.measured_steps);
+  ov.set("--warmup-steps", "tune.warmup_steps", o.warmup_steps);
+  ov.set("--max-repeats", "tune.max_repeats", o.max_repeats);
+  ov.set("--budget-mib", "tune.device_memory_budget_mib", o.budget_mib);
+  ov.set_flag("--no-train", "tune.train_after", o.no_train, false);
+  if (!o.comm.empty()) ov.add("--comm", "parallel.backend", o.comm);
+  return ov;
+}
+
+// What the run reads and writes. The log given to --resume is read and written by design (the
+// finished trials are read first; every change is a copy renamed over it).
+FilePlan files(TuneOptions const& o, Config const& cfg, scheduler::TuneSettings const& settings,
+               std::string const& out) {
+  std::string const source = config_source(o.config_path);
+  FilePlan plan;
+  plan.input("--config", o.config_path);
+  std::string const data = o.data ? std::string("--data") : fmt::format("data.path (from {})", source);
+  if (o.make_data && !std::filesystem::exists(cfg.data.path)) {
+    OutputOptions made;
+    made.creates_folder = true;
+    plan.output(data + " (written by --make-data)", cfg.data.path, made);
+  } else {
+    plan.input(data, cfg.data.path);
+  }
+  OutputOptions log;
+  log.through_tmp = true;
+  if (!o.resume.empty()) {
+    plan.input("--resume", out);
+    plan.output("--resume", out, log);
+    plan.allow_same("--resume", "--resume");
+  } else {
+    log.creates_folder = true;  // joule tune makes the log's folder
+    plan.output("--out", out, log);
+  }
+  if (settings.train_after) {  // the training run with the choice writes the configuration's checkpoint
+    OutputOptions renamed;
+    renamed.through_tmp = true;
+    plan.output(fmt::format("train.checkpoint (from {})", source), cfg.train.checkpoint, renamed);
+  }
+  return plan;
+}
 
 std::string hostname() {
   char name[256] = {};
@@ -61,27 +112,10 @@ int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& 
             TuneOptions const& o);
 
 int run_tune(TuneOptions const& o) {
-  Config const cfg = load_config_with(o.config_path, [&](nlohmann::json& j) {
-    if (!o.data.empty()) j["data"]["path"] = o.data;
-    if (o.steps >= 0) j["train"]["steps"] = o.steps;
-    auto t = [&j](char const* key) -> nlohmann::json& { return j["tune"][key]; };
-    if (!o.objective.empty()) t("objective") = o.objective;
-    if (!o.strategy.empty()) t("strategy") = o.strategy;
-    if (o.measured_steps >= 0) t("measured_steps") = o.measured_steps;
-    if (o.warmup_steps >= 0) t("warmup_steps") = o.warmup_steps;
-    if (o.max_repeats >= 0) t("max_repeats") = o.max_repeats;
-    if (o.budget_mib >= 0) t("device_memory_budget_mib") = o.budget_mib;
-    if (o.no_train) t("train_after") = false;
-    if (!o.comm.empty()) j["parallel"]["backend"] = o.comm;
-  });
-  auto const settings = scheduler::parse_tune_settings(cfg);
+  auto const ov = overrides(o);
+  Config const cfg = load_config_with(o.config_path, ov);
+  auto const settings = ov.attribute([&] { return scheduler::parse_tune_settings(cfg); });
   std::string const out = o.resume.empty() ? o.out : o.resume;
-  if (o.resume.empty() && std::filesystem::exists(out))
-    throw std::runtime_error(out + " exists: continue it with --resume " + out + ", or write elsewhere with --out "
-                             "(joule tune never overwrites a log)");
-
-  if (auto const parent = std::filesystem::path(out).parent_path(); !parent.empty())
-    std::filesystem::create_directories(parent);
   Processes procs(cfg);
   return procs.run_or_abort([&] { return tune_on(procs, cfg, settings, out, o); });
 }
@@ -90,6 +124,20 @@ int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& 
             TuneOptions const& o) {
   bool const root = procs.root();
   auto* world = procs.world();
+  // Before any work (rank 0 writes every output): no output overwrites an input, an existing log
+  // is never overwritten, and every output can be written where it is meant to go.
+  auto const problem = check_on_root(world, [&] {
+    auto const plan = files(o, cfg, settings, out);
+    if (auto const clash = plan.clash(); !clash.empty()) return clash;
+    if (o.resume.empty() && std::filesystem::exists(out) && !std::filesystem::is_directory(out))
+      return out + " exists: continue it with --resume " + out + ", or write elsewhere with --out "
+                   "(joule tune never overwrites a log)";
+    return plan.probe();
+  });
+  if (!problem.empty()) return refuse(world, problem);
+  if (root && o.resume.empty())
+    if (auto const parent = std::filesystem::path(out).parent_path(); !parent.empty())
+      std::filesystem::create_directories(parent);
   if (o.make_data && root) make_data_if_missing(cfg);
   if (world) world->barrier();
   if (!std::filesystem::exists(cfg.data.path))
@@ -267,17 +315,25 @@ std::function<int()> add_tune_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("tune", "find the configuration with the least energy-delay objective, by measurement, and train with it");
   cmd->add_option("--config", o->config_path, "JSON configuration, with an optional \"tune\" section (default: the embedded tiny config)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--out", o->out, "the HDF5 run log to write (never overwritten)");
+  auto* out = cmd->add_option("--out", o->out, "the HDF5 run log to write (never overwritten; its folder is made)")
+                  ->check(CLI::Validator([](std::string& s) { return s.empty() ? std::string("give a file path") : ""; }, ""));
   cmd->add_option("--resume", o->resume, "continue this run log: finished trials are not measured again")
-      ->check(CLI::ExistingFile);
-  cmd->add_option("--objective", o->objective, "edp (default), ed2p, weighted[:eta], energy_under_slowdown[:x]");
-  cmd->add_option("--strategy", o->strategy, "auto (default), exhaustive, coordinate_descent");
+      ->check(CLI::ExistingFile)
+      ->excludes(out);
+  cmd->add_option("--objective", o->objective,
+                  "edp (default), ed2p, weighted[:eta], energy_under_slowdown[:x] (overrides tune.objective)");
+  cmd->add_option("--strategy", o->strategy, "auto (default), exhaustive, coordinate_descent (overrides tune.strategy)");
   cmd->add_option("--data", o->data, "dataset path (overrides data.path)");
-  cmd->add_option("--steps", o->steps, "training steps with the chosen configuration (overrides train.steps)");
-  cmd->add_option("--measured-steps", o->measured_steps, "measured steps per round of a trial (tune.measured_steps)");
-  cmd->add_option("--warmup-steps", o->warmup_steps, "unmeasured steps before a trial's measurement (tune.warmup_steps)");
-  cmd->add_option("--max-repeats", o->max_repeats, "rounds of measured steps at most (tune.max_repeats)");
-  cmd->add_option("--budget-mib", o->budget_mib, "device memory budget in MiB (tune.device_memory_budget_mib; 0: automatic)");
+  cmd->add_option("--steps", o->steps, "training steps with the chosen configuration (overrides train.steps: 1 to 2^30)")
+      ->check(whole_number());
+  cmd->add_option("--measured-steps", o->measured_steps, "measured steps per round of a trial (tune.measured_steps: 2 to 10000)")
+      ->check(whole_number());
+  cmd->add_option("--warmup-steps", o->warmup_steps, "unmeasured steps before a trial's measurement (tune.warmup_steps: 0 to 1000)")
+      ->check(whole_number());
+  cmd->add_option("--max-repeats", o->max_repeats, "rounds of measured steps at most (tune.max_repeats: 1 to 100)")
+      ->check(whole_number());
+  cmd->add_option("--budget-mib", o->budget_mib,
+                  "device memory budget in MiB (tune.device_memory_budget_mib: 0 to 1e9; 0: automatic)");
   cmd->add_flag("--make-data", o->make_data, "generate the synthetic shapes dataset at data.path if missing");
   cmd->add_flag("--no-train", o->no_train, "only search; do not train with the chosen configuration");
   cmd->add_option("--energy-regions", o->energy_regions,

@@ -4,6 +4,7 @@
 #include "energy/source.hpp"
 
 #include <chrono>
+#include <functional>
 #include <ctime>
 
 namespace joule::energy {
@@ -21,16 +22,20 @@ double wall_seconds() {
 
 class ModelSource final : public Source {
  public:
-  ModelSource(double idle, double core) : idle_(idle), core_(core) {
+  ModelSource(double idle, double core, std::function<double()> cpu, std::function<double()> wall)
+      : idle_(idle),
+        core_(core),
+        cpu_(cpu ? std::move(cpu) : std::function<double()>(process_cpu_seconds)),
+        wall_(wall ? std::move(wall) : std::function<double()>(wall_seconds)) {
     channels_.push_back({kDomainModel,
                          "CPU-time model, " + fmt(idle) + " W idle + " + fmt(core) + " W per busy core (process CPU time)",
                          Quantity::power, false});
-    last_cpu_ = process_cpu_seconds();
-    last_wall_ = wall_seconds();
+    last_cpu_ = cpu_();
+    last_wall_ = wall_();
   }
   std::string name() const override { return "model"; }
   void read(std::vector<double>& values) override {
-    double const cpu = process_cpu_seconds(), wall = wall_seconds();
+    double const cpu = cpu_(), wall = wall_();
     double const busy_cores = wall > last_wall_ ? (cpu - last_cpu_) / (wall - last_wall_) : last_busy_;
     last_cpu_ = cpu;
     last_wall_ = wall;
@@ -44,7 +49,9 @@ class ModelSource final : public Source {
     std::snprintf(buf, sizeof buf, "%g", w);
     return buf;
   }
-  double idle_, core_, last_cpu_ = 0, last_wall_ = 0, last_busy_ = 0;
+  double idle_, core_;
+  std::function<double()> cpu_, wall_;
+  double last_cpu_ = 0, last_wall_ = 0, last_busy_ = 0;
 };
 
 }  // namespace
@@ -53,7 +60,8 @@ std::unique_ptr<Source> open_model(SourceOptions const& options) {
   // Idle power belongs to the node: only its local rank 0 counts it, so totals over the ranks of
   // a node add it once.
   double const idle = options.local_rank > 0 ? 0.0 : options.model_idle_watts;
-  return std::make_unique<ModelSource>(idle, options.model_core_watts);
+  return std::make_unique<ModelSource>(idle, options.model_core_watts, options.model_cpu_clock,
+                                       options.model_wall_clock);
 }
 
 }  // namespace joule::energy

@@ -4,6 +4,7 @@
 // counter (joules), a power reading (watts, integrated by the sampler) or a gauge (e.g. clocks,
 // recorded, never integrated). A modelled channel is flagged and labelled `model` everywhere.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,6 +59,9 @@ struct SourceOptions {
   // The CPU-time model (used only when nothing can be measured): idle + per busy core.
   double model_idle_watts = 20.0;      // JOULE_MODEL_IDLE_W
   double model_core_watts = 8.0;       // JOULE_MODEL_CORE_W
+  // The model's clocks, in seconds: this process's CPU time and wall time unless given (tests
+  // give known times, so that what they check does not depend on the machine's load).
+  std::function<double()> model_cpu_clock, model_wall_clock;
   // Several processes on a node: node sensors (hwmon, RAPL) are read by local rank 0 only.
   // Defaults: JOULE_LOCAL_RANK/SIZE, else the variables Kokkos reads (OMPI_COMM_WORLD_LOCAL_*,
   // MV2_COMM_WORLD_LOCAL_*, MPI_LOCALRANKID/MPI_LOCALNRANKS, SLURM_LOCALID/SLURM_NTASKS_PER_NODE,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace joule::scheduler {
 
@@ -33,13 +34,28 @@ std::string micro_batch_text(int v) { return v > 0 ? std::to_string(v) : "config
 std::string host_threads_text(int v) { return v < 0 ? "config" : v == 0 ? "all" : std::to_string(v); }
 std::string power_limit_text(int v) { return v > 0 ? std::to_string(v) : "-"; }
 
-// The ok trial with the shortest time per step, or nullptr.
+// An ok trial must have a finite, positive time and a finite energy per step; a log holding one
+// without them is inconsistent (edited, or written by a faulty run) and the report says so.
+bool figures_finite(TrialRecord const& t) {
+  return std::isfinite(t.time_per_step_s) && t.time_per_step_s > 0 && std::isfinite(t.energy_per_step_j);
+}
+
+std::string figures_text(TrialRecord const& t) {
+  return fmt::format("T = {} s/step, E = {} J/step", t.time_per_step_s, t.energy_per_step_j);
+}
+
+// The ok trial with the shortest time per step among those with finite figures, or nullptr.
 TrialRecord const* fastest_ok(RunLogContents const& log) {
   TrialRecord const* fastest = nullptr;
   for (auto const& t : log.trials)
-    if (t.ok() && !std::isnan(t.time_per_step_s) && (!fastest || t.time_per_step_s < fastest->time_per_step_s))
-      fastest = &t;
+    if (t.ok() && figures_finite(t) && (!fastest || t.time_per_step_s < fastest->time_per_step_s)) fastest = &t;
   return fastest;
+}
+
+// "12.3%", or "" when the ratio has no finite value (a zero or non-finite reference).
+std::string percent(double part, double whole) {
+  double const p = 100 * part / whole;
+  return std::isfinite(p) ? fmt::format("{:.1f}%", p) : "";
 }
 
 void header_section(std::string& out, RunLogContents const& log) {
@@ -73,7 +89,7 @@ void trial_table(std::string& out, RunLogContents const& log) {
                      "offload", "recompute", "shards", "micro-batch", "threads", "power W", "status", "T s",
                      energy_heading, "objective", "CI", "reason");
   for (auto const& t : log.trials) {
-    std::string const ci = std::isnan(t.ci_relative) ? "-" : fmt::format("±{:.1f}%", 100 * t.ci_relative);
+    std::string const ci = !std::isfinite(t.ci_relative) ? "-" : fmt::format("±{:.1f}%", 100 * t.ci_relative);
     std::string const mark = t.index == log.best ? "*" : " ";
     out += fmt::format("{:>4}{} {:>7.2f} {:>9} {:>6} {:>11} {:>7} {:>7}  {:<10} {:>10} {:>12} {:>10} {:>7}  {}\n",
                        t.index, mark, t.knobs.offload_ratio, t.knobs.recompute_depth, t.knobs.seq_shards,
@@ -111,6 +127,22 @@ void chosen_section(std::string& out, RunLogContents const& log) {
   out += fmt::format("\nChosen configuration: trial {}: {}\n", best->index, best->knobs.describe());
   out += fmt::format("  {} s/step, {} J/step{}, objective {}\n", number(best->time_per_step_s),
                      number(best->energy_per_step_j, "{:.5g}"), model, number(best->objective, "{:.5g}"));
+  // Ok trials without finite figures cannot be compared: named, and left out of the comparison.
+  std::vector<int> broken;
+  for (auto const& t : log.trials)
+    if (t.ok() && !figures_finite(t) && t.index != best->index) broken.push_back(t.index);
+  if (!broken.empty())
+    out += fmt::format("  WARNING: inconsistent log: ok trial{} {} {} no finite time and energy per step; left out "
+                       "of the comparison\n", broken.size() == 1 ? "" : "s", fmt::join(broken, ", "),
+                       broken.size() == 1 ? "has" : "have");
+  if (!best->ok() || !figures_finite(*best)) {
+    out += fmt::format("  WARNING: inconsistent log: the chosen trial {} {} ({}); no comparison with the fastest "
+                       "configuration can be made\n", best->index,
+                       best->ok() ? "has no finite time and energy per step"
+                                  : fmt::format("has status {}, not ok", to_string(best->status)),
+                       figures_text(*best));
+    return;
+  }
   TrialRecord const* fastest = fastest_ok(log);
   if (!fastest) return;
   if (fastest->index == best->index) {
@@ -120,18 +152,16 @@ void chosen_section(std::string& out, RunLogContents const& log) {
   out += fmt::format("  fastest ok configuration: trial {}: {}: {} s/step, {} J/step\n", fastest->index,
                      fastest->knobs.describe(), number(fastest->time_per_step_s),
                      number(fastest->energy_per_step_j, "{:.5g}"));
+  // Both trials' figures are finite and the fastest's time positive (figures_finite).
   double const saved_j = fastest->energy_per_step_j - best->energy_per_step_j;
-  double const saved_pct = 100 * saved_j / fastest->energy_per_step_j;
-  double const lost_pct = 100 * (best->time_per_step_s - fastest->time_per_step_s) / fastest->time_per_step_s;
-  std::string energy;
+  std::string const saved_pct = percent(std::abs(saved_j), fastest->energy_per_step_j);
+  std::string const lost_pct = percent(best->time_per_step_s - fastest->time_per_step_s, fastest->time_per_step_s);
   char const* const estimate = log.header.energy_is_model() ? ", model estimate" : "";
-  if (std::isnan(saved_j))
-    energy = "energy not available";
-  else if (saved_j >= 0)
-    energy = fmt::format("energy saved {:.1f}% ({:.2f} J/step{})", saved_pct, saved_j, estimate);
-  else
-    energy = fmt::format("energy spent {:.1f}% more ({:.2f} J/step{})", -saved_pct, -saved_j, estimate);
-  out += fmt::format("  against the fastest: {}, time lost {:.1f}%\n", energy, lost_pct);
+  std::string const energy =
+      saved_j >= 0 ? fmt::format("energy saved {}({:.2f} J/step{})", saved_pct.empty() ? "" : saved_pct + " ", saved_j, estimate)
+                   : fmt::format("energy spent {}more ({:.2f} J/step{})", saved_pct.empty() ? "" : saved_pct + " ", -saved_j,
+                                 estimate);
+  out += fmt::format("  against the fastest: {}, time lost {}\n", energy, lost_pct);
 }
 
 void train_section(std::string& out, RunLogContents const& log) {

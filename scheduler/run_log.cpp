@@ -1,6 +1,7 @@
 #include "scheduler/run_log.hpp"
 
 #include "core/io/h5file.hpp"
+#include "core/model/config.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -19,6 +20,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 namespace joule::scheduler {
@@ -277,6 +279,11 @@ RunHeader read_header(H5File const& f) {
   h.strategy = f.attribute_string("/", "strategy");
   h.world_size = read_int(f, "/", "world_size");
   h.config_json = f.attribute_string("/", "config");
+  try {  // nothing may walk a configuration nested too deeply (see check_json_limits)
+    check_json_limits(h.config_json, "attribute 'config' on /");
+  } catch (ConfigError const& e) {
+    damaged(f, e.what());
+  }
   h.created = f.attribute_string("/", "created");
   h.device_memory_budget_bytes = f.attribute_double("/", "device_memory_budget_bytes");
   h.resumed = split_lines(f.attribute_string("/", "resumed"));
@@ -465,7 +472,28 @@ TrialRecord const* RunLogContents::trial(int index) const {
   return nullptr;
 }
 
+namespace {
+// Runs `read` in a child process first (io::read_in_child): a log that crashes the HDF5 library
+// is a RunLogError naming the file, not a crash of joule.
+void read_in_child_first(std::string const& path, std::function<void()> const& read) {
+  try {
+    io::read_in_child(path, read, io::read_timeout_for(path));
+  } catch (io::H5Error const& e) {
+    throw RunLogError(e.what());
+  }
+}
+
+RunLogContents read_run_log_here(std::string const& path);
+}  // namespace
+
 RunLogContents read_run_log(std::string const& path) {
+  require_hdf5(path);
+  read_in_child_first(path, [&] { read_run_log_here(path); });
+  return read_run_log_here(path);
+}
+
+namespace {
+RunLogContents read_run_log_here(std::string const& path) {
   H5File f = open_existing(path);
   require_format(f);
   RunLogContents log;
@@ -493,12 +521,17 @@ RunLogContents read_run_log(std::string const& path) {
   }
   return log;
 }
+}  // namespace
 
 bool is_run_log(std::string const& path) {
   if (probe(path) != FileKind::hdf5) return false;
-  try {
+  auto const has_format = [&] {
     H5File f(path, H5File::Mode::read);
     return f.has_attribute("/", "format") && f.attribute_string("/", "format") == kRunLogFormat;
+  };
+  try {
+    io::read_in_child(path, [&] { has_format(); }, io::read_timeout_for(path));
+    return has_format();
   } catch (io::H5Error const&) {
     return false;
   }
@@ -562,6 +595,18 @@ RunLogWriter RunLogWriter::resume(std::string const& path, RunHeader const& expe
   std::vector<std::string> incomplete;
   RunHeader in_log;
   std::string run_id;
+  require_hdf5(path);
+  read_in_child_first(path, [&] {  // what is read below, where an HDF5 crash cannot take joule with it
+    H5File f = open_existing(path);
+    require_format(f);
+    try {
+      read_header(f);
+      f.attribute_string("/", "run_id");
+      std::vector<std::string> ignored;
+      read_trials(f, &ignored);
+    } catch (io::H5Error const&) {
+    }
+  });
   {
     H5File f = open_existing(path);
     require_format(f);

@@ -325,6 +325,10 @@ TEST_CASE("energy: with nothing to read, only the model is used and it is labell
   FakeTree t;
   auto o = empty_options(t);
   o.nvml_library = "/nonexistent/libnvidia-ml.so.1";
+  // Known clocks: 1.5 s of CPU per second of wall time, whatever else the machine is doing.
+  double cpu = 0, wall = 0;
+  o.model_cpu_clock = [&] { return cpu; };
+  o.model_wall_clock = [&] { return wall; };
   Sampler s(discover_sources(o));
   REQUIRE(s.channels().size() == 1);
   REQUIRE(s.channels()[0].channel.domain == kDomainModel);
@@ -332,14 +336,18 @@ TEST_CASE("energy: with nothing to read, only the model is used and it is labell
   auto const rule = total_rule(s.channels());
   REQUIRE_FALSE(rule.measured);
   REQUIRE(rule.description.find("model") == 0);
-  // Busy for a while: the model's power rises above idle.
-  s.snapshot();
-  volatile double x = 0;
-  auto const until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-  while (std::chrono::steady_clock::now() < until) x = x + 1;
-  s.snapshot();
+  // Busy: the model's power is idle + per-core power x busy cores, from the CPU time used.
+  s.snapshot(0.0);
+  cpu = 1.5;
+  wall = 1.0;
+  auto const e = s.snapshot(1.0);
   auto const trace = s.trace();
-  REQUIRE(trace.back().values[0] > o.model_idle_watts + 0.5 * o.model_core_watts);
+  REQUIRE(trace.back().values[0] == Approx(o.model_idle_watts + 1.5 * o.model_core_watts));
+  cpu = 1.5;  // idle for the next second
+  wall = 2.0;
+  s.snapshot(2.0);
+  REQUIRE(s.trace().back().values[0] == Approx(o.model_idle_watts));
+  REQUIRE(e[0] > 0);
 }
 
 namespace {

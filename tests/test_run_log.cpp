@@ -4,6 +4,7 @@
 #include "scheduler/report.hpp"
 #include "scheduler/run_log.hpp"
 
+#include "fuzz/hostile_files.hpp"
 #include "support/tiny_config.hpp"
 
 #include "support/catch.hpp"
@@ -26,6 +27,7 @@
 #include <string>
 #include <vector>
 
+using Catch::Matchers::Equals;
 using namespace joule;
 using namespace joule::scheduler;
 using namespace joule::test;
@@ -919,4 +921,44 @@ TEST_CASE("run log: SIGKILL at random moments during appends", "[.][run_log][str
     REQUIRE(read_run_log(file.path()).trials.size() == finished.size() + 1);
   }
   WARN(half_written << " half-written groups found after 200 kills");
+}
+
+TEST_CASE("run log: hostile logs are refused naming the file and the object, never crashing", "[run_log][hostile]") {
+  TempPath file(".h5");
+  auto expect_rejected = [&](auto const& message) {
+    StderrCapture capture;
+    std::string error;
+    try {
+      read_run_log(file.path());
+    } catch (RunLogError const& e) {
+      error = e.what();
+    }
+    INFO("message: " << error);
+    CHECK_THAT(error, StartsWith(file.path() + ": damaged run log: "));
+    CHECK_THAT(error, message);
+    CHECK(capture.text().empty());
+  };
+  write_small_log(file.path());
+  SECTION("a configuration nested too deeply (nlohmann-json would overflow the stack comparing it)") {
+    io::H5File(file.path(), io::H5File::Mode::read_write).set_attribute("/", "config", std::string(100000, '['));
+    expect_rejected(Contains("attribute 'config' on /: nested deeper than 64 levels of arrays/objects (at byte 64)"));
+    // --resume reads the same header before comparing configurations.
+    REQUIRE_THROWS_WITH(RunLogWriter::resume(file.path(), make_header()),
+                        Contains("cannot resume, damaged run log: attribute 'config' on /: nested deeper than 64"));
+  }
+  SECTION("a measurement that claims 2^40 values it does not store (used to be std::bad_alloc)") {
+    hostile::sparse_dataset(file.path(), "/trials/0000/step_time_s", H5T_NATIVE_DOUBLE, {hsize_t(1) << 40});
+    expect_rejected(EndsWith("dataset /trials/0000/step_time_s claims [1099511627776] values (8.0 TiB) but stores "
+                             "none of them (a sparse or forged file)"));
+  }
+  SECTION("a list of names that claims more strings than the file holds") {
+    hostile::sparse_dataset(file.path(), "/trials/0001/regions/name", H5T_NATIVE_INT8, {hsize_t(1) << 36});
+    expect_rejected(Contains("/trials/0001/regions/name has element type int8, expected string"));
+  }
+  SECTION("an attribute holding several values where one is expected (read past its value before)") {
+    hostile::int_array_attribute(file.path(), "/trials/0001", "repeats", {1, 2, 3});
+    expect_rejected(EndsWith("attribute 'repeats' on /trials/0001 holds 3 values, expected one"));
+    hostile::string_array_attribute(file.path(), "/", "energy_kind", {"measured", "model"});
+    expect_rejected(EndsWith("attribute 'energy_kind' on / holds 2 values, expected one"));
+  }
 }

@@ -2,7 +2,9 @@
 // training drives the loss down, and a non-finite loss stops with a clear message.
 #include "core/data/synth.hpp"
 #include "core/train/host_cores.hpp"
+#include "core/io/h5file.hpp"
 #include "core/train/trainer.hpp"
+#include "fuzz/hostile_files.hpp"
 #include "support/test_support.hpp"
 #include "support/tiny_config.hpp"
 
@@ -13,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+using Catch::Matchers::Equals;
 using namespace joule;
 using namespace joule::test;
 
@@ -288,4 +291,109 @@ TEST_CASE("offload: with cores set aside, the host updates run on the worker, on
       REQUIRE(std::find(cores.optimizer.begin(), cores.optimizer.end(), cpu) != cores.optimizer.end());
     }
   }
+}
+
+// ---- hostile checkpoints and datasets (issue 15) --------------------------------------------
+
+namespace {
+// Rewrites one float of a checkpoint tensor (a 1-D float32 dataset).
+void poke(std::string const& path, std::string const& object, std::size_t i, float value) {
+  io::H5File f(path, io::H5File::Mode::read_write);
+  auto values = f.read<float>(object);
+  values.at(i) = value;
+  f.write(object, values.data(), {values.size()});
+}
+}  // namespace
+
+TEST_CASE("training: a damaged checkpoint is refused with the file and the object at fault, and changes nothing",
+          "[train][checkpoint][hostile]") {
+  TempFile data(".h5"), checkpoint(".ckpt.h5");
+  auto const cfg = write_data_and_config(data.path());  // 40 samples: 30 to train on
+  {
+    Trainer first(cfg, nullptr);
+    first.run(2);
+    first.save_checkpoint(checkpoint.path());
+  }
+  std::string const& ckpt = checkpoint.path();
+  Trainer trainer(cfg, nullptr);
+  auto const before = to_vector(trainer.model().params.blocks[1].storage);
+  auto expect_refused = [&](auto const& message) {
+    REQUIRE_THROWS_WITH(trainer.resume(ckpt), message);
+    REQUIRE(trainer.step() == 0);  // nothing was taken from it
+    REQUIRE(to_vector(trainer.model().params.blocks[1].storage) == before);
+  };
+  SECTION("NaN parameters are the checkpoint's fault, not the learning rate's") {
+    // Block 1 holds (in storage order) ln1.weight [32], ln1.bias [32], then attn.qkv.weight.
+    poke(ckpt, "/params/block.1", 64 + 5, std::numeric_limits<float>::quiet_NaN());
+    expect_refused(Equals(ckpt + ": /params/block.1 holds nan at block.1.attn.qkv.weight[5]: the checkpoint is "
+                                 "damaged (non-finite parameter); it cannot be resumed"));
+  }
+  SECTION("infinite optimizer state") {
+    poke(ckpt, "/adam_m/embed", 3, std::numeric_limits<float>::infinity());
+    expect_refused(Contains(ckpt + ": /adam_m/embed holds inf at embed.") && Contains("(non-finite optimizer state)"));
+  }
+  SECTION("a negative second moment") {
+    poke(ckpt, "/adam_v/head", 0, -1.0f);
+    expect_refused(Contains(ckpt + ": /adam_v/head holds -1 at head.") &&
+                   Contains("AdamW's second moment cannot be negative"));
+  }
+  SECTION("a tensor of the wrong size") {
+    std::vector<float> small(5, 0.0f);
+    io::H5File(ckpt, io::H5File::Mode::read_write).write("/params/head", small.data(), {5});
+    expect_refused(Contains(ckpt + ": /params/head has shape [5], expected [") && Contains("for this model"));
+  }
+  SECTION("an impossible sampler position") {
+    io::H5File(ckpt, io::H5File::Mode::read_write).set_attribute("/", "sampler_cursor", 1000000LL);
+    expect_refused(Equals(ckpt + ": attribute 'sampler_cursor' on / is 1000000; allowed: 0..30 (an impossible "
+                                 "sampler position: the training part of " + data.path() + " holds 30 samples)"));
+  }
+  SECTION("a negative epoch and step") {
+    io::H5File(ckpt, io::H5File::Mode::read_write).set_attribute("/", "sampler_epoch", -1LL);
+    expect_refused(Contains(ckpt + ": attribute 'sampler_epoch' on / is -1; allowed: 0..") &&
+                   Contains("an impossible sampler position"));
+    io::H5File(ckpt, io::H5File::Mode::read_write).set_attribute("/", "step", -5LL);
+    expect_refused(Contains(ckpt + ": attribute 'step' on / is -5; allowed: 0..2147483647"));
+  }
+  SECTION("a config attribute nested too deeply (used to crash in nlohmann-json)") {
+    io::H5File(ckpt, io::H5File::Mode::read_write).set_attribute("/", "config", std::string(200000, '['));
+    expect_refused(StartsWith(ckpt + ": attribute 'config' on /: nested deeper than 64 levels") &&
+                   Contains("(a damaged checkpoint)"));
+  }
+  SECTION("a config attribute that is not JSON, or has no model") {
+    io::H5File(ckpt, io::H5File::Mode::read_write).set_attribute("/", "config", "{\"model\": ");
+    expect_refused(StartsWith(ckpt + ": attribute 'config' on / is not valid JSON (a damaged checkpoint): "));
+    io::H5File(ckpt, io::H5File::Mode::read_write).set_attribute("/", "config", "[1, 2]");
+    expect_refused(Equals(ckpt + ": attribute 'config' on / has no model section (a damaged checkpoint)"));
+    io::H5File(ckpt, io::H5File::Mode::read_write).set_attribute("/", "config", 3LL);
+    expect_refused(Contains("cannot resume: " + ckpt + ": attribute 'config' on / is int64, expected a string"));
+  }
+  SECTION("a missing tensor") {
+    io::H5File(ckpt, io::H5File::Mode::read_write).remove("/adam_v/block.2");
+    expect_refused(Equals(ckpt + ": missing /adam_v/block.2 (a checkpoint of this model holds it)"));
+  }
+  SECTION("a tensor that claims more than the file stores") {
+    hostile::sparse_dataset(ckpt, "/params/block.0", H5T_NATIVE_FLOAT, {hsize_t(1) << 40});
+    expect_refused(Contains(ckpt + ": /params/block.0 has shape [1099511627776], expected ["));
+  }
+  // An undamaged checkpoint still resumes.
+  SECTION("the checkpoint as written") {
+    trainer.resume(ckpt);
+    REQUIRE(trainer.step() == 2);
+  }
+}
+
+TEST_CASE("training: a dataset with too few samples is refused naming the file", "[train][hostile]") {
+  TempFile data(".h5");
+  auto const cfg = write_data_and_config(data.path(), 1);  // used to fail as "BatchSampler: no samples to draw from"
+  REQUIRE_THROWS_WITH(Trainer(cfg, nullptr),
+                      Equals(data.path() + ": holds 1 sample; training needs at least 2 (one to train on, one held out)"));
+}
+
+TEST_CASE("training: a bad token id anywhere stops the run before its first step", "[train][hostile]") {
+  TempFile data(".h5");
+  auto const cfg = parse_config(tiny_config_json(data.path()).dump(), "test config");
+  auto d = make_synthetic(SynthOptions::for_model(cfg.model, 40, 3));
+  d.tokens[37 * 34 + 20] = 259;  // the last training sample but 2, read late in the first epoch
+  write_dataset(data.path(), d.shape, d.images, d.tokens);
+  REQUIRE_THROWS_WITH(Trainer(cfg, nullptr), StartsWith(data.path() + ": /tokens[37][20] (sample 37, position 20) holds id 259"));
 }

@@ -4,10 +4,11 @@
 #include "core/train/trainer.hpp"
 #include "energy/monitor.hpp"
 #include "energy_setup.hpp"
-#include "run_config.hpp"
+#include "default_config.hpp"
 #include "scheduler/statistics.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -20,12 +21,12 @@ namespace joule::apps {
 
 int run_energy_overhead_bench(EnergyBenchOptions const& o) {
   std::string const data = fmt::format("/tmp/joule-bench-energy-{}.h5", getpid());
-  Config const cfg = load_config_with("", [&](nlohmann::json& j) {
-    j["data"]["path"] = data;
-    j["train"]["steps"] = 1 << 30;
-    j["train"]["eval_every"] = 0;
-    j["train"].erase("checkpoint");
-  });
+  auto j = nlohmann::json::parse(kDefaultConfigJson);  // the main job's model
+  j["data"]["path"] = data;
+  j["train"]["steps"] = 1 << 30;
+  j["train"]["eval_every"] = 0;
+  j["train"].erase("checkpoint");
+  Config const cfg = parse_config(j.dump(), "energy bench");
   write_synthetic(data, SynthOptions::for_model(cfg.model, 512, 1));
   Trainer trainer(cfg, nullptr);
   trainer.run(5);  // warm-up

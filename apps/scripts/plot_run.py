@@ -11,9 +11,12 @@ DIR defaults to <stem>-plots/ next to the log. Writes, and prints the path of ea
   loss.png         training loss per step of /train, eval losses marked
 
 A plot whose data is missing (no /train group, no power samples...) is skipped with a one-line
-note on stderr; the others are still written. Exit status: 0 when every plot that had data was
-written; 1 when a plot failed on malformed data; 2 when the file is not a joule run log
-(root attribute format != "joule-run-log-v1") or none of the plots has data.
+note on stderr; the others are still written. Before anything is written, every PNG path is
+checked: it must not be the run log itself (also through a symlink or hard link) nor a folder, and
+DIR must be writable (a probe file is created and removed there). Exit status: 0 when every plot
+that had data was written; 1 when a plot failed on malformed data; 2 when the file is not a joule
+run log (root attribute format != "joule-run-log-v1"), none of the plots has data, or an output
+path is refused.
 Needs Debian's python3-h5py, python3-matplotlib and python3-numpy.
 
 Reads the layout of scheduler/run_log.cpp (README, "The tuning log (HDF5)"): root attributes
@@ -492,6 +495,44 @@ def plot_loss(f, path, written):
     save(fig, path, written)
 
 
+PLOTS = ("pareto.png", "power_trace.png", "regions.png", "loss.png")
+
+
+def same_file(a, b):
+    """Whether paths a and b name one file: the same inode when both exist (symlinks, hard links),
+    else the same path once resolved."""
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def output_clash(log, out, out_role):
+    """Why the plots cannot go to `out` without touching the log, or None. Paths only: creates nothing."""
+    for name in PLOTS:
+        path = os.path.join(out, name)
+        if same_file(path, log):
+            return (f"{out_role} {out}: {path} and the run log {log} are the same file: the plot would "
+                    f"overwrite its input (choose another --out)")
+        if os.path.isdir(path):
+            return f"{out_role} {out}: {path} is a folder; it cannot be written as a plot"
+    if os.path.exists(out) and not os.path.isdir(out):
+        return f"{out_role} {out}: not a folder"
+    return None
+
+
+def probe_folder(out, out_role):
+    """Makes `out` and proves it writable with a probe file (created and removed), or says why not."""
+    try:
+        os.makedirs(out, exist_ok=True)
+        probe = os.path.join(out, f".joule-write-probe-{os.getpid()}")
+        with open(probe, "wb"):
+            pass
+        os.remove(probe)
+    except OSError as e:
+        return f"{out_role} {out}: cannot write there: {e.strerror or e}"
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("log", help="the run log (HDF5) written by joule tune")
@@ -500,6 +541,13 @@ def main():
 
     if not os.path.isfile(args.log):
         print(f"{PROG}: {args.log}: no such file", file=sys.stderr)
+        return 2
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.log)),
+                                   os.path.splitext(os.path.basename(args.log))[0] + "-plots")
+    out_role = "--out" if args.out else "the default output folder"
+    problem = output_clash(args.log, out, out_role)
+    if problem:
+        print(f"{PROG}: {problem}", file=sys.stderr)
         return 2
     if not h5py.is_hdf5(args.log):
         print(f"{PROG}: {args.log}: not an HDF5 file, so not a joule run log", file=sys.stderr)
@@ -522,8 +570,10 @@ def main():
             print(f"{PROG}: {args.log}: not a joule run log (root attribute format is {got}, "
                   f"expected '{FORMAT}')", file=sys.stderr)
             return 2
-        out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.log)),
-                                       os.path.splitext(os.path.basename(args.log))[0] + "-plots")
+        problem = probe_folder(out, out_role)
+        if problem:
+            print(f"{PROG}: {problem}", file=sys.stderr)
+            return 2
 
         written, failed = [], 0
         try:

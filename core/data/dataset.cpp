@@ -18,7 +18,36 @@ std::string dims_text(io::Dims const& d) {
 }
 }  // namespace
 
+namespace {
+// Per-sample extents a configuration can ask for (README "Configuration"); a file beyond them is
+// refused before its size is trusted for anything.
+struct Extent {
+  char const* object;
+  io::Dims const* shape;
+  char const* what;
+  std::size_t value;
+  std::size_t lo, hi;
+  char const* field;
+};
+
+std::string token_rule() { return "allowed: 0..255 bytes, 256 BOS, 257 EOS, 258 PAD"; }
+}  // namespace
+
 Dataset Dataset::open(std::string const& path, ModelConfig const* model) {
+  // Everything is read first in a child process, where a crash of the HDF5 library on a damaged
+  // or forged file ends only that process (io::read_in_child).
+  io::ChildRead child;
+  try {
+    child = io::read_in_child(path, [&] { open_checked(path, model, true); }, io::read_timeout_for(path));
+  } catch (io::H5Error const& e) {
+    throw DatasetError(e.what());
+  }
+  // Completed there: the contents are known good, and only the structure is read again here.
+  // Rejected there (or not run): the same checks here throw the same error.
+  return open_checked(path, model, /*check_contents=*/!child.ran || child.threw);
+}
+
+Dataset Dataset::open_checked(std::string const& path, ModelConfig const* model, bool check_contents) {
   Dataset ds;
   ds.path_ = path;
   try {
@@ -33,9 +62,36 @@ Dataset Dataset::open(std::string const& path, ModelConfig const* model) {
     if (im[0] != tk[0])
       fail(path, "/images holds " + std::to_string(im[0]) + " samples but /tokens " + std::to_string(tk[0]));
     if (im[0] == 0) fail(path, "holds no samples");
+    if (im[0] > kMaxSamples)
+      fail(path, "/images and /tokens claim " + std::to_string(im[0]) + " samples; joule reads at most " +
+                     std::to_string(kMaxSamples));
+    for (Extent const& e : {Extent{"/images", &im, "frames per sample", im[1], 1, 256, "model.frames"},
+                            Extent{"/images", &im, "channels", im[2], 1, 4, "model.channels"},
+                            Extent{"/images", &im, "image height", im[3], 1, 4096, "model.image_size"},
+                            Extent{"/images", &im, "image width", im[4], 1, 4096, "model.image_size"},
+                            Extent{"/tokens", &tk, "text length", tk[1], 3, 4096, "model.text_len"}})
+      if (e.value < e.lo || e.value > e.hi)
+        fail(path, std::string(e.object) + " has shape " + dims_text(*e.shape) + ": " + e.what + " " +
+                       std::to_string(e.value) + " is outside " + std::to_string(e.lo) + ".." +
+                       std::to_string(e.hi) + " (the range of " + e.field + ")");
+    // The file must hold the samples it claims (a sparse or forged file can declare 2^40 of them).
+    f.check_stored("/images");
+    f.check_stored("/tokens");
     ds.shape_ = {im[0], int(im[1]), int(im[2]), int(im[3]), int(im[4]), int(tk[1])};
     if (f.has_attribute("/", "format") && f.attribute_string("/", "format") != kDatasetFormat)
       fail(path, "format attribute is '" + f.attribute_string("/", "format") + "', expected " + kDatasetFormat);
+    // The root attributes, where present, must describe the datasets.
+    auto const& s = ds.shape_;
+    std::pair<char const*, std::size_t> const described[] = {
+        {"count", s.count},        {"frames", std::size_t(s.frames)}, {"channels", std::size_t(s.channels)},
+        {"height", std::size_t(s.height)}, {"width", std::size_t(s.width)}, {"text_len", std::size_t(s.text_len)}};
+    for (auto const& [name, value] : described)
+      if (f.has_attribute("/", name)) {
+        long long const a = f.attribute_int("/", name);
+        if (a < 0 || std::size_t(a) != value)
+          fail(path, std::string("root attribute '") + name + "' is " + std::to_string(a) + " but /images and /tokens hold " +
+                         std::to_string(value));
+      }
   } catch (io::H5Error const& e) {
     throw DatasetError(e.what());
   }
@@ -52,7 +108,31 @@ Dataset Dataset::open(std::string const& path, ModelConfig const* model) {
     mismatch("image width", s.width, model->image_size, "model.image_size");
     mismatch("text length", s.text_len, model->text_len, "model.text_len");
   }
+  if (check_contents) ds.check_contents();
   return ds;
+}
+
+void Dataset::check_contents() const {
+  std::size_t const sample_bytes = shape_.pixels_per_sample() + sizeof(std::int32_t) * shape_.text_len;
+  std::size_t const rows = std::max<std::size_t>(1, kCheckChunkBytes / sample_bytes);
+  std::size_t const T = shape_.text_len;
+  try {
+    io::H5File f(path_, io::H5File::Mode::read);
+    for (std::size_t first = 0; first < shape_.count; first += rows) {
+      std::size_t const n = std::min(rows, shape_.count - first);
+      auto const tokens = f.read_rows<std::int32_t>("/tokens", first, n);
+      for (std::size_t i = 0; i < tokens.size(); ++i)
+        if (tokens[i] < 0 || tokens[i] >= kVocabSize)
+          fail(path_, "/tokens[" + std::to_string(first + i / T) + "][" + std::to_string(i % T) + "] (sample " +
+                          std::to_string(first + i / T) + ", position " + std::to_string(i % T) + ") holds id " +
+                          std::to_string(tokens[i]) + "; " + token_rule());
+      // Pixels are uint8, so every value is valid; reading them proves the file is whole (a
+      // truncated file or a damaged compressed chunk fails here, not at some later step).
+      f.read_rows<std::uint8_t>("/images", first, n);
+    }
+  } catch (io::H5Error const& e) {
+    throw DatasetError(e.what());
+  }
 }
 
 HostBatch Dataset::read(std::vector<std::size_t> const& samples) const {
@@ -76,7 +156,7 @@ HostBatch Dataset::read(std::vector<std::size_t> const& samples) const {
   for (std::size_t i = 0; i < b.tokens.size(); ++i)
     if (b.tokens[i] < 0 || b.tokens[i] >= kVocabSize)
       fail(path_, "/tokens[" + std::to_string(samples[i / shape_.text_len]) + "] holds id " +
-                      std::to_string(b.tokens[i]) + "; allowed: 0..255 bytes, 256 BOS, 257 EOS, 258 PAD");
+                      std::to_string(b.tokens[i]) + "; " + token_rule());
   return b;
 }
 
@@ -145,7 +225,8 @@ std::vector<std::size_t> BatchSampler::next() {
 void BatchSampler::restore(long long epoch, long long cursor) {
   if (epoch < 0 || cursor < 0 || cursor > (long long)indices_.size())
     throw DatasetError("BatchSampler: cannot restore epoch " + std::to_string(epoch) + ", cursor " +
-                       std::to_string(cursor));
+                       std::to_string(cursor) + ": the epoch must be >= 0 and the cursor in 0.." +
+                       std::to_string(indices_.size()) + " (the samples it draws from)");
   epoch_ = epoch;
   cursor_ = cursor;
   shuffle();

@@ -3,8 +3,9 @@
 //   /images  uint8 [N, F, C, H, W]   pixels; F = 1 for still images
 //   /tokens  int32 [N, T]            caption as [BOS, bytes..., EOS, PAD...] (ids < 259)
 //   root attributes: format = "joule-captions-v1", count, frames, channels, height, width, text_len
-// Dataset::open() validates all of it against the model configuration and throws DatasetError
-// naming the file, the object and what was expected.
+// Dataset::open() validates all of it (structure, that the file stores every sample it claims,
+// the model's shapes, and every token id of every sample, read in bounded chunks) and throws
+// DatasetError naming the file, the object and what was expected.
 #include "core/model/config.hpp"
 
 #include <cstdint>
@@ -37,8 +38,16 @@ struct HostBatch {
 
 class Dataset {
  public:
-  // Opens and validates the file; if `model` is given, also checks that its image and text
-  // shapes match the model's.
+  // Samples one file may hold (sample indices are sizes, but counts reach int in places).
+  static constexpr std::size_t kMaxSamples = 2147483647;
+  // Bytes read at a time by the content check.
+  static constexpr std::size_t kCheckChunkBytes = std::size_t(32) << 20;
+
+  // Opens and validates the file, contents included (every token id of every sample in range,
+  // every pixel readable), so a bad sample stops the run before its first step rather than at
+  // the batch that reads it; if `model` is given, also checks that its image and text shapes
+  // match the model's. The file is read in a child process first (io::read_in_child), so a
+  // file that crashes the HDF5 library is an error here, not a crash.
   static Dataset open(std::string const& path, ModelConfig const* model = nullptr);
 
   std::string const& path() const { return path_; }
@@ -47,6 +56,8 @@ class Dataset {
   HostBatch read(std::vector<std::size_t> const& samples) const;
 
  private:
+  static Dataset open_checked(std::string const& path, ModelConfig const* model, bool check_contents);
+  void check_contents() const;  // every sample, kCheckChunkBytes at a time
   std::string path_;
   DatasetShape shape_;
 };

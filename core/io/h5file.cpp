@@ -2,6 +2,21 @@
 
 #include <hdf5.h>
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <stdexcept>
 #include <type_traits>
 
 namespace joule::io {
@@ -41,6 +56,94 @@ struct Handle {
     if (id >= 0) close(id);
   }
 };
+
+std::string dims_text(Dims const& d) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+std::string bytes_text(double bytes) {
+  char const* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 6) {
+    bytes /= 1024;
+    ++u;
+  }
+  char text[48];
+  std::snprintf(text, sizeof text, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
+  return text;
+}
+
+// Elements x element size, or false if that does not fit a size_t.
+bool checked_bytes(Dims const& dims, std::size_t element, std::size_t* bytes) {
+  std::size_t n = element;
+  for (auto e : dims) {
+    if (e != 0 && n > std::numeric_limits<std::size_t>::max() / e) return false;
+    n *= e;
+  }
+  *bytes = n;
+  return true;
+}
+
+Dims dataset_dims(H5File const& f, hid_t dataset, std::string const& name) {
+  Handle space{H5Dget_space(dataset), H5Sclose};
+  int const rank = space.id < 0 ? -1 : H5Sget_simple_extent_ndims(space.id);
+  if (rank < 0) throw H5Error(f.path() + ": cannot read the shape of dataset " + name);
+  std::vector<hsize_t> extent(rank);
+  if (rank > 0 && H5Sget_simple_extent_dims(space.id, extent.data(), nullptr) < 0)
+    throw H5Error(f.path() + ": cannot read the shape of dataset " + name);
+  return Dims(extent.begin(), extent.end());
+}
+
+// See H5File::check_stored.
+void require_stored(H5File const& f, hid_t file, hid_t dataset, std::string const& name) {
+  auto const problem = [&](std::string const& what) { throw H5Error(f.path() + ": dataset " + name + " " + what); };
+  Handle type{H5Dget_type(dataset), H5Tclose};
+  Dims const dims = dataset_dims(f, dataset, name);
+  std::size_t const element = type.id < 0 ? 0 : H5Tget_size(type.id);
+  std::size_t logical = 0;
+  if (!checked_bytes(dims, element, &logical)) problem("has shape " + dims_text(dims) + ", whose size overflows");
+  if (logical == 0) return;
+  std::string const claims = "claims " + dims_text(dims) + " values (" + bytes_text(double(logical)) + ")";
+  Handle dcpl{H5Dget_create_plist(dataset), H5Pclose};
+  if (dcpl.id < 0) problem("has no readable storage layout");
+  H5D_layout_t const layout = H5Pget_layout(dcpl.id);
+  if (layout == H5D_VIRTUAL) problem("is a virtual dataset; joule reads only data stored in the file itself");
+  if (H5Pget_external_count(dcpl.id) > 0)
+    problem("keeps its data in external files; joule reads only data stored in the file itself");
+  if (layout != H5D_COMPACT) {
+    H5D_space_status_t status;
+    if (H5Dget_space_status(dataset, &status) < 0) problem("has a storage index HDF5 cannot read");
+    if (status == H5D_SPACE_STATUS_NOT_ALLOCATED)
+      problem(claims + " but stores none of them (a sparse or forged file)");
+    if (status == H5D_SPACE_STATUS_PART_ALLOCATED)
+      problem(claims + " but stores only part of them (a sparse or forged file)");
+  }
+  hsize_t file_size = 0;
+  if (H5Fget_filesize(file, &file_size) < 0) problem("is in a file whose size HDF5 cannot tell");
+  int const filters = H5Pget_nfilters(dcpl.id);
+  if (filters <= 0) {
+    if (logical > file_size) problem(claims + ", more than the whole file (" + bytes_text(double(file_size)) + ")");
+    return;
+  }
+  double const stored = std::min<double>(double(H5Dget_storage_size(dataset)), double(file_size));
+  if (double(logical) > 4096.0 * stored + double(64 << 20))
+    problem(claims + " from " + bytes_text(stored) + " of compressed data, more than any compression expands to");
+}
+
+template <class T>
+std::vector<T> allocate(H5File const& f, std::size_t n, std::string const& name) {
+  try {
+    return std::vector<T>(n);
+  } catch (std::bad_alloc const&) {
+    throw H5Error(f.path() + ": dataset " + name + ": cannot allocate " + bytes_text(double(n) * sizeof(T)) +
+                  " to read it");
+  } catch (std::length_error const&) {
+    throw H5Error(f.path() + ": dataset " + name + ": cannot allocate " + bytes_text(double(n) * sizeof(T)) +
+                  " to read it");
+  }
+}
 
 }  // namespace
 
@@ -127,11 +230,13 @@ std::string H5File::dtype(std::string const& dataset) const {
 Dims H5File::dims(std::string const& dataset) const {
   Handle d{H5Dopen2(id_, dataset.c_str(), H5P_DEFAULT), H5Dclose};
   if (d.id < 0) fail("no dataset " + dataset);
-  Handle space{H5Dget_space(d.id), H5Sclose};
-  int const rank = H5Sget_simple_extent_ndims(space.id);
-  std::vector<hsize_t> extent(rank > 0 ? rank : 0);
-  H5Sget_simple_extent_dims(space.id, extent.data(), nullptr);
-  return Dims(extent.begin(), extent.end());
+  return dataset_dims(*this, d.id, dataset);
+}
+
+void H5File::check_stored(std::string const& dataset) const {
+  Handle d{H5Dopen2(id_, dataset.c_str(), H5P_DEFAULT), H5Dclose};
+  if (d.id < 0) fail("no dataset " + dataset);
+  require_stored(*this, id_, d.id, dataset);
 }
 
 template <class T>
@@ -165,10 +270,12 @@ std::vector<T> H5File::read(std::string const& dataset, Dims* dims_out) const {
   Handle d{H5Dopen2(id_, dataset.c_str(), H5P_DEFAULT), H5Dclose};
   if (d.id < 0) fail("no dataset " + dataset);
   check_type<T>(*this, d.id, dataset);
-  Dims const shape = dims(dataset);
-  std::size_t n = 1;
-  for (auto e : shape) n *= e;
-  std::vector<T> values(n);
+  require_stored(*this, id_, d.id, dataset);  // before allocating what the file only claims
+  Dims const shape = dataset_dims(*this, d.id, dataset);
+  std::size_t bytes = 0;
+  checked_bytes(shape, sizeof(T), &bytes);  // cannot overflow: require_stored checked it
+  std::size_t const n = bytes / sizeof(T);
+  std::vector<T> values = allocate<T>(*this, n, dataset);
   if (n > 0 && H5Dread(d.id, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
     fail("cannot read dataset " + dataset);
   if (dims_out) *dims_out = shape;
@@ -181,19 +288,26 @@ std::vector<T> H5File::read_rows(std::string const& dataset, std::size_t first,
   Handle d{H5Dopen2(id_, dataset.c_str(), H5P_DEFAULT), H5Dclose};
   if (d.id < 0) fail("no dataset " + dataset);
   check_type<T>(*this, d.id, dataset);
-  Dims const shape = dims(dataset);
-  if (shape.empty() || first + count > shape[0])
-    fail("rows [" + std::to_string(first) + ", " + std::to_string(first + count) + ") of " +
-         dataset + " are out of range");
+  Dims const shape = dataset_dims(*this, d.id, dataset);
+  if (shape.empty() || first > shape[0] || count > shape[0] - first)
+    fail("rows [" + std::to_string(first) + ", " +
+         (count <= std::numeric_limits<std::size_t>::max() - first ? std::to_string(first + count)
+                                                                   : std::to_string(first) + " + " + std::to_string(count)) +
+         ") of " + dataset + " are out of range");
   std::vector<hsize_t> start(shape.size(), 0), extent(shape.begin(), shape.end());
   start[0] = first;
   extent[0] = count;
-  std::size_t n = 1;
-  for (auto e : extent) n *= e;
+  Dims const rows(extent.begin(), extent.end());
+  std::size_t bytes = 0;
+  if (!checked_bytes(rows, sizeof(T), &bytes))
+    fail("rows of dataset " + dataset + " of shape " + dims_text(shape) + " are too large to read");
+  std::size_t const n = bytes / sizeof(T);
   Handle file_space{H5Dget_space(d.id), H5Sclose};
-  H5Sselect_hyperslab(file_space.id, H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr);
+  if (n > 0 &&
+      H5Sselect_hyperslab(file_space.id, H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr) < 0)
+    fail("cannot select rows of dataset " + dataset);
   Handle mem_space{H5Screate_simple(int(extent.size()), extent.data(), nullptr), H5Sclose};
-  std::vector<T> values(n);
+  std::vector<T> values = allocate<T>(*this, n, dataset);
   if (n > 0 && H5Dread(d.id, native_type<T>(), mem_space.id, file_space.id, H5P_DEFAULT, values.data()) < 0)
     fail("cannot read rows of dataset " + dataset);
   return values;
@@ -235,17 +349,18 @@ std::vector<std::string> H5File::read_strings(std::string const& dataset) const 
   Handle type{H5Dget_type(d.id), H5Tclose};
   if (H5Tget_class(type.id) != H5T_STRING)
     fail("dataset " + dataset + " has element type " + describe(type.id) + ", expected string");
-  Dims const shape = dims(dataset);
+  Dims const shape = dataset_dims(*this, d.id, dataset);
   if (shape.size() != 1)
     fail("dataset " + dataset + " has " + std::to_string(shape.size()) + " dimensions, expected a list of strings");
   std::size_t const n = shape[0];
   std::vector<std::string> values;
   if (n == 0) return values;
+  require_stored(*this, id_, d.id, dataset);
   if (H5Tis_variable_str(type.id) > 0) {
     Handle mem{H5Tcopy(H5T_C_S1), H5Tclose};
     H5Tset_size(mem.id, H5T_VARIABLE);
     H5Tset_cset(mem.id, H5Tget_cset(type.id));
-    std::vector<char*> pointers(n, nullptr);
+    std::vector<char*> pointers = allocate<char*>(*this, n, dataset);
     if (H5Dread(d.id, mem.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()) < 0)
       fail("cannot read dataset " + dataset);
     for (char* p : pointers) {  // HDF5 allocated each string: copy it, then give it back
@@ -255,7 +370,10 @@ std::vector<std::string> H5File::read_strings(std::string const& dataset) const 
     return values;
   }
   std::size_t const width = H5Tget_size(type.id);
-  std::vector<char> buffer(n * width + 1, '\0');
+  std::size_t bytes = 0;
+  if (!checked_bytes(shape, width, &bytes) || bytes == std::numeric_limits<std::size_t>::max())
+    fail("dataset " + dataset + " of " + std::to_string(n) + " strings is too large to read");
+  std::vector<char> buffer = allocate<char>(*this, bytes + 1, dataset);
   if (H5Dread(d.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()) < 0)
     fail("cannot read dataset " + dataset);
   for (std::size_t i = 0; i < n; ++i) {
@@ -310,10 +428,22 @@ bool H5File::has_attribute(std::string const& object, std::string const& name) c
 }
 
 namespace {
+// Opens an attribute that must hold exactly one value: reading several into one would write past
+// the value (a forged file must not do that), and one with none has nothing to read.
 Handle open_attribute(H5File const& f, hid_t file, std::string const& object,
                       std::string const& name) {
   hid_t const a = H5Aopen_by_name(file, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT);
   if (a < 0) throw H5Error(f.path() + ": no attribute '" + name + "' on " + object);
+  hssize_t n = -1;
+  {
+    Handle space{H5Aget_space(a), H5Sclose};
+    if (space.id >= 0) n = H5Sget_simple_extent_npoints(space.id);
+  }
+  if (n != 1) {
+    H5Aclose(a);
+    throw H5Error(f.path() + ": attribute '" + name + "' on " + object + " holds " +
+                  (n < 0 ? std::string("an unreadable number of") : std::to_string(n)) + " values, expected one");
+  }
   return Handle{a, H5Aclose};
 }
 }  // namespace
@@ -328,14 +458,17 @@ std::string H5File::attribute_string(std::string const& object, std::string cons
     Handle mem{H5Tcopy(H5T_C_S1), H5Tclose};
     H5Tset_size(mem.id, H5T_VARIABLE);
     H5Tset_cset(mem.id, H5Tget_cset(type.id));
-    if (H5Aread(a.id, mem.id, &s) < 0 || !s) fail("cannot read attribute '" + name + "'");
+    if (H5Aread(a.id, mem.id, &s) < 0 || !s) fail("cannot read attribute '" + name + "' on " + object);
     std::string value = s;
     H5free_memory(s);
     return value;
   }
-  std::vector<char> buf(H5Tget_size(type.id) + 1, '\0');
-  if (H5Aread(a.id, type.id, buf.data()) < 0) fail("cannot read attribute '" + name + "'");
-  return buf.data();
+  std::size_t const width = H5Tget_size(type.id);
+  if (width == 0 || width >= (std::size_t(1) << 31))
+    fail("attribute '" + name + "' on " + object + " is a string of " + std::to_string(width) + " bytes");
+  std::vector<char> buf = allocate<char>(*this, width + 1, "attribute '" + name + "' on " + object);
+  if (H5Aread(a.id, type.id, buf.data()) < 0) fail("cannot read attribute '" + name + "' on " + object);
+  return std::string(buf.data());
 }
 
 long long H5File::attribute_int(std::string const& object, std::string const& name) const {
@@ -344,7 +477,7 @@ long long H5File::attribute_int(std::string const& object, std::string const& na
   if (H5Tget_class(type.id) != H5T_INTEGER)
     fail("attribute '" + name + "' on " + object + " is " + describe(type.id) + ", expected an integer");
   long long value = 0;
-  if (H5Aread(a.id, H5T_NATIVE_LLONG, &value) < 0) fail("cannot read attribute '" + name + "'");
+  if (H5Aread(a.id, H5T_NATIVE_LLONG, &value) < 0) fail("cannot read attribute '" + name + "' on " + object);
   return value;
 }
 
@@ -354,12 +487,116 @@ double H5File::attribute_double(std::string const& object, std::string const& na
   if (H5Tget_class(type.id) != H5T_FLOAT && H5Tget_class(type.id) != H5T_INTEGER)
     fail("attribute '" + name + "' on " + object + " is " + describe(type.id) + ", expected a number");
   double value = 0;
-  if (H5Aread(a.id, H5T_NATIVE_DOUBLE, &value) < 0) fail("cannot read attribute '" + name + "'");
+  if (H5Aread(a.id, H5T_NATIVE_DOUBLE, &value) < 0) fail("cannot read attribute '" + name + "' on " + object);
   return value;
 }
 
 void H5File::flush() {
   if (H5Fflush(id_, H5F_SCOPE_GLOBAL) < 0) fail("cannot flush");
+}
+
+}  // namespace joule::io
+
+// In sanitizer builds (tests/fuzz), a sanitizer's report in the child ends the child through this
+// callback, quietly (no crash artifact of the fuzzer's for a crash that was contained); elsewhere
+// the weak symbol is null.
+extern "C" void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
+
+namespace joule::io {
+
+namespace {
+void child_died() { ::_exit(86); }
+}  // namespace
+
+double read_timeout_for(std::string const& path) {
+  struct stat st {};
+  double const bytes = ::stat(path.c_str(), &st) == 0 ? double(st.st_size) : 0.0;
+  double base = 60.0;
+  if (char const* text = std::getenv("JOULE_READ_TIMEOUT")) {
+    char* end = nullptr;
+    double const value = std::strtod(text, &end);
+    if (end != text && value > 0 && value < 1e6) base = value;
+  }
+  return base + bytes / 20e6;
+}
+
+ChildRead read_in_child(std::string const& path, std::function<void()> const& work, double timeout_s) {
+  if (char const* guard = std::getenv("JOULE_READ_GUARD"); guard && std::string(guard) == "off") return {};
+  int fds[2];
+  if (::pipe(fds) != 0) return {};
+  std::fflush(nullptr);  // nothing buffered is written twice
+  pid_t const pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return {};
+  }
+  if (pid == 0) {  // the child: do the reading, report, and leave without running any exit handlers
+    ::close(fds[0]);
+    // A crash ends the child at once: no handler of the parent's (a test framework's, a
+    // sanitizer's) runs on in it; a sanitizer's own reports end it through child_died.
+    for (int signal : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) ::signal(signal, SIG_DFL);
+    if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(child_died);
+    std::string message;
+    int code = 0;
+    try {
+      work();
+    } catch (std::exception const& e) {
+      message = e.what();
+      code = 3;
+    } catch (...) {
+      message = path + ": reading failed with an unknown exception";
+      code = 3;
+    }
+    for (std::size_t done = 0; done < message.size();) {
+      ssize_t const n = ::write(fds[1], message.data() + done, message.size() - done);
+      if (n <= 0) break;
+      done += std::size_t(n);
+    }
+    ::_exit(code);
+  }
+  ::close(fds[1]);
+  std::string message;
+  bool timed_out = false;
+  auto const deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    int const ready = ::poll(&p, 1, int(std::min<long long>(left.count(), 1000)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    char buffer[4096];
+    ssize_t const n = ::read(fds[0], buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // end of file: the child is done
+    message.append(buffer, std::size_t(n));
+  }
+  ::close(fds[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.3g", timeout_s);
+  if (timed_out)
+    throw H5Error(path + ": reading this file did not finish within " + seconds +
+                  " s (the HDF5 library hangs on it): the file is damaged or forged, and nothing of it was used");
+  if (WIFSIGNALED(status))
+    throw H5Error(path + ": reading this file crashed the HDF5 library (signal " + std::to_string(WTERMSIG(status)) +
+                  ", " + strsignal(WTERMSIG(status)) + "): the file is damaged or forged, and nothing of it was used");
+  if (!WIFEXITED(status) || (WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 3))
+    throw H5Error(path + ": reading this file crashed the HDF5 library (the reading process ended with status " +
+                  std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : status) +
+                  "): the file is damaged or forged, and nothing of it was used");
+  ChildRead result;
+  result.ran = true;
+  result.threw = WEXITSTATUS(status) == 3;
+  result.message = std::move(message);
+  return result;
 }
 
 }  // namespace joule::io

@@ -5,6 +5,7 @@
 // file gives a message instead of garbage.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -39,9 +40,16 @@ class H5File {
   // Element type of a dataset, as "uint8", "int32", "float32", "float64", ...
   std::string dtype(std::string const& dataset) const;
   Dims dims(std::string const& dataset) const;
+  // Throws unless the file really holds the data the dataset claims, so that nothing is allocated
+  // or read for a size a sparse or forged file only declares: every chunk must be stored; without
+  // compression the data cannot be larger than the file, with it not larger than 4096 x the
+  // stored bytes (+ 64 MiB); data in external files or virtual datasets is refused. read() and
+  // read_strings() check this themselves; callers of read_rows() check it once beforehand.
+  void check_stored(std::string const& dataset) const;
 
   // T in {uint8_t, int32_t, int64_t, float, double}. Overwrites an existing dataset of the same
-  // name. Reading throws if the stored type is not exactly T.
+  // name. Reading throws if the stored type is not exactly T, and H5Error (never std::bad_alloc)
+  // if the data cannot be held in memory.
   template <class T>
   void write(std::string const& dataset, T const* data, Dims const& dims);
   template <class T>
@@ -62,6 +70,7 @@ class H5File {
   void set_attribute(std::string const& object, std::string const& name, long long value);
   void set_attribute(std::string const& object, std::string const& name, double value);
   bool has_attribute(std::string const& object, std::string const& name) const;
+  // Attributes are read as single values: one holding several values (or none) is an error.
   std::string attribute_string(std::string const& object, std::string const& name) const;
   long long attribute_int(std::string const& object, std::string const& name) const;
   double attribute_double(std::string const& object, std::string const& name) const;
@@ -73,5 +82,25 @@ class H5File {
   long long id_ = -1;
   std::string path_;
 };
+
+// libhdf5 itself (1.10.8 on Debian 12) can crash on a damaged or forged file: e.g. a global-heap
+// object whose stored size exceeds its collection makes H5HG_read copy far past its buffer when a
+// variable-length string is read (found by tests/fuzz). joule cannot fix the library, so its
+// readers of files they did not just write (Dataset::open, Trainer::resume, the run-log readers)
+// first do their reading in a child process: `work` runs there (fork). If the library crashes
+// (a signal, or a sanitizer's abnormal exit) or hangs (no end within `timeout_s`), only the child
+// dies, and this throws H5Error "PATH: reading this file crashed the HDF5 library (...)". Else it
+// says whether `work` completed there or threw (its what(): the file's ordinary rejection); the
+// caller then reads the file itself, safely. Without fork (it failed, or JOULE_READ_GUARD=off)
+// `work` is not run (ran = false).
+struct ChildRead {
+  bool ran = false;     // the child ran `work` to its end
+  bool threw = false;   // ... and it threw
+  std::string message;  // what() it threw
+};
+ChildRead read_in_child(std::string const& path, std::function<void()> const& work, double timeout_s);
+// A time limit for reading a file of this size in read_in_child: 60 s (JOULE_READ_TIMEOUT=S
+// seconds instead) + 1 s per 20 MB.
+double read_timeout_for(std::string const& path);
 
 }  // namespace joule::io

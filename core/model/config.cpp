@@ -2,9 +2,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 namespace joule {
 
@@ -12,36 +18,180 @@ namespace {
 
 using nlohmann::json;
 
+// Where each number that overflows a double was given: path ("train.steps") -> its text ("1e999").
+using Overflows = std::map<std::string, std::string>;
+
+std::string number_text(double x) {
+  std::ostringstream out;
+  out << x;
+  return out.str();
+}
+
+// Follows the path of the value being parsed ("train.steps", "tune.offload_ratios[2]") through
+// nlohmann's SAX events and records the paths of the numbers whose positions (counted over all
+// number tokens in text order) are in `wanted`.
+class NumberPaths : public nlohmann::json_sax<json> {
+ public:
+  NumberPaths(std::map<std::size_t, std::string> const& wanted, Overflows& found) : wanted_(wanted), found_(found) {}
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return number(); }
+  bool number_unsigned(number_unsigned_t) override { return number(); }
+  bool number_float(number_float_t, string_t const&) override { return number(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override { return open(false); }
+  bool key(string_t& k) override {
+    frames_.back().key = k;
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(true); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, std::string const&, nlohmann::detail::exception const&) override { return false; }
+
+ private:
+  struct Frame {
+    bool array = false;
+    std::string key;
+    std::size_t next = 0, current = 0;
+  };
+  bool value() {
+    if (!frames_.empty() && frames_.back().array) frames_.back().current = frames_.back().next++;
+    return true;
+  }
+  bool number() {
+    value();
+    auto const it = wanted_.find(count_++);
+    if (it != wanted_.end()) found_.emplace(path(), it->second);
+    return true;
+  }
+  bool open(bool array) {
+    value();
+    frames_.push_back({array, {}, 0, 0});
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    return true;
+  }
+  std::string path() const {
+    std::string p;
+    for (auto const& f : frames_)
+      p += f.array ? "[" + std::to_string(f.current) + "]" : (p.empty() ? "" : ".") + f.key;
+    return p;
+  }
+
+  std::map<std::size_t, std::string> const& wanted_;
+  Overflows& found_;
+  std::vector<Frame> frames_;
+  std::size_t count_ = 0;
+};
+
+// nlohmann-json refuses a number beyond the range of a double ("1e999") without saying where it
+// is. This finds every such number token (outside strings), parses the text with each replaced by
+// a finite stand-in, and records where each was given, so the field that reads it can say so.
+json parse_with_overflows(std::string const& text, std::string const& source, Overflows* overflows) {
+  std::string replaced;
+  replaced.reserve(text.size());
+  std::map<std::size_t, std::string> wanted;  // number token index -> original text
+  std::size_t numbers = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i < text.size();) {
+    char const c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      replaced += c;
+      ++i;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    if (c != '-' && (c < '0' || c > '9')) {
+      replaced += c;
+      ++i;
+      continue;
+    }
+    std::size_t end = i;
+    while (end < text.size() && std::string_view("0123456789+-.eE").find(text[end]) != std::string_view::npos) ++end;
+    std::string const token = text.substr(i, end - i);
+    double const x = std::strtod(token.c_str(), nullptr);
+    if (std::isinf(x)) {
+      wanted.emplace(numbers, token.size() > 40 ? token.substr(0, 37) + "..." : token);
+      replaced += x > 0 ? "1e308" : "-1e308";
+    } else {
+      replaced += token;
+    }
+    ++numbers;
+    i = end;
+  }
+  json root;
+  try {
+    root = json::parse(replaced);
+    NumberPaths paths(wanted, *overflows);
+    json::sax_parse(replaced, &paths);
+  } catch (json::exception const& e) {
+    throw ConfigError(source + ": not valid JSON: " + e.what());
+  }
+  return root;
+}
+
 // Reads fields of one section, checking type and range; remembers which it saw so that unknown
 // (misspelt) fields are reported too.
 class Section {
  public:
-  Section(json const& root, std::string name, std::string const& source)
-      : name_(std::move(name)), source_(source) {
+  Section(json const& root, std::string name, std::string const& source, Overflows const& overflows)
+      : name_(std::move(name)), source_(source), overflows_(overflows) {
     if (!root.contains(name_)) fail_at(name_, "missing section (required: model, data, train)");
     node_ = &root.at(name_);
     if (!node_->is_object()) fail_at(name_, "must be an object");
   }
 
+  // Integers arrive as nlohmann's signed or unsigned 64-bit values, or as a double when the text
+  // has a fraction or exponent (1e20) or does not fit 64 bits; each case is compared as itself,
+  // so nothing wraps around on the way to the range check.
   int integer(char const* key, long long lo, long long hi) {
     json const& v = field(key);
-    if (!v.is_number_integer())
-      fail(key, "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    long long const x = v.get<long long>();
-    if (x < lo || x > hi)
-      fail(key, "is " + std::to_string(x) + "; allowed: [" + std::to_string(lo) + ", " +
-                    std::to_string(hi) + "]");
-    return int(x);
+    std::string const range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    check_overflow(key, range);
+    if (v.is_number_unsigned()) {
+      std::uint64_t const x = v.get<std::uint64_t>();
+      if (x > std::uint64_t(hi) || (lo > 0 && x < std::uint64_t(lo)))
+        fail(key, "is " + std::to_string(x) + "; allowed: " + range);
+      return int(x);
+    }
+    if (v.is_number_integer()) {
+      long long const x = v.get<long long>();
+      if (x < lo || x > hi) fail(key, "is " + std::to_string(x) + "; allowed: " + range);
+      return int(x);
+    }
+    if (v.is_number_float()) {
+      double const x = v.get<double>();
+      if (x < double(lo) || x > double(hi)) fail(key, "is " + number_text(x) + ", out of range " + range);
+      fail(key, "is " + number_text(x) + ", not an integer; allowed: integers in " + range);
+    }
+    fail(key, "must be an integer in " + range);
   }
   std::uint64_t unsigned_integer(char const* key) {
     json const& v = field(key);
-    if (!v.is_number_integer() || v.get<long long>() < 0) fail(key, "must be an integer >= 0");
-    return v.get<std::uint64_t>();
+    std::string const range = "[0, " + std::to_string(std::numeric_limits<std::uint64_t>::max()) + "]";
+    check_overflow(key, range);
+    if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+    if (v.is_number_integer()) fail(key, "is " + std::to_string(v.get<long long>()) + ", out of range " + range);
+    if (v.is_number_float()) {
+      double const x = v.get<double>();
+      if (x < 0 || x >= 18446744073709551616.0) fail(key, "is " + number_text(x) + ", out of range " + range);
+      fail(key, "is " + number_text(x) + ", not an integer; allowed: integers in " + range);
+    }
+    fail(key, "must be an integer >= 0");
   }
   double number(char const* key, double lo, double hi, bool lo_open = false) {
     json const& v = field(key);
     std::ostringstream range;
     range << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
+    check_overflow(key, range.str());
     if (!v.is_number()) fail(key, "must be a number in " + range.str());
     double const x = v.get<double>();
     if (!(lo_open ? x > lo : x >= lo) || !(x <= hi)) {
@@ -87,19 +237,54 @@ class Section {
   [[noreturn]] void fail_at(std::string const& where, std::string const& what) const {
     throw ConfigError(source_ + ": " + where + " " + what);
   }
+  void check_overflow(char const* key, std::string const& range) const {
+    auto const it = overflows_.find(name_ + "." + key);
+    if (it != overflows_.end()) fail(key, "is " + it->second + ", out of range " + range + " (beyond any double)");
+  }
 
   json const* node_ = nullptr;
   std::string name_, source_;
+  Overflows const& overflows_;
   std::set<std::string> seen_;
 };
 
 }  // namespace
 
+void check_json_limits(std::string const& text, std::string const& source) {
+  if (text.size() > kConfigMaxBytes)
+    throw ConfigError(source + ": " + std::to_string(text.size()) + " bytes, more than the " +
+                      std::to_string(kConfigMaxBytes) + " bytes (16 MiB) a configuration may have");
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char const c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kConfigMaxDepth)
+        throw ConfigError(source + ": nested deeper than " + std::to_string(kConfigMaxDepth) +
+                          " levels of arrays/objects (at byte " + std::to_string(i) +
+                          "), the limit for a configuration");
+    } else if (c == ']' || c == '}') {
+      --depth;  // unbalanced text is left to the parser to report
+    }
+  }
+}
+
 Config parse_config(std::string const& json_text, std::string const& source) {
+  check_json_limits(json_text, source);  // before anything walks the document
   json root;
+  Overflows overflows;
   try {
     root = json::parse(json_text);
-  } catch (json::parse_error const& e) {
+  } catch (json::out_of_range const& e) {
+    if (e.id != 406) throw ConfigError(source + ": not valid JSON: " + e.what());
+    root = parse_with_overflows(json_text, source, &overflows);  // "number overflow parsing '1e999'"
+  } catch (json::exception const& e) {
     throw ConfigError(source + ": not valid JSON: " + e.what());
   }
   if (!root.is_object()) throw ConfigError(source + ": must be a JSON object with model, data, train");
@@ -112,7 +297,7 @@ Config parse_config(std::string const& json_text, std::string const& source) {
 
   Config cfg;
   {
-    Section s(root, "model", source);
+    Section s(root, "model", source, overflows);
     ModelConfig& m = cfg.model;
     m.layers = s.integer("layers", 1, 256);
     m.d_model = s.integer("d_model", 16, 16384);
@@ -137,13 +322,13 @@ Config parse_config(std::string const& json_text, std::string const& source) {
                                ", which does not divide image_size = " + std::to_string(m.image_size));
   }
   {
-    Section s(root, "data", source);
+    Section s(root, "data", source, overflows);
     cfg.data.path = s.string("path", false);
     cfg.data.eval_fraction = s.number("eval_fraction", 0.0, 0.9, /*lo_open=*/true);
     s.reject_unknown();
   }
   {
-    Section s(root, "train", source);
+    Section s(root, "train", source, overflows);
     TrainConfig& t = cfg.train;
     t.batch = s.integer("batch", 1, 1 << 20);
     t.micro_batch = s.integer("micro_batch", 1, 1 << 20);
@@ -183,16 +368,31 @@ Config parse_config(std::string const& json_text, std::string const& source) {
                                 std::to_string(t.batch));
     if (t.min_lr > t.lr) s.fail("min_lr", "must not exceed lr");
   }
-  cfg.json = root.dump(2);
+  // A number beyond any double in a part training does not read (tune, parallel) is still an
+  // error here: its stand-in must not travel on in cfg.json.
+  if (!overflows.empty())
+    throw ConfigError(source + ": " + overflows.begin()->first + " is " + overflows.begin()->second +
+                      ", beyond the range of any double");
+  try {
+    cfg.json = root.dump(2);
+  } catch (json::exception const& e) {
+    throw ConfigError(source + ": cannot be written back as JSON: " + e.what());
+  }
   return cfg;
 }
 
 Config load_config(std::string const& path) {
-  std::ifstream f(path);
+  std::ifstream f(path, std::ios::binary);
   if (!f) throw ConfigError(path + ": cannot open the configuration file");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_config(ss.str(), path);
+  // At most one byte more than the limit is read, so /dev/zero or a huge file cannot exhaust memory.
+  std::string text(kConfigMaxBytes + 1, '\0');
+  f.read(text.data(), std::streamsize(text.size()));
+  if (f.bad()) throw ConfigError(path + ": cannot read the configuration file");
+  text.resize(std::size_t(f.gcount()));
+  if (text.size() > kConfigMaxBytes)
+    throw ConfigError(path + ": larger than the " + std::to_string(kConfigMaxBytes) +
+                      " bytes (16 MiB) a configuration may have");
+  return parse_config(text, path);
 }
 
 }  // namespace joule

@@ -2,7 +2,10 @@
 // The job configuration: a JSON file with three sections, documented field by field in the
 // README ("Configuration"). parse_config() checks every field (type, range, consistency between
 // fields) and throws ConfigError naming the field and what is allowed, before anything is
-// allocated.
+// allocated. Every read path (files, the `config` attribute of checkpoints and run logs) goes
+// through check_json_limits() first, so no JSON parser ever walks a document that is too large or
+// too deeply nested.
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -76,6 +79,18 @@ struct Config {
   std::string json;  // the configuration as given, normalised (stored in checkpoints and logs)
 };
 
+// Limits on configuration text, checked on the raw text before any JSON parser sees it:
+// nlohmann-json's serialiser, comparison and copy recurse once per nesting level, so a valid but
+// deeply nested document (a few hundred KB of `[`) would overflow the stack. A configuration
+// needs 3 levels; 64 leaves room for any `tune` section.
+inline constexpr std::size_t kConfigMaxBytes = std::size_t(16) << 20;  // 16 MiB
+inline constexpr int kConfigMaxDepth = 64;
+// Throws ConfigError "SOURCE: ..." naming the limit when `text` is larger than kConfigMaxBytes or
+// nests arrays/objects deeper than kConfigMaxDepth (brackets inside strings do not count).
+void check_json_limits(std::string const& text, std::string const& source);
+
+// Checks the limits above, parses (a number beyond the range of a double, e.g. 1e999, is reported
+// with the field it was given for) and validates every field. Throws only ConfigError.
 Config parse_config(std::string const& json_text, std::string const& source = "config");
 Config load_config(std::string const& path);
 

@@ -3,12 +3,16 @@
 #include "core/io/h5file.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
+#include <map>
 #include <ostream>
+#include <tuple>
 
 namespace joule {
 
@@ -52,10 +56,23 @@ std::string format_eval(EvalResult const& e) {
                      100.0 * e.accuracy, e.samples);
 }
 
+namespace {
+// The dataset, validated whole (Dataset::open reads every sample once, in bounded chunks) and
+// checked to hold enough samples, before anything is sized from it or allocated for the model.
+Dataset open_training_data(Config const& config) {
+  Dataset data = Dataset::open(config.data.path, &config.model);
+  std::size_t const n = data.shape().count;
+  if (n < 2)
+    throw TrainingError(config.data.path + ": holds " + std::to_string(n) +
+                        " sample; training needs at least 2 (one to train on, one held out)");
+  return data;
+}
+}  // namespace
+
 Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_parallel, SequenceShards shards)
     : cfg_(config),
       log_(log),
-      data_(Dataset::open(config.data.path, &config.model)),
+      data_(open_training_data(config)),
       train_indices_(range(0, data_.shape().count - held_out_count(data_.shape().count, config.data.eval_fraction))),
       eval_indices_(range(train_indices_.size(), data_.shape().count)),
       sampler_(train_indices_, config.train.micro_batch, config.train.seed),
@@ -72,8 +89,6 @@ Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_para
     throw TrainingError("data parallelism over " + std::to_string(dp_.size) + " processes: train.batch / "
                         "train.micro_batch = " + std::to_string(micro_batches) +
                         " micro-batches per step must be a multiple of the number of processes");
-  if (data_.shape().count < 2)
-    throw TrainingError(config.data.path + ": needs at least 2 samples (one to train on, one held out)");
   model_.init_parameters(config.train.seed);
   optimizer_.sync_master_weights();
   if (distributed() && !dp_.device_pointers && !kDeviceIsHost)  // MPI without device support
@@ -285,9 +300,9 @@ TrainSummary Trainer::run(int max_steps) {
         *log_ << fmt::format("eval at step {}: {}\n", step_, format_eval(summary.evals.back().second))
               << std::flush;
     }
-    bool const save_now = !t.checkpoint.empty() && dp_.rank == 0 &&
+    bool const save_now = !t.checkpoint.empty() &&
                           ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == t.steps);
-    if (save_now) save_checkpoint(t.checkpoint);
+    if (save_now) save_checkpoint_once(t.checkpoint);
   }
   // At the end of training every update is complete; a partial run (max_steps) may leave host
   // jobs in flight for the next step's forward pass to wait for (wait_all() completes them).
@@ -322,33 +337,157 @@ void Trainer::save_checkpoint(std::string const& path) {
     throw TrainingError("cannot move checkpoint " + tmp + " to " + path);
 }
 
+void Trainer::save_checkpoint_once(std::string const& path) {
+  // Every process holds the same parameters (data parallel) or a whole copy of them (sequence
+  // shards), so one writer suffices; two writers would race on path.tmp and could leave the
+  // previous checkpoint damaged.
+  auto const& shards = model_.shards();
+  bool const writer = dp_.rank == 0 && shards.rank == 0;
+  std::string error;
+  if (writer) {
+    try {
+      save_checkpoint(path);
+    } catch (std::exception const& e) {
+      error = e.what();
+    }
+  }
+  if (distributed()) {  // the writer's outcome to every process: over the shards, then the replicas
+    double failed = error.empty() ? 0.0 : 1.0;
+    if (shards.active() && shards.allreduce_sum) shards.allreduce_sum(&failed, 1);
+    if (dp_.size > 1 && dp_.allreduce_sum_double) dp_.allreduce_sum_double(&failed, 1);
+    if (failed > 0 && error.empty())
+      error = "checkpoint " + path + " could not be written (the writing process, replica 0's first shard, says why)";
+  }
+  if (!error.empty()) throw TrainingError(error);
+}
+
+namespace {
+// Names for the elements of each group's buffer: group -> (offset, size, tensor name), so a bad
+// value in a checkpoint is reported as "block.1.attn.qkv.weight[37]", not as an offset.
+using TensorLayout = std::map<std::string, std::vector<std::tuple<std::size_t, std::size_t, std::string>>>;
+
+TensorLayout tensor_layout(ModelParameters<float, DeviceMemory> const& p) {
+  TensorLayout layout;
+  p.for_each_group([&](std::string const& group, auto const& storage) {
+    float const* base = storage.data();
+    std::size_t const n = storage.extent(0);
+    auto& tensors = layout[group];
+    p.for_each_tensor([&](std::string const& name, ParamRole, auto const& view) {
+      float const* q = view.data();
+      if (q >= base && q < base + n) tensors.emplace_back(std::size_t(q - base), view.span(), name);
+    });
+  });
+  return layout;
+}
+
+std::string element_name(TensorLayout const& layout, std::string const& group, std::size_t i) {
+  auto const it = layout.find(group);
+  if (it != layout.end())
+    for (auto const& [offset, size, name] : it->second)
+      if (i >= offset && i < offset + size) return fmt::format("{}[{}]", name, i - offset);
+  return fmt::format("{}, element {}", group, i);
+}
+
+// One tensor of a checkpoint, checked before it is used: present, float32 of the model's size,
+// every value finite (and >= 0 for AdamW's second moment).
+std::vector<float> read_checked(io::H5File const& f, TensorLayout const& layout, char const* kind,
+                                std::string const& group, std::size_t size) {
+  std::string const object = std::string("/") + kind + "/" + group;
+  if (!f.exists(object)) throw TrainingError(f.path() + ": missing " + object + " (a checkpoint of this model holds it)");
+  std::string const type = f.dtype(object);
+  if (type != "float32") throw TrainingError(f.path() + ": " + object + " has element type " + type + ", expected float32");
+  io::Dims const dims = f.dims(object);
+  if (dims.size() != 1 || dims[0] != size)
+    throw TrainingError(fmt::format("{}: {} has shape [{}], expected [{}] for this model", f.path(), object,
+                                    fmt::join(dims, ", "), size));
+  std::vector<float> values = f.read<float>(object);
+  bool const second_moment = std::string(kind) == "adam_v";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i]))
+      throw TrainingError(fmt::format("{}: {} holds {} at {}: the checkpoint is damaged (non-finite {}); it cannot be "
+                                      "resumed", f.path(), object, values[i], element_name(layout, group, i),
+                                      std::string(kind) == "params" ? "parameter" : "optimizer state"));
+    if (second_moment && values[i] < 0)
+      throw TrainingError(fmt::format("{}: {} holds {} at {}: the checkpoint is damaged (AdamW's second moment "
+                                      "cannot be negative); it cannot be resumed", f.path(), object, values[i],
+                                      element_name(layout, group, i)));
+  }
+  return values;
+}
+
+long long checked_attribute(io::H5File const& f, char const* name, long long lo, long long hi, std::string const& why) {
+  long long const v = f.attribute_int("/", name);
+  if (v < lo || v > hi)
+    throw TrainingError(fmt::format("{}: attribute '{}' on / is {}; allowed: {}..{}{}", f.path(), name, v, lo, hi, why));
+  return v;
+}
+}  // namespace
+
 void Trainer::resume(std::string const& path) {
   optimizer_.wait_all();
-  try {
+  // Everything is read and checked before anything changes, so a damaged checkpoint leaves the
+  // trainer as it was and its message names the file and the object at fault.
+  struct State {
+    int step = 0;
+    long long epoch = 0, cursor = 0;
+    std::vector<std::vector<float>> params;  // per group
+  };
+  auto const read_state = [&]() -> State {
+    State state;
     io::H5File f(path, io::H5File::Mode::read);
     if (!f.has_attribute("/", "format") || f.attribute_string("/", "format") != kCheckpointFormat)
       throw TrainingError(path + ": not a joule checkpoint (no format = " + kCheckpointFormat + ")");
-    auto const saved = nlohmann::json::parse(f.attribute_string("/", "config"));
+    std::string const where = path + ": attribute 'config' on /";
+    std::string const text = f.attribute_string("/", "config");
+    nlohmann::json saved;
+    try {
+      check_json_limits(text, where);  // before nlohmann walks it
+      saved = nlohmann::json::parse(text);
+    } catch (ConfigError const& e) {
+      throw TrainingError(std::string(e.what()) + " (a damaged checkpoint)");
+    } catch (nlohmann::json::exception const& e) {
+      throw TrainingError(where + " is not valid JSON (a damaged checkpoint): " + e.what());
+    }
+    if (!saved.is_object() || !saved.contains("model") || !saved["model"].is_object())
+      throw TrainingError(where + " has no model section (a damaged checkpoint)");
     auto const current = nlohmann::json::parse(cfg_.json);
     if (saved.at("model") != current.at("model"))
       throw TrainingError(path + ": saved with a different model configuration: " + saved.at("model").dump() +
                           " vs now " + current.at("model").dump());
-    auto load = [&](char const* group, ModelParameters<float, DeviceMemory>& p) {
-      p.for_each_group([&](std::string const& name, auto const& storage) {
-        io::Dims dims;
-        auto const values = f.read<float>(std::string("/") + group + "/" + name, &dims);
-        if (dims.size() != 1 || dims[0] != storage.extent(0))
-          throw TrainingError(path + ": /" + group + "/" + name + " has the wrong size");
-        auto h = Kokkos::create_mirror_view(storage);
-        std::copy(values.begin(), values.end(), h.data());
-        Kokkos::deep_copy(storage, h);
-      });
-    };
-    load("params", model_.params);
+
+    state.step = int(checked_attribute(f, "step", 0, INT_MAX, ""));
+    long long const train_samples = (long long)train_indices_.size();
+    state.epoch = checked_attribute(f, "sampler_epoch", 0, LLONG_MAX, " (an impossible sampler position)");
+    state.cursor = checked_attribute(
+        f, "sampler_cursor", 0, train_samples,
+        fmt::format(" (an impossible sampler position: the training part of {} holds {} samples)", cfg_.data.path,
+                    train_samples));
+
+    TensorLayout const layout = tensor_layout(model_.params);
+    std::vector<std::string> groups;
+    model_.params.for_each_group([&](std::string const& name, auto const& storage) {
+      groups.push_back(name);
+      state.params.push_back(read_checked(f, layout, "params", name, storage.extent(0)));
+    });
+    for (std::size_t g = 0; g < groups.size(); ++g)  // Optimizer::load reads them again once they passed
+      for (char const* kind : {"adam_m", "adam_v"}) read_checked(f, layout, kind, groups[g], state.params[g].size());
+    return state;
+  };
+  try {
+    // First in a child process, where a crash of the HDF5 library on a forged file ends only it.
+    io::read_in_child(path, [&] { read_state(); }, io::read_timeout_for(path));
+    State const state = read_state();
+    std::size_t g = 0;
+    model_.params.for_each_group([&](std::string const&, auto const& storage) {
+      auto h = Kokkos::create_mirror_view(storage);
+      std::copy(state.params[g].begin(), state.params[g].end(), h.data());
+      Kokkos::deep_copy(storage, h);
+      ++g;
+    });
     optimizer_.sync_master_weights();
-    optimizer_.load(f);
-    step_ = int(f.attribute_int("/", "step"));
-    sampler_.restore(f.attribute_int("/", "sampler_epoch"), f.attribute_int("/", "sampler_cursor"));
+    optimizer_.load(io::H5File(path, io::H5File::Mode::read));
+    step_ = state.step;
+    sampler_.restore(state.epoch, state.cursor);
   } catch (io::H5Error const& e) {
     throw TrainingError(std::string("cannot resume: ") + e.what());
   }

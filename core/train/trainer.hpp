@@ -71,7 +71,11 @@ class Trainer {
 
   // Continues from a checkpoint written by save_checkpoint (same model configuration).
   void resume(std::string const& checkpoint_path);
+  // Writes a checkpoint from this process alone (to path.tmp, then renamed over path).
   void save_checkpoint(std::string const& path);
+  // Collective over every process of the job: one process writes (replica 0's shard 0), the
+  // others wait for it, and a failure is thrown on every process, not on the writer alone.
+  void save_checkpoint_once(std::string const& path);
 
   // Trains until config.train.steps (or `max_steps` more steps, if >= 0), evaluating every
   // eval_every steps and at the end, checkpointing as configured.

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# The checks joule makes before any work, end to end through the command:
+#   1. command-line values are judged by the range of the configuration field they replace, and a
+#      bad one is an error naming the flag and the range (-1 is no longer "not given");
+#   2. an unknown subcommand is named, with the subcommands there are (joule, joule data, joule energy);
+#   3. no output overwrites an input (train, tune, data synth, plot_run.py), through symlinks and
+#      hard links too; resuming the checkpoint the run goes on writing is allowed;
+#   4. outputs' folders are checked (missing, a folder as output path, read-only) before training;
+#   5. joule inspect warns about a log whose chosen trial has non-finite figures, never "nan%".
+# usage: cli_checks.sh JOULE REPO_DIR WORK_DIR
+set -euo pipefail
+joule="$1" repo="$2" work="$3"
+py=/usr/bin/python3
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# refused REGEX joule-args...: the command fails, says REGEX (grep -E), and did no work first (no
+# model built, no dataset written, no tuning started).
+refused() {
+  local pattern="$1" rc=0
+  shift
+  "$joule" "$@" >out.txt 2>&1 || rc=$?
+  [ $rc != 0 ] || fail "joule $* succeeded: $(cat out.txt)"
+  grep -qE -- "$pattern" out.txt || fail "joule $*: expected /$pattern/, got: $(cat out.txt)"
+  if grep -qE "^training: |== summary ==|wrote [0-9]+ (synthetic )?samples|^tuning " out.txt; then
+    fail "joule $*: work started before the error: $(cat out.txt)"
+  fi
+  echo "refused: joule $* -> $(grep -E -- "$pattern" out.txt | head -1)"
+}
+unchanged() { sha256sum -c --quiet sums.txt || fail "$1: an input was changed"; }
+
+"$joule" data synth --out data.h5 --count 64 --image-size 32 --text-len 36 --frames 1 >/dev/null
+cp "$repo/apps/configs/tiny.json" cfg.json
+sha256sum data.h5 cfg.json >sums.txt
+mkdir adir
+
+# --- 1. command-line values -------------------------------------------------------------------
+refused '^joule: error: --steps -1: train\.steps .*\[1, 1073741824\]' train --data data.h5 --steps -1
+refused '^joule: error: --seed -5: train\.seed .*0' train --data data.h5 --seed -5
+refused '^joule: error: --offload-ratio -0\.5: train\.offload_ratio .*\[0, 1\]' train --data data.h5 --offload-ratio -0.5
+refused '^joule: error: --recompute-depth -1: train\.recompute_depth .*\[0, 2\]' train --data data.h5 --recompute-depth -1
+refused '^joule: error: --recompute-depth 3: train\.recompute_depth .*\[0, 2\]' train --data data.h5 --recompute-depth 3
+refused '^joule: error: --micro-batch -1: train\.micro_batch ' train --data data.h5 --micro-batch -1
+refused '^joule: error: --micro-batch 5: train\.micro_batch .*divide.*32' train --data data.h5 --micro-batch 5
+refused '^joule: error: --host-threads -1: train\.host_threads .*\[0, 4096\]' train --data data.h5 --host-threads -1
+refused '^joule: error: --seq-shards -1: train\.seq_shards .*\[1, 4096\]' train --data data.h5 --seq-shards -1
+refused '^joule: error: --checkpoint-every -1: train\.checkpoint_every ' train --data data.h5 --checkpoint-every -1
+refused '^--steps: 99999999999999999999 is too large for a 64-bit integer$' train --data data.h5 --steps 99999999999999999999
+refused '^--steps: 2\.5 is not a whole number$' train --data data.h5 --steps 2.5
+# The flag is blamed, not the file it overrides.
+refused '^joule: error: --steps 0: train\.steps ' train --config cfg.json --data data.h5 --steps 0
+grep -q "cfg.json:" out.txt && fail "an error of --steps blames cfg.json: $(cat out.txt)"
+refused '^joule: error: --steps -1: train\.steps ' tune --data data.h5 --steps -1
+refused '^joule: error: --measured-steps -1: tune\.measured_steps .*\[2, 10000\]' tune --data data.h5 --measured-steps -1
+refused '^joule: error: --warmup-steps -1: tune\.warmup_steps .*\[0, 1000\]' tune --data data.h5 --warmup-steps -1
+refused '^joule: error: --max-repeats -1: tune\.max_repeats .*\[1, 100\]' tune --data data.h5 --max-repeats -1
+refused '^joule: error: --budget-mib -1: tune\.device_memory_budget_mib ' tune --data data.h5 --budget-mib -1
+refused '^--seed: Value -5 not in range 0 to ' data synth --out s.h5 --seed -5
+refused '^--count: Value -1 not in range 1 to ' data synth --out s.h5 --count -1
+refused '^--frames: Value -1 not in range 1 to 256' data synth --out s.h5 --frames -1
+refused 'excludes --frames|--frames excludes' data synth --config cfg.json --out s.h5 --frames 2
+[ ! -e s.h5 ] || fail "a refused data synth wrote s.h5"
+unchanged "flags"
+
+# --- 2. unknown subcommands -------------------------------------------------------------------
+refused "^joule: unknown subcommand 'frobnicate'; the subcommands are: bench, info, train, data, energy, tune, inspect$" frobnicate
+refused "^joule: a subcommand is required; the subcommands are: bench, info, train" 
+refused "^joule data: unknown subcommand 'frob'; the subcommands are: synth, info$" data frob
+refused "^joule energy: unknown subcommand 'frob'; the subcommands are: probe$" energy frob
+refused "^joule data: a subcommand is required; the subcommands are: synth, info$" data
+
+# --- 3. outputs never overwrite inputs --------------------------------------------------------
+ln -s data.h5 link.h5
+ln data.h5 hard.h5
+refused '^joule: error: --checkpoint data\.h5 and --data data\.h5 are the same file' train --data data.h5 --checkpoint data.h5 --steps 1
+refused '^joule: error: --checkpoint link\.h5 and --data data\.h5 are the same file' train --data data.h5 --checkpoint link.h5 --steps 1
+refused '^joule: error: --checkpoint hard\.h5 and --data data\.h5 are the same file' train --data data.h5 --checkpoint hard.h5 --steps 1
+refused '^joule: error: --checkpoint cfg\.json and --config cfg\.json are the same file' train --config cfg.json --data data.h5 --checkpoint cfg.json
+refused '^joule: error: --checkpoint data\.h5 is written as data\.h5\.tmp first, which is --data' \
+  train --data data.h5.tmp --checkpoint data.h5 --steps 1
+# The checkpoint named by the configuration (field and file named).
+"$py" - <<'PY'
+import json
+c = json.load(open("cfg.json"))
+c["train"]["checkpoint"] = "link.h5"
+c["data"]["path"] = "data.h5"
+json.dump(c, open("cfg-ckpt-data.json", "w"))
+c["train"]["checkpoint"] = "missing-folder/ckpt.h5"
+c["train"]["checkpoint_every"] = 0
+json.dump(c, open("cfg-ckpt-missing.json", "w"))
+c["train"]["checkpoint"] = ""
+c["data"]["path"] = "cfg-self.json"
+json.dump(c, open("cfg-self.json", "w"))
+PY
+refused '^joule: error: train\.checkpoint \(from cfg-ckpt-data\.json\) link\.h5 and data\.path \(from cfg-ckpt-data\.json\) data\.h5 are the same file' \
+  train --config cfg-ckpt-data.json --steps 1
+refused '^joule: error: --out data\.h5 and --data data\.h5 are the same file' tune --data data.h5 --out data.h5
+refused '^joule: error: --resume link\.h5 and --data data\.h5 are the same file' tune --data data.h5 --resume link.h5
+refused '^joule: error: train\.checkpoint \(from cfg-ckpt-data\.json\) link\.h5 and data\.path .* are the same file' \
+  tune --config cfg-ckpt-data.json --out run-x.h5
+[ ! -e run-x.h5 ] || fail "a refused tune wrote its log"
+refused '^joule: error: --out cfg\.json and --config cfg\.json are the same file' data synth --config cfg.json --out cfg.json
+refused '^joule: error: data\.path \(from cfg-self\.json\) cfg-self\.json and --config cfg-self\.json are the same file' \
+  data synth --config cfg-self.json
+unchanged "outputs and inputs"
+# Resuming the checkpoint the run goes on writing is allowed (read whole before the first write).
+"$joule" train --data data.h5 --steps 1 --no-energy --checkpoint ckpt.h5 >train1.txt 2>&1 || fail "train: $(cat train1.txt)"
+"$joule" train --data data.h5 --steps 2 --no-energy --resume ckpt.h5 --checkpoint ckpt.h5 >train2.txt 2>&1 ||
+  fail "resume into the same checkpoint: $(cat train2.txt)"
+grep -q "== summary ==" train2.txt || fail "the resumed run did not finish: $(cat train2.txt)"
+echo "ok: --resume ckpt.h5 --checkpoint ckpt.h5 continues"
+
+# --- 4. outputs' folders, before any work -------------------------------------------------------
+refused '^joule: error: --checkpoint missing/ckpt\.h5: the folder missing does not exist' train --data data.h5 --steps 1 --checkpoint missing/ckpt.h5
+refused '^joule: error: train\.checkpoint \(from cfg-ckpt-missing\.json\) missing-folder/ckpt\.h5: the folder missing-folder does not exist' \
+  train --config cfg-ckpt-missing.json --steps 1
+refused '^joule: error: --checkpoint adir: is a folder' train --data data.h5 --steps 1 --checkpoint adir
+refused '^joule: error: --checkpoint data\.h5/ckpt\.h5: data\.h5 is not a folder' train --data data.h5 --steps 1 --checkpoint data.h5/ckpt.h5
+refused '^joule: error: --out adir: is a folder' tune --data data.h5 --out adir
+refused '^joule: error: --out adir: is a folder' data synth --out adir --count 8
+# Read-only folders: root writes anyway, so the check runs as user nobody where this is root.
+mkdir ro && chmod 555 ro
+as_user=()
+if [ "$(id -u)" = 0 ]; then
+  if command -v setpriv >/dev/null && setpriv --reuid=nobody --regid=nogroup --clear-groups "$joule" --version >/dev/null 2>&1; then
+    as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+  else
+    as_user=(skip)
+  fi
+fi
+if [ "${as_user[*]}" = skip ]; then
+  echo "SKIP: read-only folder (running as root and cannot run joule as user nobody)"
+else
+  for cmd in "train --data data.h5 --steps 1 --checkpoint ro/ckpt.h5" "tune --data data.h5 --out ro/sub/run.h5" \
+             "data synth --count 8 --out ro/s.h5"; do
+    rc=0
+    # shellcheck disable=SC2086
+    "${as_user[@]}" "$joule" $cmd >out.txt 2>&1 || rc=$?
+    [ $rc != 0 ] && grep -qE "(--checkpoint ro/ckpt\.h5|--out ro/sub/run\.h5|--out ro/s\.h5): cannot write in the folder ro: Permission denied" out.txt ||
+      fail "joule $cmd in a read-only folder: exit $rc, $(cat out.txt)"
+    grep -q "^training: " out.txt && fail "joule $cmd: training started: $(cat out.txt)"
+    echo "refused: joule $cmd -> $(head -1 out.txt)"
+  done
+  [ -z "$(ls -A ro)" ] || fail "something was written in ro: $(ls -A ro)"
+fi
+[ -z "$(find . -name '.joule-write-probe-*')" ] || fail "probe files left behind: $(find . -name '.joule-write-probe-*')"
+
+# --- 5. a run log, its report when inconsistent, and its plots -----------------------------------
+"$py" - <<'PY'
+import json
+c = json.load(open("cfg.json"))
+c["data"]["path"] = "data.h5"
+c["train"]["eval_samples"] = 4
+c["tune"] = {"offload_ratios": [0, 1], "recompute_depths": [0], "strategy": "exhaustive", "train_after": False,
+             "warmup_steps": 0, "measured_steps": 2, "max_repeats": 1}
+json.dump(c, open("cfg-tune.json", "w"))
+PY
+"$joule" tune --config cfg-tune.json --out run.h5 >tune.txt 2>&1 || fail "tune: $(cat tune.txt)"
+refused '^joule: error: run\.h5 exists: continue it with --resume' tune --config cfg-tune.json --out run.h5
+"$joule" inspect run.h5 | grep -q "Chosen configuration: trial" || fail "no chosen trial in run.h5"
+# The chosen trial's time becomes NaN, the other ok trial's energy infinite.
+read -r best other < <("$py" - <<'PY'
+import h5py, math
+with h5py.File("run.h5", "r+") as f:
+    best = int(f["best"].attrs["trial"])
+    other = [int(k) for k in f["trials"] if int(k) != best][0]
+    f["trials"][f"{best:04d}"].attrs["time_per_step_s"] = math.nan
+    f["trials"][f"{other:04d}"].attrs["energy_per_step_j"] = math.inf
+    print(best, other)
+PY
+)
+"$joule" inspect run.h5 >report.txt 2>&1 || fail "inspect of the edited log: $(cat report.txt)"
+grep -q "WARNING: inconsistent log: the chosen trial $best has no finite time and energy per step" report.txt ||
+  fail "no warning naming the chosen trial $best: $(cat report.txt)"
+grep -q "WARNING: inconsistent log: ok trial $other has no finite time and energy per step" report.txt ||
+  fail "no warning naming trial $other: $(cat report.txt)"
+grep -qiE "nan%|inf%" report.txt && fail "the report prints a non-finite percentage: $(cat report.txt)"
+echo "ok: inspect warns about trials $best and $other"
+
+# plot_run.py: no plot over the log, through a symlink or by name; a folder as a plot path.
+sha256sum run.h5 >sums.txt
+plot_refused() {
+  local pattern="$1" rc=0
+  shift
+  "$py" "$repo/apps/scripts/plot_run.py" "$@" >plot.txt 2>&1 || rc=$?
+  [ $rc = 2 ] && grep -qE -- "$pattern" plot.txt || fail "plot_run.py $*: exit $rc, $(cat plot.txt)"
+  grep -q "\.png$" plot.txt && fail "plot_run.py $*: plots written: $(cat plot.txt)"
+  echo "refused: plot_run.py $* -> $(head -1 plot.txt)"
+}
+mkdir plots1 plots2 plots3
+ln -s ../run.h5 plots1/pareto.png
+plot_refused '^plot_run\.py: --out plots1: plots1/pareto\.png and the run log run\.h5 are the same file' run.h5 --out plots1
+cp run.h5 plots2/loss.png
+plot_refused '^plot_run\.py: --out plots2: plots2/loss\.png and the run log plots2/loss\.png are the same file' plots2/loss.png --out plots2
+mkdir plots3/regions.png
+plot_refused '^plot_run\.py: --out plots3: plots3/regions\.png is a folder' run.h5 --out plots3
+unchanged "plots"
+echo "PASS"
