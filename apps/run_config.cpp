@@ -55,7 +55,17 @@ void Overrides::apply(nlohmann::json& j) const {
   }
 }
 
+namespace {
+// An error in the file's own text, found before any flag was applied: it names the file, never a
+// flag, even where a flag overrides the same field.
+class FileTextError : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
+}  // namespace
+
 void Overrides::rethrow_with_flag(ConfigError const& error) const {
+  if (dynamic_cast<FileTextError const*>(&error)) return;
   std::string const msg = error.what();
   auto is_name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; };
   Entry const* hit = nullptr;
@@ -95,15 +105,25 @@ Config load_config_with(std::string const& path, std::function<void(nlohmann::js
   if (!path.empty()) {
     std::ifstream f(path);
     if (!f) throw ConfigError(path + ": cannot open the configuration file");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    text = ss.str();
+    // Bounded read (a path such as /dev/zero never ends); check_json_limits names the limit.
+    constexpr std::size_t kReadAtMost = (std::size_t(16) << 20) + 1;
+    text.assign(kReadAtMost, '\0');
+    f.read(text.data(), std::streamsize(text.size()));
+    text.resize(std::size_t(f.gcount()));
   }
+  // Depth and size first: nlohmann's parser, dump() and destructor recurse (a few hundred KB of
+  // '[' overflowed the stack before any check ran).
+  check_json_limits(text, source);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (nlohmann::json::parse_error const& e) {
-    throw ConfigError(source + ": not valid JSON: " + e.what());
+  } catch (nlohmann::json::exception const&) {
+    try {
+      parse_config(text, source);  // throws the ConfigError that names the field or the position
+    } catch (ConfigError const& e) {
+      throw FileTextError(e.what());
+    }
+    throw;
   }
   if (j.is_object() && edit) edit(j);  // a non-object is reported by parse_config
   return parse_config(j.dump(), source);
