@@ -4,8 +4,11 @@
 #include "parallel/nccl_communicator.hpp"
 #endif
 
+#include "parallel/agreement.hpp"
+
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -89,6 +92,63 @@ void Processes::relayout(int seq_shards, Config const& cfg) {
   }
 #endif
   sequence_ = world_->split(layout_.dp_rank, layout_.seq_rank);
+}
+
+MemorySharing Processes::memory_sharing(MemoryAvailable const& mine) const {
+  if (!world_) return {};
+  // Rank 0 counts, for every rank, the ranks with the same device and the same host.
+  auto const ids = world_->gather(mine.device_identity + "\n" + mine.host_identity, 0);
+  std::vector<std::int32_t> counts(2 * std::size_t(size()), 1);
+  if (root()) {
+    auto part = [](std::string const& id, bool device) {
+      auto const newline = id.find('\n');
+      return device ? id.substr(0, newline) : id.substr(newline + 1);
+    };
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      for (int d = 0; d < 2; ++d)
+        counts[2 * i + d] = std::int32_t(std::count_if(ids.begin(), ids.end(), [&](std::string const& other) {
+          return part(other, d == 0) == part(ids[i], d == 0);
+        }));
+  }
+  world_->broadcast(counts.data(), counts.size() * sizeof(std::int32_t), 0);
+  return {counts[2 * std::size_t(rank())], counts[2 * std::size_t(rank()) + 1]};
+}
+
+std::string Processes::memory_shortfall(Config const& cfg, std::string* summary) const {
+  auto const available = available_memory();
+  auto const sharing = memory_sharing(available);
+  if (summary) *summary = memory_summary(cfg.model, cfg.train, available, sharing);
+  auto const mine = joule::memory_shortfall(cfg.model, cfg.train, available, sharing);
+  return world_ ? parallel::first_error(*world_, mine) : mine;
+}
+
+double Processes::device_memory_per_process(std::string* source) const {
+  auto const available = available_memory();
+  auto const sharing = memory_sharing(available);
+  double bytes = available.device_bytes / sharing.device;
+  std::string what = available.device_source + (sharing.device > 1 ? fmt::format(", shared by {} processes", sharing.device) : "");
+  if (world_) {
+    auto const all = world_->gather(fmt::format("{}\n{}", bytes, what), 0);
+    std::string least;
+    if (root()) {
+      double lowest = -1;
+      for (std::size_t r = 0; r < all.size(); ++r) {
+        double const b = std::stod(all[r].substr(0, all[r].find('\n')));
+        if (lowest < 0 || b < lowest) {
+          lowest = b;
+          least = all[r] + (all.size() > 1 ? fmt::format(" (rank {}, the least of {})", r, all.size()) : "");
+        }
+      }
+    }
+    std::uint64_t size = least.size();
+    world_->broadcast(&size, sizeof size, 0);
+    least.resize(size);
+    world_->broadcast(least.data(), size, 0);
+    bytes = std::stod(least.substr(0, least.find('\n')));
+    what = least.substr(least.find('\n') + 1);
+  }
+  if (source) *source = what;
+  return bytes;
 }
 
 std::string Processes::backend() const {

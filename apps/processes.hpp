@@ -5,6 +5,7 @@
 // functions (core knows no communicator). On a GPU build with NCCL, the float collectives
 // (gradient buckets, Ulysses all-to-alls) run on NCCL over device memory and MPI carries the rest.
 #include "core/model/config.hpp"
+#include "core/train/memory_check.hpp"
 #include "core/train/trainer.hpp"
 #include "parallel/backend_choice.hpp"
 #include "parallel/layout.hpp"
@@ -39,6 +40,19 @@ class Processes {
   SequenceShards sequence_shards() const;
   // Re-lays out the same processes for another seq_shards (a tuning trial); throws LayoutError.
   void relayout(int seq_shards, Config const& cfg);
+
+  // Collective: how many processes of the job (this one included) share this process's device
+  // memory and host memory, by the identities in `mine` (host name, GPU bus id).
+  MemorySharing memory_sharing(MemoryAvailable const& mine) const;
+  // Collective: "" when `cfg` fits in the memory free on every process's device and host (the
+  // memory model against available_memory(), divided among the processes sharing it); else the
+  // first short process's memory_shortfall(), the same text on every rank. `summary`: this
+  // process's memory_summary().
+  std::string memory_shortfall(Config const& cfg, std::string* summary = nullptr) const;
+  // Collective: the device memory each process may use now (its device's free memory divided
+  // among the processes sharing it), the least over the processes so that every rank judges
+  // tuning candidates alike; `source` says where it comes from.
+  double device_memory_per_process(std::string* source) const;
 
   // Runs a command's body. With several processes, an error escaping it is printed with this
   // rank's number and ends the whole job (MPI_Abort, exit code 1): the error may be this rank's

@@ -29,6 +29,7 @@ struct TrainOptions {
   std::optional<double> offload_ratio;
   bool make_data = false;
   bool energy = true;
+  bool memory_check = true;
   double energy_rate_hz = energy::Sampler::kDefaultRateHz;
   std::string energy_regions = "timeline";
 };
@@ -96,6 +97,13 @@ int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o) {
   // Before any work: no output overwrites an input, and every output can be written (rank 0 writes).
   if (auto const problem = check_on_root(world, [&] { return files(o, cfg).check(); }); !problem.empty())
     return refuse(world, problem);
+  // Before anything is allocated: the memory model against the memory free on every process.
+  if (o.memory_check) {
+    std::string summary;
+    if (auto const problem = procs.memory_shortfall(cfg, &summary); !problem.empty())
+      return refuse(world, problem + " (--no-memory-check trains anyway)");
+    if (root) fmt::print("{}\n", summary);
+  }
   if (o.make_data && root) make_data_if_missing(cfg);
   if (world) world->barrier();
   if (!std::filesystem::exists(cfg.data.path))
@@ -197,6 +205,8 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_option("--resume", o->resume, "continue from this checkpoint")->check(CLI::ExistingFile);
   cmd->add_flag("--make-data", o->make_data, "generate the synthetic shapes dataset at data.path if missing");
   cmd->add_flag("!--no-energy", o->energy, "do not measure energy");
+  cmd->add_flag("!--no-memory-check", o->memory_check,
+                "train even when the memory model predicts that the model does not fit in the memory free now");
   cmd->add_option("--energy-rate", o->energy_rate_hz, "energy sampling rate in Hz")->check(CLI::Range(0.1, 10000.0));
   cmd->add_option("--energy-regions", o->energy_regions,
                   "region edges: timeline (stamped where the work runs, never fenced) or fenced (a fence at "

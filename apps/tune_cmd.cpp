@@ -160,6 +160,7 @@ int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& 
     par.broadcast_from_root = [world](double* p, std::size_t n) { world->broadcast(p, n * sizeof(double), 0); };
     par.first_error = [world](std::string const& mine) { return parallel::first_error(*world, mine); };
   }
+  if (settings.device_memory_budget_mib <= 0) par.device_memory_bytes = procs.device_memory_per_process(&par.device_memory_source);
   std::signal(SIGINT, on_sigint);
   scheduler::TrialRunner runner(cfg, settings, monitor, *regions, par, [] { return g_stop.load(); });
   // GPU power limits only when the configuration asks; restored when `limiter` dies (any exit

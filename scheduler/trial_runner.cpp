@@ -1,12 +1,11 @@
 #include "scheduler/trial_runner.hpp"
 
-#include "core/train/optimizer.hpp"
+#include "core/train/memory_check.hpp"
 #include "scheduler/statistics.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,9 +13,6 @@
 #include <new>
 #include <ostream>
 
-#if defined(KOKKOS_ENABLE_CUDA)
-#include <cuda_runtime.h>
-#endif
 
 namespace joule::scheduler {
 
@@ -49,18 +45,13 @@ TrialRunner::TrialRunner(Config const& base, TuneSettings const& settings, energ
   if (settings_.device_memory_budget_mib > 0) {
     budget_bytes_ = settings_.device_memory_budget_mib * 1048576.0;
     budget_source_ = "tune.device_memory_budget_mib";
+  } else if (parallel_.device_memory_bytes > 0) {
+    budget_bytes_ = parallel_.device_memory_bytes;
+    budget_source_ = parallel_.device_memory_source;
   } else {
-#if defined(KOKKOS_ENABLE_CUDA)
-    std::size_t free = 0, total = 0;
-    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
-      budget_bytes_ = double(free);
-      budget_source_ = "the GPU's free memory";
-    }
-#endif
-    if (budget_bytes_ == 0) {
-      budget_bytes_ = 0.8 * double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
-      budget_source_ = "80% of this machine's RAM";
-    }
+    auto const available = available_memory();
+    budget_bytes_ = available.device_bytes;
+    budget_source_ = available.device_source;
   }
 }
 
@@ -110,9 +101,7 @@ Config TrialRunner::config_for(Knobs const& k, int steps) const {
 
 std::size_t TrialRunner::predicted_device_bytes(Knobs const& k) const {
   int const micro = k.micro_batch > 0 ? k.micro_batch : base_.train.micro_batch;
-  auto const model = estimate_memory(base_.model, micro, k.recompute_depth, k.seq_shards);
-  auto const opt = estimate_optimizer_memory(base_.model, k.offload_ratio);
-  return model.total() + opt.device + (kDeviceIsHost ? opt.host : 0);
+  return memory_need(base_.model, micro, k.recompute_depth, k.seq_shards, k.offload_ratio).device_bytes();
 }
 
 void TrialRunner::set_power_control(std::function<void(double)> apply, double min_w, double max_w) {

@@ -39,6 +39,10 @@ struct Parallelism {
   // Collective: "" when every process passed "", else the first failing rank's text
   // (parallel::first_error). Used where a failure may hit some processes only.
   std::function<std::string(std::string const& mine)> first_error;
+  // Device memory each process may use, the same on every rank (0: this process's own
+  // available_memory(), as for a single process); tune.device_memory_budget_mib overrides it.
+  double device_memory_bytes = 0;
+  std::string device_memory_source;
 };
 
 // Thrown when the stop function says so (SIGINT): between steps, never inside a log write.
@@ -65,8 +69,8 @@ class TrialRunner {
 
   // Every combination of the knobs' values, offload ratio varying fastest.
   std::vector<Knobs> space() const;
-  // Bytes on the device (the memory model: estimate_memory + the device's optimizer state; on a
-  // CPU build also the host optimizer state, which then shares the same memory).
+  // Bytes on the device by the memory model (core/train/memory_check.hpp: on a CPU build also
+  // the host optimizer state, which then shares the same memory).
   std::size_t predicted_device_bytes(Knobs const& k) const;
   double budget_bytes() const { return budget_bytes_; }
   std::string budget_source() const { return budget_source_; }

@@ -23,7 +23,7 @@ struct TuneSettings {
   int warmup_steps = 2, measured_steps = 4, max_repeats = 3;
   double ci_target = 0.05;                  // stop repeating when the objective's relative 95% CI is below
   int reference_every = 6;                  // re-measure the reference config after this many trials
-  double device_memory_budget_mib = 0;      // 0: the device's free memory (GPU) / 80% of RAM (CPU)
+  double device_memory_budget_mib = 0;      // 0: the memory free now (core/train/memory_check.hpp)
   bool train_after = true;                  // train with the chosen configuration
 
   StrategyKind strategy_for(std::size_t feasible_candidates) const;

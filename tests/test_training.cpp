@@ -2,6 +2,7 @@
 // training drives the loss down, and a non-finite loss stops with a clear message.
 #include "core/data/synth.hpp"
 #include "core/train/host_cores.hpp"
+#include "core/train/memory_check.hpp"
 #include "core/io/h5file.hpp"
 #include "core/train/trainer.hpp"
 #include "fuzz/hostile_files.hpp"
@@ -10,6 +11,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 #include <set>
@@ -396,4 +399,120 @@ TEST_CASE("training: a bad token id anywhere stops the run before its first step
   d.tokens[37 * 34 + 20] = 259;  // the last training sample but 2, read late in the first epoch
   write_dataset(data.path(), d.shape, d.images, d.tokens);
   REQUIRE_THROWS_WITH(Trainer(cfg, nullptr), StartsWith(data.path() + ": /tokens[37][20] (sample 37, position 20) holds id 259"));
+}
+
+// --- The memory check before a run (core/train/memory_check.hpp) ---------------------------------
+
+namespace {
+std::size_t g_live = 0, g_peak = 0;
+void count_live(Kokkos::Profiling::SpaceHandle, char const*, void const*, std::uint64_t bytes) {
+  g_live += bytes;
+  g_peak = std::max(g_peak, g_live);
+}
+void count_freed(Kokkos::Profiling::SpaceHandle, char const*, void const*, std::uint64_t bytes) { g_live -= bytes; }
+
+void write_text(std::filesystem::path const& p, std::string const& text) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+}  // namespace
+
+TEST_CASE("memory check: a trainer's peak allocation is what memory_need predicts", "[train][memory]") {
+  TempFile data(".h5");
+  auto cfg = write_data_and_config(data.path());
+  for (double const ratio : {0.0, 0.5})
+    for (int const depth : {0, 2})
+      for (int const micro : {32, 8}) {
+        INFO("offload " << ratio << ", recompute " << depth << ", micro-batch " << micro);
+        cfg.train.offload_ratio = ratio, cfg.train.recompute_depth = depth, cfg.train.micro_batch = micro;
+        g_live = g_peak = 0;
+        Kokkos::Tools::Experimental::set_allocate_data_callback(count_live);
+        Kokkos::Tools::Experimental::set_deallocate_data_callback(count_freed);
+        {
+          Trainer t(cfg, nullptr);
+          t.run(2);
+        }
+        Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
+        Kokkos::Tools::Experimental::set_deallocate_data_callback(nullptr);
+        auto const need = memory_need(cfg.model, cfg.train);
+        // Every memory space together (on a host build device and host memory are one).
+        double const predicted = double(need.device_bytes() + need.host_bytes());
+        CHECK(std::abs(predicted - double(g_peak)) <= 0.10 * double(g_peak));
+      }
+}
+
+TEST_CASE("memory check: the host memory free is MemAvailable, lowered by a cgroup limit", "[train][memory]") {
+  namespace fs = std::filesystem;
+  TempFile dir("");
+  fs::path const root(dir.path());
+  write_text(root / "meminfo", "MemTotal:       24683652 kB\nMemFree:  1000 kB\nMemAvailable:   20000000 kB\n");
+  write_text(root / "self-v2", "0::/jobs/42\n");
+  write_text(root / "self-v1", "4:memory:/slurm/7\n1:cpu:/\n");
+  std::string source;
+  auto host = [&](char const* self) {
+    return available_host_memory(&source, (root / "meminfo").string(), (root / "cg").string(), (root / self).string());
+  };
+  // No cgroup files: MemAvailable.
+  REQUIRE(host("self-v2") == 20000000.0 * 1024);
+  REQUIRE_THAT(source, Contains("MemAvailable in"));
+  // cgroup v2: memory.max - memory.current, when lower; "max" is no limit.
+  write_text(root / "cg/jobs/42/memory.max", "8589934592\n");
+  write_text(root / "cg/jobs/42/memory.current", "1073741824\n");
+  REQUIRE(host("self-v2") == 7516192768.0);
+  REQUIRE_THAT(source, Contains("jobs/42/memory.max"));
+  write_text(root / "cg/jobs/42/memory.max", "max\n");
+  REQUIRE(host("self-v2") == 20000000.0 * 1024);
+  // cgroup v1: limit_in_bytes - usage_in_bytes; v1's "no limit" (about 2^63) is ignored.
+  write_text(root / "cg/memory/slurm/7/memory.limit_in_bytes", "4294967296\n");
+  write_text(root / "cg/memory/slurm/7/memory.usage_in_bytes", "294967296\n");
+  REQUIRE(host("self-v1") == 4000000000.0);
+  write_text(root / "cg/memory/slurm/7/memory.limit_in_bytes", "9223372036854771712\n");
+  REQUIRE(host("self-v1") == 20000000.0 * 1024);
+  // A limit above MemAvailable changes nothing.
+  write_text(root / "cg/jobs/42/memory.max", "99999999999999\n");
+  REQUIRE(host("self-v2") == 20000000.0 * 1024);
+  // No meminfo: the physical memory, said so.
+  REQUIRE(available_host_memory(&source, (root / "none").string(), (root / "cg").string(), (root / "x").string()) > 0);
+  REQUIRE_THAT(source, Contains("physical memory"));
+  fs::remove_all(root);
+  // This machine: something free, no more than it has.
+  auto const here = available_memory();
+  REQUIRE(here.host_bytes > 0);
+  REQUIRE(here.device_bytes > 0);
+  REQUIRE_FALSE(here.host_identity.empty());
+}
+
+TEST_CASE("memory check: a configuration that does not fit is refused with the figures and the nearest that fits",
+          "[train][memory]") {
+  auto cfg = parse_config(tiny_config_json("unused.h5").dump(), "test config");
+  cfg.train.batch = cfg.train.micro_batch = 64;
+  auto const need = memory_need(cfg.model, cfg.train);
+  MemoryAvailable a;
+  a.device_source = "test device", a.host_source = "test host";
+  a.host_bytes = a.device_bytes = double(need.device_bytes() + need.host_bytes());
+  // Exactly enough fits; one byte less does not, and the message says where, what and how much.
+  REQUIRE(memory_shortfall(cfg.model, cfg.train, a, {}).empty());
+  a.device_bytes = double(need.device_bytes()) - 1;
+  auto const text = memory_shortfall(cfg.model, cfg.train, a, {});
+  REQUIRE_THAT(text, StartsWith("the model does not fit in"));
+  REQUIRE_THAT(text, Contains("per process (parameters") && Contains("(test device)") &&
+                         Contains("train.micro_batch 64, train.recompute_depth 0"));
+  // Two processes on one device need twice as much.
+  a.device_bytes = 1.5 * double(need.device_bytes());
+  REQUIRE(memory_shortfall(cfg.model, cfg.train, a, {1, 1}).empty());
+  REQUIRE_THAT(memory_shortfall(cfg.model, cfg.train, a, {2, 2}), Contains("x 2 processes sharing it"));
+  // The suggestion is the least recomputation that fits with a 10% margin, and it does fit.
+  auto const full = memory_need(cfg.model, 64, cfg.model.layers, 1, 0.0).device_bytes();
+  a.device_bytes = a.host_bytes = double(full) / 0.9 + 1;
+  auto const suggested = memory_shortfall(cfg.model, cfg.train, a, {});
+  INFO(suggested);
+  int depth = -1;
+  for (int k = 0; k <= cfg.model.layers && depth < 0; ++k)
+    if (memory_need(cfg.model, 64, k, 1, 0.0).device_bytes() <= 0.9 * a.device_bytes) depth = k;
+  REQUIRE(depth > 0);
+  REQUIRE_THAT(suggested, Contains("; train.micro_batch 64, train.recompute_depth " + std::to_string(depth)));
+  // Nothing fits: said so, with the least this memory model allows.
+  a.device_bytes = a.host_bytes = 1024;
+  REQUIRE_THAT(memory_shortfall(cfg.model, cfg.train, a, {}), 
+              Contains("; even train.micro_batch 1, train.recompute_depth " + std::to_string(cfg.model.layers)));
 }

@@ -1,5 +1,7 @@
 #include "core/io/h5file.hpp"
 
+#include "core/detail/bytes_text.hpp"
+
 #include <hdf5.h>
 
 #include <poll.h>
@@ -22,6 +24,8 @@
 namespace joule::io {
 
 namespace {
+
+using detail::bytes_text;
 
 template <class T>
 hid_t native_type() {
@@ -61,18 +65,6 @@ std::string dims_text(Dims const& d) {
   std::string s = "[";
   for (std::size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
   return s + "]";
-}
-
-std::string bytes_text(double bytes) {
-  char const* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 6) {
-    bytes /= 1024;
-    ++u;
-  }
-  char text[48];
-  std::snprintf(text, sizeof text, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
-  return text;
 }
 
 // Elements x element size, or false if that does not fit a size_t.

@@ -6,7 +6,9 @@
 #   3. no output overwrites an input (train, tune, data synth, plot_run.py), through symlinks and
 #      hard links too; resuming the checkpoint the run goes on writing is allowed;
 #   4. outputs' folders are checked (missing, a folder as output path, read-only) before training;
-#   5. joule inspect warns about a log whose chosen trial has non-finite figures, never "nan%".
+#   5. joule inspect warns about a log whose chosen trial has non-finite figures, never "nan%";
+#   6. a model that cannot fit in the memory free is refused before anything is allocated, with the
+#      figures and the nearest configuration that fits; a run that fits says what it will use.
 # usage: cli_checks.sh JOULE REPO_DIR WORK_DIR
 set -euo pipefail
 joule="$1" repo="$2" work="$3"
@@ -108,6 +110,8 @@ unchanged "outputs and inputs"
 "$joule" train --data data.h5 --steps 2 --no-energy --resume ckpt.h5 --checkpoint ckpt.h5 >train2.txt 2>&1 ||
   fail "resume into the same checkpoint: $(cat train2.txt)"
 grep -q "== summary ==" train2.txt || fail "the resumed run did not finish: $(cat train2.txt)"
+grep -qE "^memory: [0-9.]+ (KiB|MiB) per process predicted \(parameters .*\); [0-9.]+ (MiB|GiB|TiB) free \(" train2.txt ||
+  fail "no memory line at the start of a run: $(cat train2.txt)"
 echo "ok: --resume ckpt.h5 --checkpoint ckpt.h5 continues"
 
 # --- 4. outputs' folders, before any work -------------------------------------------------------
@@ -195,4 +199,17 @@ plot_refused '^plot_run\.py: --out plots2: plots2/loss\.png and the run log plot
 mkdir plots3/regions.png
 plot_refused '^plot_run\.py: --out plots3: plots3/regions\.png is a folder' run.h5 --out plots3
 unchanged "plots"
+
+# --- 6. memory, before anything is allocated ---------------------------------------------------
+# 8192 wide and 64 deep: about 800 GiB by the memory model, more than any machine this runs on.
+# A run that fits prints its own prediction (checked after the resume above).
+"$py" - <<'PY'
+import json
+c = json.load(open("cfg.json"))
+c["model"].update(d_model=8192, heads=64, layers=64)
+json.dump(c, open("cfg-huge.json", "w"))
+PY
+refused "^joule: error: the model does not fit in (this machine's|the GPU's) memory: the memory model predicts [0-9.]+ GiB per process \(parameters [0-9.]+ GiB, gradients .*optimizer state [0-9.]+ GiB\) with train\.micro_batch 32, train\.recompute_depth 0, train\.offload_ratio 0, but [0-9.]+ [KMGT]iB (is|are) free \(.*\); even train\.micro_batch 1, train\.recompute_depth 64, .* \(--no-memory-check trains anyway\)$" \
+  train --config cfg-huge.json --data data.h5
+unchanged "memory"
 echo "PASS"

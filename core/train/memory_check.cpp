@@ -1,0 +1,215 @@
+#include "core/train/memory_check.hpp"
+
+#include "core/detail/bytes_text.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+namespace joule {
+
+using detail::bytes_text;
+
+MemoryNeed memory_need(ModelConfig const& m, int micro_batch, int recompute_depth, int seq_shards, double offload_ratio) {
+  return {estimate_memory(m, micro_batch, recompute_depth, seq_shards), estimate_optimizer_memory(m, offload_ratio)};
+}
+
+MemoryNeed memory_need(ModelConfig const& m, TrainConfig const& t) {
+  return memory_need(m, t.micro_batch, t.recompute_depth, t.seq_shards, t.offload_ratio);
+}
+
+namespace {
+
+std::string host_name() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+// The first whole number in `path` (a cgroup file holds one number, or "max"); -1 if none.
+double number_in(std::string const& path) {
+  std::ifstream in(path);
+  std::string word;
+  if (!(in >> word) || word.empty() || word.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stod(word);
+}
+
+// Room left under the memory cgroup's limit; -1 when there is no limit (or none can be read).
+double cgroup_room(std::string const& root, std::string const& self_cgroup, std::string* which) {
+  std::ifstream in(self_cgroup);
+  std::string line, v2_path, v1_path;
+  while (std::getline(in, line)) {  // "0::/path" (v2), "4:memory:/path" (v1)
+    auto const a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string const controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (line.compare(0, a, "0") == 0 && controllers.empty()) v2_path = path;
+    if (controllers == "memory" || controllers.find("memory,") == 0 || controllers.find(",memory") != std::string::npos)
+      v1_path = path;
+  }
+  // A limit of 2^60 or more is v1's way of saying "none".
+  auto room = [&](std::string const& dir, char const* limit_file, char const* usage_file) {
+    double const limit = number_in(dir + "/" + limit_file), usage = number_in(dir + "/" + usage_file);
+    if (limit < 0 || usage < 0 || limit >= 1152921504606846976.0) return -1.0;
+    if (which) *which = dir + "/" + limit_file;
+    return std::max(0.0, limit - usage);
+  };
+  // Inside a container the cgroup namespace's root is mounted at the root itself: try both.
+  for (std::string const& dir : {root + v2_path, root})
+    if (!v2_path.empty())
+      if (double const r = room(dir, "memory.max", "memory.current"); r >= 0) return r;
+  for (std::string const& dir : {root + "/memory" + v1_path, root + "/memory"})
+    if (!v1_path.empty())
+      if (double const r = room(dir, "memory.limit_in_bytes", "memory.usage_in_bytes"); r >= 0) return r;
+  return -1;
+}
+
+}  // namespace
+
+double available_host_memory(std::string* source, std::string const& meminfo, std::string const& cgroup_root,
+                             std::string const& self_cgroup) {
+  double bytes = -1;
+  std::string what;
+  std::ifstream in(meminfo);
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") {
+      bytes = kib * 1024.0;
+      what = "MemAvailable in " + meminfo;
+      break;
+    }
+  }
+  if (bytes < 0) {  // no /proc: all of the physical memory
+    bytes = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+    what = "this machine's physical memory (no MemAvailable in " + meminfo + ")";
+  }
+  std::string limit_file;
+  if (double const room = cgroup_room(cgroup_root, self_cgroup, &limit_file); room >= 0 && room < bytes) {
+    bytes = room;
+    what = "the room left under the limit in " + limit_file;
+  }
+  if (source) *source = what;
+  return bytes;
+}
+
+MemoryAvailable available_memory() {
+  MemoryAvailable a;
+  a.host_identity = host_name();
+  a.host_bytes = available_host_memory(&a.host_source);
+  a.device_identity = a.host_identity;
+  a.device_bytes = a.host_bytes;
+  a.device_source = a.host_source;
+#if defined(KOKKOS_ENABLE_CUDA)
+  int device = 0;
+  std::size_t free = 0, total = 0;
+  char bus[64] = {};
+  if (cudaGetDevice(&device) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess) {
+    a.device_bytes = double(free);
+    a.device_source = fmt::format("the free memory of GPU {} (cudaMemGetInfo)", device);
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) == cudaSuccess) a.device_identity += std::string(":") + bus;
+  }
+#endif
+  return a;
+}
+
+namespace {
+
+struct Fit {
+  bool device = false, host = false;
+  bool both() const { return device && host; }
+};
+
+// `use`: the share of the free memory a configuration may take (suggestions keep a margin, as the
+// memory model is good to about 10% per category).
+Fit fits(MemoryNeed const& n, MemoryAvailable const& a, MemorySharing s, double use = 1.0) {
+  return {double(n.device_bytes()) * s.device <= use * a.device_bytes,
+          double(n.host_bytes()) * s.host <= use * a.host_bytes};
+}
+
+std::string breakdown(MemoryNeed const& n, bool device) {
+  if (!device) return fmt::format("offloaded optimizer state {}", bytes_text(double(n.host_bytes())));
+  std::size_t const optimizer = n.device_bytes() - n.model.total();
+  return fmt::format("parameters {}, gradients {}, activations {}, workspace {}, optimizer state {}",
+                     bytes_text(double(n.model.parameters)), bytes_text(double(n.model.gradients)),
+                     bytes_text(double(n.model.activations)), bytes_text(double(n.model.workspace)),
+                     bytes_text(double(optimizer)));
+}
+
+std::string knobs_text(TrainConfig const& t) {
+  return fmt::format("train.micro_batch {}, train.recompute_depth {}, train.offload_ratio {:g}", t.micro_batch,
+                     t.recompute_depth, t.offload_ratio);
+}
+
+}  // namespace
+
+std::string memory_summary(ModelConfig const& m, TrainConfig const& t, MemoryAvailable const& available,
+                           MemorySharing sharing) {
+  MemoryNeed const need = memory_need(m, t);
+  auto shared = [](int n) { return n > 1 ? fmt::format(", shared by {} processes", n) : std::string(); };
+  std::string text = fmt::format("memory: {} per process predicted ({}); {} free ({}{})",
+                                 bytes_text(double(need.device_bytes())), breakdown(need, true),
+                                 bytes_text(available.device_bytes), available.device_source, shared(sharing.device));
+  if (!kDeviceIsHost)
+    text += fmt::format("; host: {} predicted, {} free ({}{})", bytes_text(double(need.host_bytes())),
+                        bytes_text(available.host_bytes), available.host_source, shared(sharing.host));
+  return text;
+}
+
+std::string memory_shortfall(ModelConfig const& m, TrainConfig const& t, MemoryAvailable const& available,
+                             MemorySharing sharing) {
+  MemoryNeed const need = memory_need(m, t);
+  Fit const fit = fits(need, available, sharing);
+  if (fit.both()) return "";
+
+  bool const device = !fit.device;  // the device's memory is named first when both are short
+  int const share = device ? sharing.device : sharing.host;
+  double const per_process = double(device ? need.device_bytes() : need.host_bytes());
+  char const* where = !device ? "host memory" : kDeviceIsHost ? "this machine's memory" : "the GPU's memory";
+  std::string text = fmt::format(
+      "the model does not fit in {}: the memory model predicts {} per process ({}){} with {}, but {} {} free ({})",
+      where, bytes_text(per_process), breakdown(need, device),
+      share > 1 ? fmt::format(", x {} processes sharing it = {}", share, bytes_text(per_process * share)) : "",
+      knobs_text(t), bytes_text(device ? available.device_bytes : available.host_bytes),
+      (device ? available.device_bytes : available.host_bytes) == 1 ? "is" : "are",
+      device ? available.device_source : available.host_source);
+
+  // The nearest configuration that fits with a 10% margin: more recomputation first (costs
+  // compute only), then offload (moves the optimizer state to the host: only where the host's
+  // memory is another memory), then smaller micro-batches.
+  auto suggest = [&](TrainConfig const& c) {
+    MemoryNeed const n = memory_need(m, c);
+    return fmt::format("; {} would need {}{}", knobs_text(c), bytes_text(double(n.device_bytes())),
+                       kDeviceIsHost ? "" : fmt::format(" on the GPU and {} on the host", bytes_text(double(n.host_bytes()))));
+  };
+  auto fits_with_margin = [&](TrainConfig const& c) { return fits(memory_need(m, c), available, sharing, 0.9).both(); };
+  if (fit.device && !fit.host)
+    return text + "; a lower train.offload_ratio keeps less optimizer state on the host";
+  TrainConfig c = t;
+  for (c.recompute_depth = t.recompute_depth; c.recompute_depth <= m.layers; ++c.recompute_depth)
+    if (fits_with_margin(c)) return text + suggest(c);
+  c.recompute_depth = m.layers;
+  if (!kDeviceIsHost && c.offload_ratio < 1) {
+    c.offload_ratio = 1;
+    if (fits_with_margin(c)) return text + suggest(c);
+  }
+  for (int micro = t.micro_batch - 1; micro >= 1; --micro) {
+    if (t.batch % micro != 0) continue;
+    c.micro_batch = micro;
+    if (fits_with_margin(c)) return text + suggest(c);
+  }
+  c.micro_batch = 1;
+  return text + fmt::format("; even {} would need {} per process: use a smaller model, or more processes with "
+                            "train.seq_shards (they divide the activations, not the parameters)",
+                            knobs_text(c), bytes_text(double(memory_need(m, c).device_bytes())));
+}
+
+}  // namespace joule
