@@ -1,6 +1,8 @@
 // `joule energy probe`'s text: the sources found, what each reads now, and the total used.
 #include "energy/probe.hpp"
 
+#include "energy/detail/number_text.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,13 +11,7 @@
 
 namespace joule::energy {
 
-namespace {
-std::string fmt(char const* format, double a) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, a);
-  return buf;
-}
-}  // namespace
+using detail::number_text;
 
 std::string format_probe(Sampler& sampler, std::vector<SourceAttempt> const& attempts) {
   std::ostringstream out;
@@ -32,7 +28,7 @@ std::string format_probe(Sampler& sampler, std::vector<SourceAttempt> const& att
       double const v = trace.empty() ? std::nan("") : trace.back().values[i];
       char const* unit = ch[i].channel.quantity == Quantity::gauge ? "" : " W";
       out << "  " << ch[i].channel.domain << ": " << ch[i].channel.sensor << "  now "
-          << (std::isnan(v) ? std::string("n/a") : fmt("%.1f", v) + unit) << "\n";
+          << (std::isnan(v) ? std::string("n/a") : number_text("%.1f", v) + unit) << "\n";
     }
   }
   for (auto const& n : sampler.notes()) out << "note: " << n << "\n";

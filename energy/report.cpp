@@ -1,5 +1,7 @@
 #include "energy/report.hpp"
 
+#include "energy/detail/number_text.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -15,11 +17,7 @@ namespace joule::energy {
 
 namespace {
 
-std::string fmt(char const* format, double a) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, a);
-  return buf;
-}
+using detail::number_text;
 
 // Energy columns: one per domain (channels of one domain summed: distinct sensors, e.g. GPUs),
 // then the total.
@@ -81,7 +79,7 @@ std::string format_energy_report(Sampler const& sampler, RegionRecorder& regions
   out << "energy by region (joules; inclusive: nested and overlapping regions each count their "
          "whole span; total = "
       << c.total.description << (c.total.measured ? ", measured" : ", MODEL ESTIMATE") << ")\n"
-      << edges_description(regions) << "; energy attributed from the " << fmt("%g", sampler.rate_hz())
+      << edges_description(regions) << "; energy attributed from the " << number_text("%g", sampler.rate_hz())
       << " Hz power trace\n";
   char line[512];
   std::snprintf(line, sizeof line, "  %-34s %7s %10s", "region", "calls", "time s");
@@ -94,8 +92,8 @@ std::string format_energy_report(Sampler const& sampler, RegionRecorder& regions
     flagged = flagged || s.below_resolution;
     std::snprintf(line, sizeof line, "  %-34s %7lld %10.3f", label.c_str(), s.calls, s.seconds);
     out << line;
-    for (auto const& idx : c.channels) out << fmt(" %18.2f", sum(s.energy, idx));
-    out << fmt(" %17.2f", s.total_j) << "\n";
+    for (auto const& idx : c.channels) out << number_text(" %18.2f", sum(s.energy, idx));
+    out << number_text(" %17.2f", s.total_j) << "\n";
   }
   std::snprintf(line, sizeof line, "  %-34s %7d %10.3f", "(whole run)", 1, run.seconds);
   out << line;
@@ -103,20 +101,20 @@ std::string format_energy_report(Sampler const& sampler, RegionRecorder& regions
     double j = 0;
     for (auto const& d : run.domains)
       if (d.domain == domain && d.source == source) j += d.joules;
-    out << fmt(" %18.2f", j);
+    out << number_text(" %18.2f", j);
   }
-  out << fmt(" %17.2f", run.total_j) << "\n";
+  out << number_text(" %17.2f", run.total_j) << "\n";
   if (flagged)
-    out << "* below the sensors' resolution (" << fmt("%.0f", regions.resolution_s() * 1e3)
+    out << "* below the sensors' resolution (" << number_text("%.0f", regions.resolution_s() * 1e3)
         << " ms): the region's calls are shorter on average, so its energy is interpolated from the trace, "
            "not resolved\n";
   unsigned const cores = std::max(1u, std::thread::hardware_concurrency());
   double const hooks = regions.hook_seconds();
-  out << "measurement overhead: region hooks " << fmt("%.3f", hooks) << " s over " << regions.hook_calls()
+  out << "measurement overhead: region hooks " << number_text("%.3f", hooks) << " s over " << regions.hook_calls()
       << " region edges (" << regions.library_regions() << " of them library regions, skipped; "
-      << fmt("%.2f", 100.0 * hooks / std::max(run.seconds, 1e-9)) << "% of the run's time); sampler thread "
-      << fmt("%.3f", sampler.thread_cpu_seconds()) << " s of CPU at " << fmt("%g", sampler.rate_hz()) << " Hz ("
-      << fmt("%.2f", 100.0 * sampler.thread_cpu_seconds() / std::max(run.seconds * cores, 1e-9)) << "% of "
+      << number_text("%.2f", 100.0 * hooks / std::max(run.seconds, 1e-9)) << "% of the run's time); sampler thread "
+      << number_text("%.3f", sampler.thread_cpu_seconds()) << " s of CPU at " << number_text("%g", sampler.rate_hz()) << " Hz ("
+      << number_text("%.2f", 100.0 * sampler.thread_cpu_seconds() / std::max(run.seconds * cores, 1e-9)) << "% of "
       << cores << " cores)\n";
   for (auto const& n : sampler.notes()) out << "note: " << n << "\n";
   return out.str();
@@ -216,9 +214,9 @@ std::string format_energy_report_across_ranks(std::vector<RankEnergy> const& ran
   if (flagged) out << "* below the sensors' resolution on some rank: energy interpolated from the trace, not resolved\n";
   out << "per rank:";
   for (auto const& r : ranks)
-    out << fmt(" %.2f J", r.run_energy_j) << " (rank " << r.rank << ", " << (r.measured ? "measured" : "model")
+    out << number_text(" %.2f J", r.run_energy_j) << " (rank " << r.rank << ", " << (r.measured ? "measured" : "model")
         << ")";
-  out << "\nmeasurement overhead: region hooks " << fmt("%.3f", hooks) << " s summed over the ranks\n";
+  out << "\nmeasurement overhead: region hooks " << number_text("%.3f", hooks) << " s summed over the ranks\n";
   std::set<std::string> notes;
   for (auto const& r : ranks)
     for (auto const& n : r.notes) notes.insert(n);
