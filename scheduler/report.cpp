@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <vector>
 
@@ -29,10 +30,33 @@ std::string duration(double s) {
   return fmt::format("{}m{:02d}s", int(s) / 60, int(s) % 60);
 }
 
-// Knob columns: 0 / -1 mean "the configuration's value" or "not touched" (see trial.hpp).
-std::string micro_batch_text(int v) { return v > 0 ? std::to_string(v) : "config"; }
-std::string host_threads_text(int v) { return v < 0 ? "config" : v == 0 ? "all" : std::to_string(v); }
-std::string power_limit_text(int v) { return v > 0 ? std::to_string(v) : "-"; }
+// The knobs' columns (knobs.hpp): heading, and each trial's values as text, as wide as the heading.
+std::string knob_headings() {
+  std::string out;
+  for (auto const& k : knob_table()) out += fmt::format(" {:>{}}", k.column, std::strlen(k.column));
+  return out;
+}
+// "; micro-batch, threads \"config\": the configuration's value; power W \"-\": not touched"
+std::string unset_legend() {
+  std::string out;
+  std::vector<std::string> texts;
+  for (auto const& k : knob_table())
+    if (k.has_unset && std::find(texts.begin(), texts.end(), k.unset_text) == texts.end()) texts.push_back(k.unset_text);
+  for (auto const& text : texts) {
+    std::vector<std::string> columns;
+    bool config = false;
+    for (auto const& k : knob_table())
+      if (k.has_unset && text == k.unset_text) columns.push_back(k.column), config = *k.config_field != 0;
+    out += fmt::format("; {} \"{}\": {}", fmt::join(columns, ", "), text,
+                       config ? "the configuration's value" : "not touched");
+  }
+  return out;
+}
+std::string knob_cells(Knobs const& knobs) {
+  std::string out;
+  for (auto const& k : knob_table()) out += fmt::format(" {:>{}}", knob_value_text(k, k.get(knobs)), std::strlen(k.column));
+  return out;
+}
 
 // An ok trial must have a finite, positive time and a finite energy per step; a log holding one
 // without them is inconsistent (edited, or written by a faulty run) and the report says so.
@@ -85,19 +109,16 @@ void header_section(std::string& out, RunLogContents const& log) {
 void trial_table(std::string& out, RunLogContents const& log) {
   std::string const energy_heading = log.header.energy_is_model() ? "E J (model)" : "E J";
   out += "\nTrials (T, E: median time and energy per optimizer step; CI: 95% half-width of the objective)\n";
-  out += fmt::format("{:>4}  {:>7} {:>9} {:>6} {:>11} {:>7} {:>7}  {:<10} {:>10} {:>12} {:>10} {:>7}  {}\n", "#",
-                     "offload", "recompute", "shards", "micro-batch", "threads", "power W", "status", "T s",
+  out += fmt::format("{:>4} {}  {:<10} {:>10} {:>12} {:>10} {:>7}  {}\n", "#", knob_headings(), "status", "T s",
                      energy_heading, "objective", "CI", "reason");
   for (auto const& t : log.trials) {
     std::string const ci = !std::isfinite(t.ci_relative) ? "-" : fmt::format("±{:.1f}%", 100 * t.ci_relative);
     std::string const mark = t.index == log.best ? "*" : " ";
-    out += fmt::format("{:>4}{} {:>7.2f} {:>9} {:>6} {:>11} {:>7} {:>7}  {:<10} {:>10} {:>12} {:>10} {:>7}  {}\n",
-                       t.index, mark, t.knobs.offload_ratio, t.knobs.recompute_depth, t.knobs.seq_shards,
-                       micro_batch_text(t.knobs.micro_batch), host_threads_text(t.knobs.host_threads),
-                       power_limit_text(t.knobs.power_limit_w), to_string(t.status), number(t.time_per_step_s),
+    out += fmt::format("{:>4}{}{}  {:<10} {:>10} {:>12} {:>10} {:>7}  {}\n", t.index, mark, knob_cells(t.knobs),
+                       to_string(t.status), number(t.time_per_step_s),
                        number(t.energy_per_step_j, "{:.5g}"), number(t.objective, "{:.5g}"), ci, one_line(t.reason));
   }
-  out += "  (* chosen; micro-batch/threads \"config\": the configuration's value; power \"-\": not touched)\n";
+  out += "  (* chosen" + unset_legend() + ")\n";
 }
 
 void pareto_section(std::string& out, RunLogContents const& log) {
@@ -206,16 +227,17 @@ std::string format_run_report(RunLogContents const& log) {
 }
 
 std::string format_run_csv(RunLogContents const& log) {
-  std::string out =
-      "index,status,offload_ratio,recompute_depth,seq_shards,micro_batch,host_threads,power_limit_w,"
-      "time_per_step_s,energy_per_step_j,energy_kind,objective,ci_relative,repeats,warmup_steps,measured_steps,"
-      "drift,predicted_device_bytes,chosen,pareto,reason\n";
+  std::string out = "index,status";
+  for (auto const& k : knob_table()) out += fmt::format(",{}", k.name);
+  out += ",time_per_step_s,energy_per_step_j,energy_kind,objective,ci_relative,repeats,warmup_steps,measured_steps,"
+         "drift,predicted_device_bytes,chosen,pareto,reason\n";
   for (auto const& t : log.trials) {
     bool const on_front = std::find(log.pareto.begin(), log.pareto.end(), t.index) != log.pareto.end();
-    auto const& k = t.knobs;
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", t.index,
-                       to_string(t.status), csv_number(k.offload_ratio), k.recompute_depth, k.seq_shards,
-                       k.micro_batch, k.host_threads, k.power_limit_w, csv_number(t.time_per_step_s),
+    std::string knobs;
+    for (auto const& k : knob_table())
+      knobs += "," + (k.integer ? fmt::format("{}", (long long)k.get(t.knobs)) : csv_number(k.get(t.knobs)));
+    out += fmt::format("{},{}{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", t.index, to_string(t.status), knobs,
+                       csv_number(t.time_per_step_s),
                        csv_number(t.energy_per_step_j), csv_field(log.header.energy_kind), csv_number(t.objective),
                        csv_number(t.ci_relative), t.repeats, t.warmup_steps, t.measured_steps, csv_number(t.drift),
                        t.predicted_device_bytes, t.index == log.best ? 1 : 0, on_front ? 1 : 0, csv_field(t.reason));

@@ -160,12 +160,8 @@ void require_length(H5File const& f, std::string const& dataset, std::size_t got
 
 Knobs read_knobs(H5File const& f, std::string const& group) {
   Knobs k;
-  k.offload_ratio = f.attribute_double(group, "offload_ratio");
-  k.recompute_depth = read_int(f, group, "recompute_depth");
-  k.seq_shards = read_int(f, group, "seq_shards");
-  k.micro_batch = read_int(f, group, "micro_batch");
-  k.host_threads = read_int(f, group, "host_threads");
-  k.power_limit_w = read_int(f, group, "power_limit_w");
+  for (auto const& knob : knob_table())
+    knob.set(k, knob.integer ? double(read_int(f, group, knob.name)) : f.attribute_double(group, knob.name));
   return k;
 }
 
@@ -323,12 +319,12 @@ TrainRecord read_train(H5File const& f) {
 // ---- writing ------------------------------------------------------------------------------
 
 void write_knobs(H5File& f, std::string const& group, Knobs const& k) {
-  f.set_attribute(group, "offload_ratio", k.offload_ratio);
-  f.set_attribute(group, "recompute_depth", (long long)k.recompute_depth);
-  f.set_attribute(group, "seq_shards", (long long)k.seq_shards);
-  f.set_attribute(group, "micro_batch", (long long)k.micro_batch);
-  f.set_attribute(group, "host_threads", (long long)k.host_threads);
-  f.set_attribute(group, "power_limit_w", (long long)k.power_limit_w);
+  for (auto const& knob : knob_table()) {
+    if (knob.integer)
+      f.set_attribute(group, knob.name, (long long)knob.get(k));
+    else
+      f.set_attribute(group, knob.name, knob.get(k));
+  }
 }
 
 void write_doubles(H5File& f, std::string const& dataset, std::vector<double> const& values) {
@@ -395,6 +391,7 @@ void write_header(H5File& f, RunHeader const& h, std::string const& run_id) {
   f.set_attribute("/", "device_memory_budget_bytes", h.device_memory_budget_bytes);
   f.set_attribute("/", "resumed", join(h.resumed, "\n"));
   f.set_attribute("/", "run_id", run_id);
+  f.set_attribute("/", "knob_table", knob_table_json());  // how to label the knobs' values
 }
 
 // ---- atomic replacement -------------------------------------------------------------------

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <stdexcept>
 #include <tuple>
 
@@ -11,41 +12,31 @@ namespace joule::scheduler {
 
 namespace {
 
-// The knobs coordinate descent varies, in the order it takes them. Every knob is a number, so
-// one double carries any knob's value (the int knobs exactly).
-enum class Dimension { offload_ratio, recompute_depth, seq_shards, micro_batch, host_threads, power_limit_w };
-constexpr Dimension kDimensions[] = {Dimension::offload_ratio, Dimension::recompute_depth,
-                                     Dimension::seq_shards,    Dimension::micro_batch,
-                                     Dimension::host_threads,  Dimension::power_limit_w};
-constexpr int kDimensionCount = int(sizeof(kDimensions) / sizeof(kDimensions[0]));
-
-double value_of(Knobs const& k, Dimension d) {
-  switch (d) {
-    case Dimension::offload_ratio: return k.offload_ratio;
-    case Dimension::recompute_depth: return k.recompute_depth;
-    case Dimension::seq_shards: return k.seq_shards;
-    case Dimension::micro_batch: return k.micro_batch;
-    case Dimension::host_threads: return k.host_threads;
-    case Dimension::power_limit_w: return k.power_limit_w;
-  }
-  return 0;
+// The knobs coordinate descent varies, in the order it takes them: the rows of the knob table
+// (knobs.hpp). Every knob is a number, so one double carries any knob's value (the int knobs
+// exactly).
+using Dimension = std::size_t;
+std::vector<Dimension> const& dimensions() {
+  static std::vector<Dimension> const all = [] {
+    std::vector<Dimension> d(knob_table().size());
+    std::iota(d.begin(), d.end(), Dimension(0));
+    return d;
+  }();
+  return all;
 }
 
+double value_of(Knobs const& k, Dimension d) { return knob_table()[d].get(k); }
+
 Knobs with_value(Knobs k, Dimension d, double value) {
-  switch (d) {
-    case Dimension::offload_ratio: k.offload_ratio = value; break;
-    case Dimension::recompute_depth: k.recompute_depth = int(value); break;
-    case Dimension::seq_shards: k.seq_shards = int(value); break;
-    case Dimension::micro_batch: k.micro_batch = int(value); break;
-    case Dimension::host_threads: k.host_threads = int(value); break;
-    case Dimension::power_limit_w: k.power_limit_w = int(value); break;
-  }
+  knob_table()[d].set(k, value);
   return k;
 }
 
-using KnobsKey = std::tuple<double, int, int, int, int, int>;
+using KnobsKey = std::vector<double>;
 KnobsKey key_of(Knobs const& k) {
-  return {k.offload_ratio, k.recompute_depth, k.seq_shards, k.micro_batch, k.host_threads, k.power_limit_w};
+  KnobsKey key;
+  for (Dimension d : dimensions()) key.push_back(value_of(k, d));
+  return key;
 }
 
 // The candidates (without duplicates), what has been measured so far, and the one place that
@@ -56,7 +47,7 @@ class Search {
     for (auto const& k : candidates)
       if (index_.emplace(key_of(k), int(candidates_.size())).second) candidates_.push_back(k);
     trial_of_.assign(candidates_.size(), -1);
-    for (Dimension d : kDimensions) {
+    for (Dimension d : dimensions()) {
       std::vector<double> values;
       for (auto const& k : candidates_) values.push_back(value_of(k, d));
       std::sort(values.begin(), values.end());
@@ -95,7 +86,7 @@ class Search {
   // The values next to `here`'s in dimension d (next lower, next higher) among those the
   // candidates take; none, one or two.
   std::vector<double> neighbouring_values(Knobs const& here, Dimension d) const {
-    auto const& values = values_[int(d)];
+    auto const& values = values_[d];
     double const own = value_of(here, d);
     auto const at = std::lower_bound(values.begin(), values.end(), own);
     auto const after = at != values.end() && *at == own ? at + 1 : at;
@@ -137,11 +128,11 @@ std::vector<int> line(Search const& search, Knobs const& through, Dimension d) {
 // The candidates one step away from `here` in two knobs at once.
 std::vector<int> diagonal_neighbours(Search const& search, Knobs const& here) {
   std::vector<int> out;
-  for (int a = 0; a < kDimensionCount; ++a)
-    for (int b = a + 1; b < kDimensionCount; ++b)
-      for (double va : search.neighbouring_values(here, kDimensions[a]))
-        for (double vb : search.neighbouring_values(here, kDimensions[b])) {
-          int const c = search.find(with_value(with_value(here, kDimensions[a], va), kDimensions[b], vb));
+  for (Dimension a : dimensions())
+    for (Dimension b = a + 1; b < dimensions().size(); ++b)
+      for (double va : search.neighbouring_values(here, a))
+        for (double vb : search.neighbouring_values(here, b)) {
+          int const c = search.find(with_value(with_value(here, a, va), b, vb));
           if (c >= 0) out.push_back(c);
         }
   return out;
@@ -161,7 +152,7 @@ int descend(Search& search, int start, Objective const& objective, CoordinateDes
   search.measure(current);
   for (;;) {
     bool moved = false;
-    for (Dimension d : kDimensions) {
+    for (Dimension d : dimensions()) {
       std::vector<int> among{current};
       for (int c : line(search, search.knobs(current), d))
         if (c != current) among.push_back(c);
@@ -194,12 +185,12 @@ int descend(Search& search, int start, Objective const& objective, CoordinateDes
 std::vector<std::vector<int>> beyond_walls(Search const& search, int end) {
   Knobs const& here = search.knobs(end);
   std::vector<std::vector<int>> slices;
-  for (Dimension b : kDimensions)
+  for (Dimension b : dimensions())
     for (double value : search.neighbouring_values(here, b)) {
       Knobs const missing = with_value(here, b, value);
       if (search.find(missing) >= 0) continue;
       std::vector<int> slice;
-      for (Dimension a : kDimensions) {
+      for (Dimension a : dimensions()) {
         if (a == b) continue;
         for (int c : line(search, missing, a)) slice.push_back(c);
       }

@@ -64,7 +64,7 @@ struct SearchResult {
 
 // `candidates`: the feasible configurations, in the space's order (duplicates are measured
 // once). `start` must be one of them (std::invalid_argument otherwise); coordinate descent
-// starts there, exhaustive ignores it. The knobs varied are offload_ratio, recompute_depth,
+// starts there, exhaustive ignores it. The knobs varied are the rows of knob_table() (offload_ratio, recompute_depth,
 // seq_shards, micro_batch, host_threads and power_limit_w, in that order; a knob all candidates
 // share is skipped. If the start fails and nothing on its lines measures ok, coordinate descent
 // starts again from the first candidate not yet measured. The best is chosen over every trial

@@ -6,17 +6,6 @@
 
 namespace joule::scheduler {
 
-std::string Knobs::describe() const {
-  std::string text = fmt::format("offload {:.2f}, recompute {}, shards {}", offload_ratio,
-                                 recompute_depth, seq_shards);
-  // The optional knobs only when the search set them; otherwise the configuration's value holds.
-  if (micro_batch > 0) text += fmt::format(", micro-batch {}", micro_batch);
-  if (host_threads == 0) text += ", host threads all";
-  if (host_threads > 0) text += fmt::format(", host threads {}", host_threads);
-  if (power_limit_w > 0) text += fmt::format(", power limit {} W", power_limit_w);
-  return text;
-}
-
 char const* to_string(TrialStatus s) {
   switch (s) {
     case TrialStatus::ok: return "ok";

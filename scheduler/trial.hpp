@@ -1,7 +1,9 @@
 #pragma once
-// What the scheduler measures and records: the knobs of one candidate configuration, and the
-// record of one trial (measured, infeasible or failed). Plain data, no Kokkos: the search, the
-// objectives and the HDF5 run log work on these alone.
+// What the scheduler measures and records: the record of one trial (measured, infeasible or
+// failed) of one candidate configuration (knobs.hpp), and of the training run. Plain data, no
+// Kokkos: the search, the objectives and the HDF5 run log work on these alone.
+#include "scheduler/knobs.hpp"
+
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -11,25 +13,6 @@
 namespace joule::scheduler {
 
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-// One point of the search space. Knobs the search does not vary keep the configuration's value.
-struct Knobs {
-  double offload_ratio = 0;  // share of parameter bytes whose AdamW state is on the host
-  int recompute_depth = 0;   // first k blocks recomputed in the backward pass
-  int seq_shards = 1;        // Ulysses sequence shards (divides the world size)
-  int micro_batch = 0;       // samples per forward/backward (global batch fixed); 0: the config's
-  int host_threads = -1;     // host optimizer threads (0: all); -1: the config's
-  int power_limit_w = 0;     // GPU power limit; 0: not touched
-
-  // "offload 0.50, recompute 2, shards 1" (+ the optional knobs that are set).
-  std::string describe() const;
-  bool operator==(Knobs const& o) const {
-    return offload_ratio == o.offload_ratio && recompute_depth == o.recompute_depth &&
-           seq_shards == o.seq_shards && micro_batch == o.micro_batch &&
-           host_threads == o.host_threads && power_limit_w == o.power_limit_w;
-  }
-  bool operator!=(Knobs const& o) const { return !(*this == o); }
-};
 
 enum class TrialStatus { ok, infeasible, failed };
 char const* to_string(TrialStatus s);          // "ok", "infeasible", "failed"

@@ -18,11 +18,6 @@ namespace joule::scheduler {
 
 namespace {
 
-template <class T>
-std::vector<T> or_default(std::vector<T> const& v, T fallback) {
-  return v.empty() ? std::vector<T>{fallback} : v;
-}
-
 double mib(double bytes) { return bytes / 1048576.0; }
 
 // A failed trial's reason: never empty (an empty text would read as "no failure" to first_error).
@@ -55,42 +50,54 @@ TrialRunner::TrialRunner(Config const& base, TuneSettings const& settings, energ
   }
 }
 
+std::vector<double> TrialRunner::candidate_values(KnobInfo const& knob) const {
+  auto const numbers = [](auto const& list) { return std::vector<double>(list.begin(), list.end()); };
+  std::string const name = knob.name;
+  std::vector<double> values;
+  if (name == "offload_ratio") values = settings_.offload_ratios;
+  if (name == "recompute_depth") {
+    values = numbers(settings_.recompute_depths);
+    if (values.empty())
+      for (int k = 0; k <= base_.model.layers; ++k) values.push_back(k);
+  }
+  if (name == "seq_shards") {
+    values = numbers(settings_.seq_shards);
+    if (values.empty())
+      for (int p = 1; p <= parallel_.world; ++p)
+        if (parallel_.world % p == 0 && base_.model.heads % p == 0 && base_.model.seq_len() % p == 0) values.push_back(p);
+  }
+  if (name == "micro_batch") values = numbers(settings_.micro_batches);
+  if (name == "host_threads") values = numbers(settings_.host_threads);
+  if (name == "power_limit_w") values = numbers(settings_.power_limits_w);
+  if (values.empty() && knob.has_unset) values.push_back(knob.unset);  // not searched: the configuration's
+  return values;
+}
+
 std::vector<Knobs> TrialRunner::space() const {
-  auto const& t = base_.train;
-  std::vector<int> depths = settings_.recompute_depths;
-  if (depths.empty())
-    for (int k = 0; k <= base_.model.layers; ++k) depths.push_back(k);
-  std::vector<int> shards = settings_.seq_shards;
-  if (shards.empty())
-    for (int p = 1; p <= parallel_.world; ++p)
-      if (parallel_.world % p == 0 && base_.model.heads % p == 0 && base_.model.seq_len() % p == 0) shards.push_back(p);
-  std::vector<Knobs> out;
-  for (int watts : or_default(settings_.power_limits_w, 0))
-    for (int threads : or_default(settings_.host_threads, t.host_threads))
-      for (int micro : or_default(settings_.micro_batches, t.micro_batch))
-        for (int p : shards)
-          for (int k : depths)
-            for (double r : settings_.offload_ratios) {
-              Knobs x;
-              x.offload_ratio = r;
-              x.recompute_depth = k;
-              x.seq_shards = p;
-              x.micro_batch = settings_.micro_batches.empty() ? 0 : micro;
-              x.host_threads = settings_.host_threads.empty() ? -1 : threads;
-              x.power_limit_w = watts;
-              out.push_back(x);
-            }
+  // Every combination, the first knob of the table varying fastest.
+  std::vector<Knobs> out{Knobs{}};
+  for (auto const& knob : knob_table()) {
+    std::vector<Knobs> next;
+    auto const values = candidate_values(knob);
+    for (double v : values)
+      for (Knobs k : out) {
+        knob.set(k, v);
+        next.push_back(k);
+      }
+    out = std::move(next);
+  }
   return out;
 }
 
 Config TrialRunner::config_for(Knobs const& k, int steps) const {
   auto j = nlohmann::json::parse(base_.json);
+  for (auto const& knob : knob_table()) {
+    double const v = knob.get(k);
+    if (!*knob.config_field || !knob_is_set(knob, v)) continue;  // the configuration's value holds
+    auto& field = j[nlohmann::json::json_pointer(config_pointer(knob))];
+    field = knob.integer ? nlohmann::json((long long)v) : nlohmann::json(v);
+  }
   auto& t = j["train"];
-  t["offload_ratio"] = k.offload_ratio;
-  t["recompute_depth"] = k.recompute_depth;
-  t["seq_shards"] = k.seq_shards;
-  if (k.micro_batch > 0) t["micro_batch"] = k.micro_batch;
-  if (k.host_threads >= 0) t["host_threads"] = k.host_threads;
   if (steps > 0) {
     t["steps"] = steps;
     t["eval_every"] = 0;

@@ -69,6 +69,8 @@ class TrialRunner {
 
   // Every combination of the knobs' values, offload ratio varying fastest.
   std::vector<Knobs> space() const;
+  // The values the search takes for one knob: the tune section's list, or its default.
+  std::vector<double> candidate_values(KnobInfo const& knob) const;
   // Bytes on the device by the memory model (core/train/memory_check.hpp: on a CPU build also
   // the host optimizer state, which then shares the same memory).
   std::size_t predicted_device_bytes(Knobs const& k) const;

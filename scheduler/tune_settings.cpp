@@ -56,16 +56,18 @@ TuneSettings parse_tune_settings(Config const& config) {
   if (!root.contains("tune")) return s;
   auto const& t = root.at("tune");
   if (!t.is_object()) throw ConfigError("config: tune must be an object");
-  static char const* const known[] = {"objective", "strategy", "offload_ratios", "recompute_depths", "seq_shards",
-                                      "micro_batches", "host_threads", "power_limits_w", "warmup_steps",
-                                      "measured_steps", "max_repeats", "ci_target", "reference_every",
-                                      "device_memory_budget_mib", "train_after", "auto_exhaustive_limit"};
+  // The knobs' lists (knobs.hpp), then how the search runs.
+  std::vector<std::string> known;
+  for (auto const& k : knob_table()) known.push_back(k.tune_field);
+  for (char const* field : {"objective", "strategy", "warmup_steps", "measured_steps", "max_repeats", "ci_target",
+                            "reference_every", "device_memory_budget_mib", "train_after", "auto_exhaustive_limit"})
+    known.push_back(field);
   for (auto const& item : t.items()) {
     bool found = false;
-    for (auto const* k : known) found = found || item.key() == k;
+    for (auto const& k : known) found = found || item.key() == k;
     if (!found) {
       std::string allowed;
-      for (auto const* k : known) allowed += (allowed.empty() ? "" : ", ") + std::string(k);
+      for (auto const& k : known) allowed += (allowed.empty() ? "" : ", ") + k;
       throw ConfigError("config: unknown field tune." + item.key() + " (allowed: " + allowed + ")");
     }
   }

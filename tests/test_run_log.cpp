@@ -4,6 +4,8 @@
 #include "scheduler/report.hpp"
 #include "scheduler/run_log.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include "fuzz/hostile_files.hpp"
 #include "support/tiny_config.hpp"
 
@@ -23,6 +25,7 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -961,4 +964,64 @@ TEST_CASE("run log: hostile logs are refused naming the file and the object, nev
     hostile::string_array_attribute(file.path(), "/", "energy_kind", {"measured", "model"});
     expect_rejected(EndsWith("attribute 'energy_kind' on / holds 2 values, expected one"));
   }
+}
+
+TEST_CASE("run log: the plotting script labels knobs from the log's own table, as Knobs::describe() does",
+          "[runlog][knobs]") {
+  // Trials 0..3 cover every knob's texts: unset (the configuration's / not touched), "all", plain.
+  TempPath file(".h5");
+  Rng rng(5);
+  std::vector<TrialRecord> trials;
+  for (int i = 0; i < 4; ++i) trials.push_back(make_ok_trial(rng, i, 3, 4));
+  trials.push_back(make_infeasible_trial(4));
+  {
+    auto writer = RunLogWriter::create(file.path(), make_header());
+    for (auto const& t : trials) writer.append_trial(t);
+  }
+  std::string const command = "/usr/bin/python3 -c 'import sys; sys.path.insert(0, \"" JOULE_SCRIPTS_DIR "\"); "
+                              "import h5py, plot_run; f = h5py.File(sys.argv[1], \"r\"); "
+                              "[print(plot_run.knobs_text(f[\"trials\"][n])) for n in sorted(f[\"trials\"])]' " +
+                              file.path() + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+  REQUIRE(pclose(pipe) == 0);
+  INFO(out);
+  auto const lines = split_lines(out);
+  REQUIRE(lines.size() == trials.size());
+  for (std::size_t i = 0; i < trials.size(); ++i) CHECK(lines[i] == trials[i].knobs.describe());
+  CHECK_THAT(lines[1], Contains("host threads all"));  // the script once printed "host threads 0"
+}
+
+TEST_CASE("knobs: one table; every row reads and writes its own field, by name", "[scheduler][knobs]") {
+  auto const& table = knob_table();
+  REQUIRE(table.size() == 6);
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    auto const& k = table[i];
+    INFO(k.name);
+    names.insert(k.name);
+    REQUIRE(&knob(k.name) == &k);
+    // Setting this row's value changes this knob alone.
+    Knobs a, b;
+    k.set(b, 7);
+    REQUIRE(k.get(b) == 7);
+    for (auto const& other : table)
+      if (&other != &k) REQUIRE(other.get(a) == other.get(b));
+    REQUIRE(a != b);
+    // Unset values read as their text, and describe() leaves them out.
+    if (k.has_unset) {
+      k.set(a, k.unset);
+      CHECK(knob_value_text(k, k.unset) == k.unset_text);
+      CHECK(a.describe().find(k.label + std::string(" ")) == std::string::npos);
+    }
+  }
+  REQUIRE(names.size() == table.size());
+  REQUIRE_THROWS_WITH(knob("frequency"), Contains("unknown knob 'frequency'") && Contains("offload_ratio, recompute_depth"));
+  auto const json = nlohmann::json::parse(knob_table_json());
+  REQUIRE(json.size() == table.size());
+  CHECK(json[4]["special_text"] == "all");
+  CHECK(json[0]["format"] == "{:.2f}");
 }

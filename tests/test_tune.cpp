@@ -81,6 +81,22 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
   REQUIRE(space.size() == 2 * 4 * 2);  // offload x recompute depth 0..3 x micro-batch
   REQUIRE(space.front().offload_ratio == 0);
   REQUIRE(space[1].offload_ratio == 1);
+  // Every combination once, and each knob the search sets lands in its configuration field.
+  for (std::size_t i = 0; i < space.size(); ++i)
+    for (std::size_t j = i + 1; j < space.size(); ++j) REQUIRE(space[i] != space[j]);
+  Knobs set;
+  set.offload_ratio = 0.5, set.recompute_depth = 2, set.micro_batch = 6, set.host_threads = 1;
+  auto const trial_json = nlohmann::json::parse(runner.config_for(set, 5).json);
+  for (auto const& knob : knob_table()) {
+    if (!*knob.config_field) continue;
+    INFO(knob.config_field);
+    REQUIRE(trial_json.at(nlohmann::json::json_pointer(config_pointer(knob))).get<double>() == knob.get(set));
+  }
+  Knobs unset = set;
+  unset.micro_batch = 0, unset.host_threads = -1;  // not searched: the configuration's values stay
+  auto const kept = runner.config_for(unset, 5);
+  REQUIRE(kept.train.micro_batch == cfg.train.micro_batch);
+  REQUIRE(kept.train.host_threads == cfg.train.host_threads);
 
   // The memory model orders them: more recomputation needs less, a smaller micro-batch less.
   Knobs a, b;

@@ -29,6 +29,7 @@ regions and power as in a trial). Like joule's reader, groups without the attrib
 (being written, or left by a run that died) are ignored.
 """
 import argparse
+import json
 import math
 import os
 import sys
@@ -107,23 +108,31 @@ def group(f, name):
     return g if isinstance(g, h5py.Group) and complete(g) else None
 
 
+def knob_table(f):
+    """The knob table joule wrote with the log (root attribute knob_table, see scheduler/knobs.hpp):
+    names, labels and how values read; [] for a log written before it was stored."""
+    try:
+        rows = json.loads(text(attr(f, "knob_table", "[]")))
+    except ValueError:
+        return []
+    return rows if isinstance(rows, list) else []
+
+
 def knobs_text(g):
-    """Mirrors Knobs::describe(): "offload 0.50, recompute 2, shards 1" (+ the optional knobs set)."""
+    """Knobs::describe() from the log's own table: "offload 0.50, recompute 2, shards 1" (+ the
+    optional knobs that are set)."""
     parts = []
-    off = number(attr(g, "offload_ratio"))
-    if not math.isnan(off):
-        parts.append(f"offload {off:.2f}")
-    for name, label in (("recompute_depth", "recompute"), ("seq_shards", "shards")):
-        v = number(attr(g, name))
-        if not math.isnan(v):
-            parts.append(f"{label} {int(v)}")
-    mb, threads, plim = (number(attr(g, n)) for n in ("micro_batch", "host_threads", "power_limit_w"))
-    if mb > 0:
-        parts.append(f"micro-batch {int(mb)}")
-    if threads >= 0:
-        parts.append(f"host threads {int(threads)}")
-    if plim > 0:
-        parts.append(f"power limit {int(plim)} W")
+    for k in knob_table(g.file):
+        if not isinstance(k, dict) or "name" not in k:
+            continue
+        v = number(attr(g, k["name"]))
+        if math.isnan(v) or (k.get("unset") is not None and v == k["unset"]):
+            continue
+        if k.get("special") is not None and v == k["special"]:
+            value = k.get("special_text", "")
+        else:
+            value = k.get("format", "{}").format(v)
+        parts.append(f"{k.get('label', k['name'])} {value}{k.get('unit', '')}")
     return ", ".join(parts)
 
 

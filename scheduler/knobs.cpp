@@ -1,0 +1,104 @@
+#include "scheduler/knobs.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace joule::scheduler {
+
+namespace {
+constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+}  // namespace
+
+std::vector<KnobInfo> const& knob_table() {
+  // name, label, column, config field, tune field, integer, neutral,
+  // has_unset, unset, unset text, special, special text, format, unit, get, set
+  static std::vector<KnobInfo> const table = {
+      {"offload_ratio", "offload", "offload", "train.offload_ratio", "offload_ratios", false, true,
+       false, kNone, "", kNone, nullptr, "{:.2f}", "",
+       [](Knobs const& k) { return k.offload_ratio; }, [](Knobs& k, double v) { k.offload_ratio = v; }},
+      {"recompute_depth", "recompute", "recompute", "train.recompute_depth", "recompute_depths", true, true,
+       false, kNone, "", kNone, nullptr, "{:.0f}", "",
+       [](Knobs const& k) { return double(k.recompute_depth); }, [](Knobs& k, double v) { k.recompute_depth = int(v); }},
+      {"seq_shards", "shards", "shards", "train.seq_shards", "seq_shards", true, false,
+       false, kNone, "", kNone, nullptr, "{:.0f}", "",
+       [](Knobs const& k) { return double(k.seq_shards); }, [](Knobs& k, double v) { k.seq_shards = int(v); }},
+      {"micro_batch", "micro-batch", "micro-batch", "train.micro_batch", "micro_batches", true, false,
+       true, 0, "config", kNone, nullptr, "{:.0f}", "",
+       [](Knobs const& k) { return double(k.micro_batch); }, [](Knobs& k, double v) { k.micro_batch = int(v); }},
+      {"host_threads", "host threads", "threads", "train.host_threads", "host_threads", true, true,
+       true, -1, "config", 0, "all", "{:.0f}", "",
+       [](Knobs const& k) { return double(k.host_threads); }, [](Knobs& k, double v) { k.host_threads = int(v); }},
+      {"power_limit_w", "power limit", "power W", "", "power_limits_w", true, true,
+       true, 0, "-", kNone, nullptr, "{:.0f}", " W",
+       [](Knobs const& k) { return double(k.power_limit_w); }, [](Knobs& k, double v) { k.power_limit_w = int(v); }},
+  };
+  return table;
+}
+
+KnobInfo const& knob(std::string const& name) {
+  std::string names;
+  for (auto const& k : knob_table()) {
+    if (name == k.name) return k;
+    names += (names.empty() ? "" : ", ") + std::string(k.name);
+  }
+  throw std::invalid_argument("unknown knob '" + name + "' (the knobs are: " + names + ")");
+}
+
+bool knob_is_set(KnobInfo const& k, double value) { return !k.has_unset || value != k.unset; }
+
+std::string config_pointer(KnobInfo const& k) {
+  std::string pointer = std::string("/") + k.config_field;
+  std::replace(pointer.begin(), pointer.end(), '.', '/');
+  return pointer;
+}
+
+std::string knob_value_text(KnobInfo const& k, double value) {
+  if (std::isnan(value)) return "-";
+  if (!knob_is_set(k, value)) return k.unset_text;
+  if (k.special_text && value == k.special) return k.special_text;
+  return fmt::format(fmt::runtime(k.format), value);
+}
+
+std::string knob_table_json() {
+  auto number = [](double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); };
+  nlohmann::json rows = nlohmann::json::array();
+  for (auto const& k : knob_table())
+    rows.push_back({{"name", k.name},
+                    {"label", k.label},
+                    {"column", k.column},
+                    {"config_field", k.config_field},
+                    {"tune_field", k.tune_field},
+                    {"integer", k.integer},
+                    {"neutral", k.neutral},
+                    {"unset", k.has_unset ? number(k.unset) : nlohmann::json()},
+                    {"unset_text", k.unset_text},
+                    {"special", k.special_text ? number(k.special) : nlohmann::json()},
+                    {"special_text", k.special_text ? k.special_text : ""},
+                    {"format", k.format},
+                    {"unit", k.unit}});
+  return rows.dump();
+}
+
+std::string Knobs::describe() const {
+  // The optional knobs only when the search set them; otherwise the configuration's value holds.
+  std::string text;
+  for (auto const& k : knob_table()) {
+    double const v = k.get(*this);
+    if (!knob_is_set(k, v)) continue;
+    text += fmt::format("{}{} {}{}", text.empty() ? "" : ", ", k.label, knob_value_text(k, v), k.unit);
+  }
+  return text;
+}
+
+bool Knobs::operator==(Knobs const& o) const {
+  for (auto const& k : knob_table())
+    if (k.get(*this) != k.get(o)) return false;
+  return true;
+}
+
+}  // namespace joule::scheduler

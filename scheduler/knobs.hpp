@@ -1,0 +1,64 @@
+#pragma once
+// The knobs the scheduler tunes, and the one table that says everything about them: the search
+// walks its rows, the run log writes and reads one attribute per row, Knobs::describe(), the
+// report's columns and the CSV read their names and texts from it, and the run log stores it
+// (attribute `knob_table`) so that the plotting script labels values as joule does.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace joule::scheduler {
+
+// One point of the search space. Knobs the search does not vary keep the configuration's value.
+struct Knobs {
+  double offload_ratio = 0;  // share of parameter bytes whose AdamW state is on the host
+  int recompute_depth = 0;   // first k blocks recomputed in the backward pass
+  int seq_shards = 1;        // Ulysses sequence shards (divides the world size)
+  int micro_batch = 0;       // samples per forward/backward (global batch fixed); 0: the config's
+  int host_threads = -1;     // host optimizer threads (0: all); -1: the config's
+  int power_limit_w = 0;     // GPU power limit; 0: not touched
+
+  // "offload 0.50, recompute 2, shards 1" (+ the optional knobs that are set).
+  std::string describe() const;
+  bool operator==(Knobs const& o) const;
+  bool operator!=(Knobs const& o) const { return !(*this == o); }
+};
+
+struct KnobInfo {
+  char const* name;          // run-log attribute, CSV column, the strategy's dimension
+  char const* label;         // in describe(): "offload 0.50"
+  char const* column;        // the report's column heading
+  char const* config_field;  // the field of the training configuration it sets ("": none, a GPU setting)
+  char const* tune_field;    // the tune section's list of values
+  bool integer;              // whole numbers (an integer attribute in the log)
+  // Bitwise the same parameters whatever its value (tested for each); the others give the same
+  // mathematics up to summation order.
+  bool neutral;
+  // The value meaning "not set by the search" (the configuration's value, or not touched), with
+  // its text; has_unset false: the search always sets it.
+  bool has_unset;
+  double unset;
+  char const* unset_text;
+  // A value with a name of its own (host threads 0: "all"); special_text nullptr: none.
+  double special;
+  char const* special_text;
+  char const* format;  // format of a plain value, the same for fmt and Python: "{:.2f}", "{:.0f}"
+  char const* unit;    // after the value in describe(): " W"
+  double (*get)(Knobs const&);
+  void (*set)(Knobs&, double);
+};
+
+// Every knob, in the order the strategy takes them, describe() lists them and the log's and
+// report's columns show them; the search space varies the first fastest.
+std::vector<KnobInfo> const& knob_table();
+KnobInfo const& knob(std::string const& name);  // throws std::invalid_argument naming the knobs
+bool knob_is_set(KnobInfo const& k, double value);
+// The configuration field as a JSON pointer: "train.offload_ratio" -> "/train/offload_ratio".
+std::string config_pointer(KnobInfo const& k);
+// A value for people: "0.50", "2", "all", "config", "-".
+std::string knob_value_text(KnobInfo const& k, double value);
+// The table as JSON (name, label, column, config/tune fields, integer, neutral, unset and its
+// text, the special value and its text, format, unit): what readers of the run log need to label values.
+std::string knob_table_json();
+
+}  // namespace joule::scheduler
