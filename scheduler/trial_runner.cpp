@@ -158,16 +158,16 @@ void TrialRunner::check_stop() const {
   if (stop > 0) throw Interrupted("interrupted");
 }
 
-std::unique_ptr<Trainer> TrialRunner::make_trainer(Knobs const& k, int steps) {
+std::unique_ptr<Trainer> TrialRunner::make_trainer(Knobs const& k, int steps, std::ostream* log) {
   apply_power_limit(k);
   auto const cfg = config_for(k, steps);
   auto groups = parallel_.groups ? parallel_.groups(k.seq_shards) : std::pair<DataParallel, SequenceShards>{};
-  if (!parallel_.first_error) return std::make_unique<Trainer>(cfg, nullptr, groups.first, groups.second);
+  if (!parallel_.first_error) return std::make_unique<Trainer>(cfg, log, groups.first, groups.second);
   // Building the trainer is local (no collectives): agree on its outcome before any step.
   std::unique_ptr<Trainer> trainer;
   std::string mine;
   try {
-    trainer = std::make_unique<Trainer>(cfg, nullptr, groups.first, groups.second);
+    trainer = std::make_unique<Trainer>(cfg, log, groups.first, groups.second);
   } catch (std::exception const& e) {
     mine = failure_reason(e);
   }
@@ -179,15 +179,19 @@ std::unique_ptr<Trainer> TrialRunner::make_trainer(Knobs const& k, int steps) {
 TrialRunner::Steps TrialRunner::run_steps(Trainer& trainer, int n) {
   // Each step is a window on the energy clock; the energy is integrated from the power trace
   // after the round, so that no step waits for a sensor.
-  std::vector<energy::Window> windows;
-  for (int i = 0; i < n; ++i) {
-    check_stop();
-    monitor_.begin("trial step");
-    trainer.run(1);
-    windows.push_back(monitor_.close("trial step"));
-  }
+  struct StepWindows : TrainObserver {
+    TrialRunner& runner;
+    std::vector<energy::Window> windows;
+    explicit StepWindows(TrialRunner& r) : runner(r) {}
+    void before_step(Trainer&, int) override {
+      runner.check_stop();
+      runner.monitor_.begin("trial step");
+    }
+    void on_step(Trainer&, StepRecord const&) override { windows.push_back(runner.monitor_.close("trial step")); }
+  } observer(*this);
+  trainer.run(n, &observer);
   Steps s;
-  for (auto const& w : windows) {
+  for (auto const& w : observer.windows) {
     auto const m = monitor_.measure(w);
     s.seconds.push_back(m.seconds);
     s.joules.push_back(m.total_j);
@@ -271,31 +275,24 @@ double TrialRunner::quick_time_per_step(Knobs const& k) {
 }
 
 TrainRecord TrialRunner::train(Knobs const& k, std::ostream* log) {
+  // The trainer prints its own progress; this records every step and evaluation for the log.
+  struct Recorder : TrainObserver {
+    TrialRunner& runner;
+    TrainRecord& rec;
+    Recorder(TrialRunner& r, TrainRecord& t) : runner(r), rec(t) {}
+    void before_step(Trainer&, int) override { runner.check_stop(); }
+    void on_step(Trainer&, StepRecord const& s) override { rec.steps.push_back({s.step, s.loss, s.lr, s.grad_norm, s.seconds}); }
+    void on_eval(Trainer&, int step, EvalResult const& e) override {
+      rec.evals.push_back({step, e.loss, e.accuracy, e.samples});
+    }
+  };
   TrainRecord rec;
   rec.knobs = k;
-  auto const trainer_ptr = make_trainer(k, 0);
-  auto& trainer = *trainer_ptr;
+  auto const trainer = make_trainer(k, 0, log);
   auto const before = regions_.stats(/*settle=*/true);
   monitor_.begin("train");
-  auto const start = std::chrono::steady_clock::now();
-  auto const& t = base_.train;  // trials change no schedule, step count or logging field
-  while (trainer.step() < t.steps) {
-    check_stop();
-    auto const summary = trainer.run(1);
-    for (auto const& s : summary.steps) rec.steps.push_back({s.step, s.loss, s.lr, s.grad_norm, s.seconds});
-    for (auto const& [step, e] : summary.evals) {
-      rec.evals.push_back({step, e.loss, e.accuracy, e.samples});
-      if (log) *log << fmt::format("eval at step {}: {}\n", step, format_eval(e)) << std::flush;
-    }
-    int const step = trainer.step();
-    if (log && (step % t.log_every == 0 || step == t.steps)) {
-      double const elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      *log << fmt::format("step {:>5}/{}  loss {:.4f}  lr {:.2e}  {:.1f} s, ETA {:.0f} s\n", step, t.steps,
-                          rec.steps.back().loss, rec.steps.back().lr, elapsed, elapsed / step * (t.steps - step))
-           << std::flush;
-    }
-  }
-  rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  Recorder recorder(*this, rec);
+  rec.seconds = trainer->run(-1, &recorder).seconds;
   auto const m = monitor_.end("train", /*with_trace=*/true);
   double joules = m.total_j;
   if (parallel_.sum) parallel_.sum(&joules, 1);

@@ -82,7 +82,7 @@ class TrialRunner {
   TrialRecord measure(Knobs const& k);
   // Time per step of k, one round of measured steps (drift checks of the reference config).
   double quick_time_per_step(Knobs const& k);
-  // Trains base.train.steps with k; progress to log every train.log_every steps.
+  // Trains base.train.steps with k; the trainer's progress lines go to `log`.
   TrainRecord train(Knobs const& k, std::ostream* log);
 
   // GPU power limits (the power_limit_w knob): `apply(watts)` sets them, apply(0) restores the
@@ -99,7 +99,7 @@ class TrialRunner {
   };
   Steps run_steps(Trainer& trainer, int n);
   // A trainer for k (its power limit applied first), on the processes laid out for its shards.
-  std::unique_ptr<Trainer> make_trainer(Knobs const& k, int steps);
+  std::unique_ptr<Trainer> make_trainer(Knobs const& k, int steps, std::ostream* log = nullptr);
   void check_stop() const;
   std::vector<RegionMeasure> region_delta(std::map<std::string, energy::RegionStats> const& before);
   PowerTrace power_between(double t0, double t1);

@@ -516,3 +516,48 @@ TEST_CASE("memory check: a configuration that does not fit is refused with the f
   REQUIRE_THAT(memory_shortfall(cfg.model, cfg.train, a, {}), 
               Contains("; even train.micro_batch 1, train.recompute_depth " + std::to_string(cfg.model.layers)));
 }
+
+TEST_CASE("training: an observer sees every step and evaluation in order, and can stop the run between steps",
+          "[train][observer]") {
+  TempFile data(".h5");
+  auto cfg = write_data_and_config(data.path());
+  cfg.train.steps = 7;
+  cfg.train.eval_every = 3;
+  cfg.train.eval_samples = 4;
+  struct Log : TrainObserver {
+    std::vector<std::string> events;
+    int stop_before = -1;
+    void before_step(Trainer& t, int step) override {
+      REQUIRE(t.step() == step - 1);  // between steps: the previous one is done
+      if (step == stop_before) throw std::runtime_error("stop");
+      events.push_back("before " + std::to_string(step));
+    }
+    void on_step(Trainer& t, StepRecord const& r) override {
+      REQUIRE(t.step() == r.step);
+      events.push_back("step " + std::to_string(r.step));
+    }
+    void on_eval(Trainer&, int step, EvalResult const& e) override {
+      REQUIRE(e.samples == 4);
+      events.push_back("eval " + std::to_string(step));
+    }
+  };
+  Log log;
+  Trainer t(cfg, nullptr);
+  auto const summary = t.run(-1, &log);
+  std::vector<std::string> expected;
+  for (int s = 1; s <= 7; ++s) {
+    expected.push_back("before " + std::to_string(s));
+    expected.push_back("step " + std::to_string(s));
+    if (s % 3 == 0 || s == 7) expected.push_back("eval " + std::to_string(s));
+  }
+  REQUIRE(log.events == expected);
+  REQUIRE(summary.steps.size() == 7);
+
+  // An exception before step 3 leaves the trainer after step 2, and propagates.
+  Log stopping;
+  stopping.stop_before = 3;
+  Trainer u(cfg, nullptr);
+  REQUIRE_THROWS_WITH(u.run(-1, &stopping), "stop");
+  REQUIRE(u.step() == 2);
+  REQUIRE(stopping.events == std::vector<std::string>{"before 1", "step 1", "before 2", "step 2"});
+}

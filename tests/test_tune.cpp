@@ -83,7 +83,7 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
   REQUIRE(space[1].offload_ratio == 1);
   // Every combination once, and each knob the search sets lands in its configuration field.
   for (std::size_t i = 0; i < space.size(); ++i)
-    for (std::size_t j = i + 1; j < space.size(); ++j) REQUIRE(space[i] != space[j]);
+    for (std::size_t other = i + 1; other < space.size(); ++other) REQUIRE(space[i] != space[other]);
   Knobs set;
   set.offload_ratio = 0.5, set.recompute_depth = 2, set.micro_batch = 6, set.host_threads = 1;
   auto const trial_json = nlohmann::json::parse(runner.config_for(set, 5).json);

@@ -267,7 +267,7 @@ EvalResult Trainer::evaluate() {
   return r;
 }
 
-TrainSummary Trainer::run(int max_steps) {
+TrainSummary Trainer::run(int max_steps, TrainObserver* observer) {
   auto const& t = cfg_.train;
   int const last = max_steps >= 0 ? std::min(t.steps, step_ + max_steps) : t.steps;
   TrainSummary summary;
@@ -283,8 +283,10 @@ TrainSummary Trainer::run(int max_steps) {
                          ExecSpace::name())
           << offload_summary() << "\n";
   while (step_ < last) {
+    if (observer) observer->before_step(*this, step_ + 1);
     StepRecord const r = train_step();
     summary.steps.push_back(r);
+    if (observer) observer->on_step(*this, r);
     if (log_ && (step_ % t.log_every == 0 || step_ == last)) {
       double const secs = elapsed();
       double const rate = (step_ - first) / secs;
@@ -296,6 +298,7 @@ TrainSummary Trainer::run(int max_steps) {
     bool const eval_now = (t.eval_every > 0 && step_ % t.eval_every == 0) || step_ == t.steps;
     if (eval_now) {
       summary.evals.emplace_back(step_, evaluate());
+      if (observer) observer->on_eval(*this, step_, summary.evals.back().second);
       if (log_)
         *log_ << fmt::format("eval at step {}: {}\n", step_, format_eval(summary.evals.back().second))
               << std::flush;

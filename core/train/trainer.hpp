@@ -61,6 +61,21 @@ struct DataParallel {
   bool device_pointers = false;
 };
 
+class Trainer;
+
+// Watches, and may steer, the training loop (Trainer::run): the scheduler measures trials and
+// records the training run through one. Called on the launching thread between optimizer steps,
+// never inside one; an exception thrown here stops the run there and propagates out of run().
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  // Before optimizer step `step` (1-based): where a run's settings may change.
+  virtual void before_step(Trainer& /*trainer*/, int /*step*/) {}
+  // After a step (its loss is on the host), before its evaluation and checkpoint, if any.
+  virtual void on_step(Trainer& /*trainer*/, StepRecord const& /*record*/) {}
+  virtual void on_eval(Trainer& /*trainer*/, int /*step*/, EvalResult const& /*result*/) {}
+};
+
 class Trainer {
  public:
   // Opens and validates the dataset, builds the model and initialises it from train.seed.
@@ -78,8 +93,9 @@ class Trainer {
   void save_checkpoint_once(std::string const& path);
 
   // Trains until config.train.steps (or `max_steps` more steps, if >= 0), evaluating every
-  // eval_every steps and at the end, checkpointing as configured.
-  TrainSummary run(int max_steps = -1);
+  // eval_every steps and at the end, checkpointing as configured; `observer` (optional) is told
+  // of every step and evaluation.
+  TrainSummary run(int max_steps = -1, TrainObserver* observer = nullptr);
   EvalResult evaluate();
 
   int step() const { return step_; }
