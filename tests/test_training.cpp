@@ -561,3 +561,62 @@ TEST_CASE("training: an observer sees every step and evaluation in order, and ca
   REQUIRE(u.step() == 2);
   REQUIRE(stopping.events == std::vector<std::string>{"before 1", "step 1", "before 2", "step 2"});
 }
+
+namespace {
+// `cfg` with train fields changed through its JSON text, as the scheduler makes its configurations.
+Config with_train(Config const& cfg, nlohmann::json const& changes) {
+  auto j = nlohmann::json::parse(cfg.json);
+  for (auto const& [name, value] : changes.items()) j["train"][name] = value;
+  return parse_config(j.dump(), "test config");
+}
+std::vector<float> parameters_of(Trainer& t) {
+  std::vector<float> out;
+  t.model().params.for_each_group([&](std::string const&, auto const& g) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g);
+    out.insert(out.end(), h.data(), h.data() + h.span());
+  });
+  return out;
+}
+}  // namespace
+
+TEST_CASE("training: switching offload, recompute depth and host threads between steps gives the same bits",
+          "[train][reconfigure]") {
+  TempFile data(".h5");
+  auto base = with_train(write_data_and_config(data.path()), {{"steps", 9}, {"eval_every", 0}, {"eval_samples", 4}});
+  SECTION("with gradient clipping: host updates after the backward pass") {}
+  SECTION("without clipping: host updates during the backward pass") { base = with_train(base, {{"grad_clip", 0.0}}); }
+  Trainer reference(base, nullptr);
+  auto const reference_summary = reference.run();
+  auto const expected = parameters_of(reference);
+
+  // Steps 1-2 as configured, then three other placements, each for a few steps.
+  std::vector<Config> const plan{with_train(base, {{"offload_ratio", 0.5}, {"recompute_depth", 2}, {"host_threads", 1}}),
+                                 with_train(base, {{"offload_ratio", 1.0}, {"recompute_depth", 1}}),
+                                 with_train(base, {{"offload_ratio", 0.25}, {"recompute_depth", 3}, {"host_threads", 0}})};
+  struct Switcher : TrainObserver {
+    std::vector<Config> const& plan;
+    explicit Switcher(std::vector<Config> const& p) : plan(p) {}
+    void before_step(Trainer& t, int step) override {
+      if (step == 3) t.reconfigure(plan[0]);
+      if (step == 5) t.reconfigure(plan[1]);
+      if (step == 8) t.reconfigure(plan[2]);
+    }
+  } switcher(plan);
+  Trainer switched(base, nullptr);
+  auto const summary = switched.run(-1, &switcher);
+  REQUIRE(switched.config().train.offload_ratio == 0.25);
+  REQUIRE(switched.optimizer().achieved_ratio() > 0);
+  REQUIRE(summary.steps.size() == reference_summary.steps.size());
+  for (std::size_t i = 0; i < summary.steps.size(); ++i) REQUIRE(summary.steps[i].loss == reference_summary.steps[i].loss);
+  auto const got = parameters_of(switched);
+  REQUIRE(got.size() == expected.size());
+  REQUIRE(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) == 0);
+
+  // Anything else is refused, naming the field, and leaves the trainer as it was.
+  Trainer other(base, nullptr);
+  REQUIRE_THROWS_WITH(other.reconfigure(with_train(base, {{"micro_batch", base.train.micro_batch == 3 ? 6 : 3}})),
+                      Contains("can change only train.offload_ratio") && Contains("changes train.micro_batch"));
+  REQUIRE_THROWS_WITH(other.reconfigure(with_train(base, {{"lr", 1e-3}, {"offload_ratio", 0.5}})),
+                      EndsWith("also changes train.lr"));
+  REQUIRE(other.config().train.offload_ratio == base.train.offload_ratio);
+}

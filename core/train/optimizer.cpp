@@ -343,43 +343,69 @@ void Optimizer::reset_offload_times() {
   times_.on_worker = worker_ != nullptr;
 }
 
-void Optimizer::save(io::H5File& f) {
+Optimizer::Moments Optimizer::moments() {
   wait_all();
+  Moments out;
+  auto to_host = [](auto const& view) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
+    return std::vector<float>(h.data(), h.data() + h.extent(0));
+  };
   for (auto const& g : groups_) {
-    auto write = [&](char const* kind, auto const& view) {
-      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
-      f.write(std::string("/") + kind + "/" + g.name, h.data(), {h.extent(0)});
-    };
-    if (g.host_m.extent(0)) {
-      write("adam_m", g.host_m);
-      write("adam_v", g.host_v);
+    if (g.host_m.extent(0) > 0) {  // views of different memory spaces: no ?: between them
+      out.m.push_back(to_host(g.host_m));
+      out.v.push_back(to_host(g.host_v));
     } else {
-      write("adam_m", g.m);
-      write("adam_v", g.v);
+      out.m.push_back(to_host(g.m));
+      out.v.push_back(to_host(g.v));
     }
   }
+  return out;
 }
 
-void Optimizer::load(io::H5File const& f) {
+void Optimizer::set_moments(Moments const& moments) {
   wait_all();
-  for (auto& g : groups_) {
-    auto read = [&](char const* kind, auto const& view) {
-      io::Dims dims;
-      auto const values = f.read<float>(std::string("/") + kind + "/" + g.name, &dims);
-      require(dims.size() == 1 && dims[0] == view.extent(0), "Optimizer::load",
-              f.path() + ": /" + kind + "/" + g.name + " has the wrong size");
+  require(moments.m.size() == groups_.size() && moments.v.size() == groups_.size(), "Optimizer::set_moments",
+          "moments for " + std::to_string(moments.m.size()) + " groups, the model has " + std::to_string(groups_.size()));
+  for (std::size_t i = 0; i < groups_.size(); ++i) {
+    auto& g = groups_[i];
+    auto from_host = [&](std::vector<float> const& values, auto const& view, char const* kind) {
+      require(values.size() == view.extent(0), "Optimizer::set_moments",
+              std::string(kind) + " of group " + g.name + " has the wrong size");
       auto h = Kokkos::create_mirror_view(view);
       std::copy(values.begin(), values.end(), h.data());
       Kokkos::deep_copy(view, h);
     };
-    if (g.host_m.extent(0)) {
-      read("adam_m", g.host_m);
-      read("adam_v", g.host_v);
+    if (g.host_m.extent(0) > 0) {
+      from_host(moments.m[i], g.host_m, "m");
+      from_host(moments.v[i], g.host_v, "v");
     } else {
-      read("adam_m", g.m);
-      read("adam_v", g.v);
+      from_host(moments.m[i], g.m, "m");
+      from_host(moments.v[i], g.v, "v");
     }
   }
+  Kokkos::fence();
+}
+
+void Optimizer::save(io::H5File& f) {
+  auto const state = moments();
+  for (std::size_t i = 0; i < groups_.size(); ++i) {
+    f.write("/adam_m/" + groups_[i].name, state.m[i].data(), {state.m[i].size()});
+    f.write("/adam_v/" + groups_[i].name, state.v[i].data(), {state.v[i].size()});
+  }
+}
+
+void Optimizer::load(io::H5File const& f) {
+  Moments state;
+  for (auto const& g : groups_) {
+    std::size_t const n = g.param.extent(0);
+    for (auto [kind, out] : {std::pair<char const*, std::vector<std::vector<float>>*>{"adam_m", &state.m},
+                             {"adam_v", &state.v}}) {
+      io::Dims dims;
+      out->push_back(f.read<float>(std::string("/") + kind + "/" + g.name, &dims));
+      require(dims.size() == 1 && dims[0] == n, "Optimizer::load", f.path() + ": /" + kind + "/" + g.name + " has the wrong size");
+    }
+  }
+  set_moments(state);
 }
 
 }  // namespace joule

@@ -116,6 +116,13 @@ class Optimizer {
   OffloadTimes offload_times() const { return times_; }
   void reset_offload_times();
   HostWorker const* host_worker() const { return worker_.get(); }
+  // Every group's AdamW moments in host memory, wherever they live (checkpoints, and moving the
+  // state to another placement: Trainer::reconfigure), and back.
+  struct Moments {
+    std::vector<std::vector<float>> m, v;  // per group
+  };
+  Moments moments();
+  void set_moments(Moments const& moments);
   // Checkpoints: /adam_m/<group>, /adam_v/<group> (and the weights, from the model).
   void save(io::H5File& f);
   void load(io::H5File const& f);

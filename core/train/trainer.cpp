@@ -76,29 +76,88 @@ Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_para
       train_indices_(range(0, data_.shape().count - held_out_count(data_.shape().count, config.data.eval_fraction))),
       eval_indices_(range(train_indices_.size(), data_.shape().count)),
       sampler_(train_indices_, config.train.micro_batch, config.train.seed),
-      model_(config.model, config.train.micro_batch, config.train.recompute_depth, std::move(shards)),
-      optimizer_(model_, optimizer_settings(config.train)),
+      model_(std::make_unique<Model>(config.model, config.train.micro_batch, config.train.recompute_depth,
+                                     std::move(shards))),
+      optimizer_(std::make_unique<Optimizer>(*model_, optimizer_settings(config.train))),
       dp_(std::move(data_parallel)) {
   int const micro_batches = config.train.batch / config.train.micro_batch;
-  if (model_.shards().size != config.train.seq_shards)
+  if (model_->shards().size != config.train.seq_shards)
     throw TrainingError("train.seq_shards = " + std::to_string(config.train.seq_shards) + " but this process was given " +
-                        std::to_string(model_.shards().size) + " sequence shard(s)");
+                        std::to_string(model_->shards().size) + " sequence shard(s)");
   if (distributed() && (!dp_.allreduce_sum || !dp_.allreduce_sum_double))
     throw TrainingError("training over several processes needs their all-reduce functions");
   if (dp_.size > 1 && micro_batches % dp_.size != 0)
     throw TrainingError("data parallelism over " + std::to_string(dp_.size) + " processes: train.batch / "
                         "train.micro_batch = " + std::to_string(micro_batches) +
                         " micro-batches per step must be a multiple of the number of processes");
-  model_.init_parameters(config.train.seed);
-  optimizer_.sync_master_weights();
+  model_->init_parameters(config.train.seed);
+  optimizer_->sync_master_weights();
+  stage_buffers();
+  buckets_.reserve(optimizer_->group_names().size());
+}
+
+std::vector<std::string> const& Trainer::reconfigurable_fields() {
+  static std::vector<std::string> const fields{"train.offload_ratio", "train.recompute_depth", "train.host_threads"};
+  return fields;
+}
+
+void Trainer::reconfigure(Config const& config) {
+  // Only what reconfigure can change may differ; anything else would need a new trainer.
+  auto const now = nlohmann::json::parse(cfg_.json), next = nlohmann::json::parse(config.json);
+  auto without = [](nlohmann::json j) {
+    for (auto const& field : reconfigurable_fields()) j["train"].erase(field.substr(field.find('.') + 1));
+    return j;
+  };
+  if (without(now) != without(next)) {
+    std::string differs;
+    for (auto const& [section, fields] : next.items())
+      if (fields.is_object())
+        for (auto const& [name, value] : fields.items()) {
+          std::string const field = section + "." + name;
+          bool const allowed = std::find(reconfigurable_fields().begin(), reconfigurable_fields().end(), field) !=
+                               reconfigurable_fields().end();
+          if (!allowed && (!now.contains(section) || !now[section].contains(name) || now[section][name] != value))
+            differs += (differs.empty() ? "" : ", ") + field;
+        }
+    throw TrainingError(fmt::format("a running trainer can change only {}; the new configuration also changes {}",
+                                    fmt::join(reconfigurable_fields(), ", "), differs.empty() ? "other fields" : differs));
+  }
+  // The state, through host memory: the old model and optimizer are released before the new
+  // ones are allocated, so a switch never needs both at once.
+  optimizer_->wait_all();
+  auto moments = optimizer_->moments();
+  std::vector<std::vector<float>> params;
+  model_->params.for_each_group([&](std::string const&, auto const& storage) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), storage);
+    params.emplace_back(h.data(), h.data() + h.extent(0));
+  });
+  SequenceShards shards = model_->shards();
+  optimizer_.reset();
+  model_.reset();
+  cfg_ = config;
+  model_ = std::make_unique<Model>(cfg_.model, cfg_.train.micro_batch, cfg_.train.recompute_depth, std::move(shards));
+  std::size_t g = 0;
+  model_->params.for_each_group([&](std::string const&, auto const& storage) {
+    auto h = Kokkos::create_mirror_view(storage);
+    std::copy(params[g].begin(), params[g].end(), h.data());
+    Kokkos::deep_copy(storage, h);
+    ++g;
+  });
+  optimizer_ = std::make_unique<Optimizer>(*model_, optimizer_settings(cfg_.train));
+  optimizer_->sync_master_weights();
+  optimizer_->set_moments(moments);
+  stage_buffers();
+}
+
+void Trainer::stage_buffers() {
+  staged_.clear();
   if (distributed() && !dp_.device_pointers && !kDeviceIsHost)  // MPI without device support
-    for (std::size_t g = 0; g < optimizer_.group_names().size(); ++g)
-      staged_.push_back(Kokkos::create_mirror_view(optimizer_.gradient_buffer(int(g))));
-  buckets_.reserve(optimizer_.group_names().size());
+    for (std::size_t g = 0; g < optimizer_->group_names().size(); ++g)
+      staged_.push_back(Kokkos::create_mirror_view(optimizer_->gradient_buffer(int(g))));
 }
 
 std::string Trainer::offload_summary() const {
-  auto const& o = optimizer_;
+  auto const& o = *optimizer_;
   std::string groups;
   for (std::size_t i = 0; i < o.group_names().size(); ++i)
     if (o.offloaded()[i]) groups += (groups.empty() ? "" : ", ") + o.group_names()[i];
@@ -121,7 +180,7 @@ void Trainer::start_gradient_sum(int group) {
   compat::ScopedRegion region("comm");
   Bucket b;
   b.group = group;
-  b.grad = optimizer_.gradient_buffer(group);
+  b.grad = optimizer_->gradient_buffer(group);
   space_.fence();  // the backward kernels that wrote this group are done
   float* data = b.grad.data();
   if (!staged_.empty()) {  // MPI without device support: stage through the host
@@ -146,7 +205,7 @@ void Trainer::finish_gradient_sums() {
       b.pending.wait();
       if (b.staged.data() != nullptr && b.staged.data() != b.grad.data()) Kokkos::deep_copy(b.grad, b.staged);
     }
-    optimizer_.gradients_ready(b.group);
+    optimizer_->gradients_ready(b.group);
   }
   buckets_.clear();
 }
@@ -156,8 +215,8 @@ StepRecord Trainer::train_step() {
   auto const t0 = std::chrono::steady_clock::now();
   int const accumulation = cfg_.train.batch / cfg_.train.micro_batch;
   double const lr = learning_rate(step_);
-  optimizer_.begin_step(lr, step_ + 1);
-  model_.zero_gradients(space_);
+  optimizer_->begin_step(lr, step_ + 1);
+  model_->zero_gradients(space_);
   double loss = 0;
   // On the last micro-batch each group is handed on as soon as the backward pass has finished it:
   // on a single process to the optimizer, with several to the all-reduce of its bucket first.
@@ -165,33 +224,33 @@ StepRecord Trainer::train_step() {
     if (distributed())
       start_gradient_sum(group);
     else
-      optimizer_.gradients_ready(group);
+      optimizer_->gradients_ready(group);
   };
   int const last_mine = accumulation - dp_.size + dp_.rank;
   for (int micro = 0; micro < accumulation; ++micro) {
     auto const samples = sampler_.next();  // every process draws every batch: the same order
     if (micro % dp_.size != dp_.rank) continue;
     auto const batch = data_.read(samples);
-    model_.set_batch(space_, batch, cfg_.train.micro_batch);
+    model_->set_batch(space_, batch, cfg_.train.micro_batch);
     // Each group's weights are waited for just before their first use (the optimizer's host
     // jobs of the last step may still be running for later layers).
-    loss += model_.forward(space_, [this](int group) { optimizer_.wait_for_group(group); }).loss / accumulation;
-    model_.backward(space_, 1.0 / accumulation, micro == last_mine ? group_ready : std::function<void(int)>());
+    loss += model_->forward(space_, [this](int group) { optimizer_->wait_for_group(group); }).loss / accumulation;
+    model_->backward(space_, 1.0 / accumulation, micro == last_mine ? group_ready : std::function<void(int)>());
   }
   if (distributed()) {
     finish_gradient_sums();
-    loss /= model_.shards().size;  // every shard of a replica holds the same (whole-sequence) loss
+    loss /= model_->shards().size;  // every shard of a replica holds the same (whole-sequence) loss
     dp_.allreduce_sum_double(&loss, 1);
   }
   if (!std::isfinite(loss))
     throw TrainingError(fmt::format("step {}: the loss is {} — stopping (lower train.lr or raise "
                                     "train.warmup_steps)", step_ + 1, loss));
-  double const norm = optimizer_.gradient_norm();
+  double const norm = optimizer_->gradient_norm();
   if (!std::isfinite(norm))
     throw TrainingError(fmt::format("step {}: the gradient norm is {} — stopping", step_ + 1, norm));
   double const clip = cfg_.train.grad_clip;
   double const scale = (clip > 0 && norm > clip) ? clip / norm : 1.0;
-  optimizer_.finish_step(scale);
+  optimizer_->finish_step(scale);
   ++step_;
   StepRecord r;
   r.step = step_;
@@ -203,7 +262,7 @@ StepRecord Trainer::train_step() {
 }
 
 EvalResult Trainer::evaluate() {
-  optimizer_.wait_all();  // evaluation reads every group's new weights
+  optimizer_->wait_all();  // evaluation reads every group's new weights
   compat::ScopedRegion region(space_, "evaluate");
   int const B = cfg_.train.micro_batch, T_ = cfg_.model.text_len, V = cfg_.model.vocab(),
             n_img = cfg_.model.image_tokens();
@@ -217,8 +276,8 @@ EvalResult Trainer::evaluate() {
     std::vector<std::size_t> ids;
     for (int i = 0; i < B; ++i) ids.push_back(eval_indices_[first + std::min(i, valid - 1)]);
     HostBatch batch = data_.read(ids);
-    model_.set_batch(space_, batch, valid);
-    auto const l = model_.forward(space_);
+    model_->set_batch(space_, batch, valid);
+    auto const l = model_->forward(space_);
     loss_sum += l.loss * l.counted_rows;
     counted += l.counted_rows;
 
@@ -227,23 +286,23 @@ EvalResult Trainer::evaluate() {
     std::fill(gen.tokens.begin(), gen.tokens.end(), kTokenPad);
     std::vector<bool> done(B, false);
     for (int b = 0; b < B; ++b) gen.tokens[b * T_] = kTokenBos;
-    auto logits = Kokkos::create_mirror_view(model_.logits());
+    auto logits = Kokkos::create_mirror_view(model_->logits());
     for (int j = 0; j + 1 < T_; ++j) {
-      model_.set_batch(space_, gen, 0);
-      model_.forward(space_);
-      Kokkos::deep_copy(logits, model_.logits());
+      model_->set_batch(space_, gen, 0);
+      model_->forward(space_);
+      Kokkos::deep_copy(logits, model_->logits());
       // The shard holding position n_img + j picks the next token; with several shards the others
       // contribute 0 to the sum that tells everybody.
       std::vector<double> picks(B, 0.0);
       for (int b = 0; b < B; ++b) {
-        int const row = model_.logits_row(b, n_img + j);
+        int const row = model_->logits_row(b, n_img + j);
         if (done[b] || row < 0) continue;
         int best = 0;
         for (int v = 1; v < V; ++v)
           if (logits(row, v) > logits(row, best)) best = v;
         picks[b] = best;
       }
-      if (model_.shards().active()) model_.shards().allreduce_sum(picks.data(), picks.size());
+      if (model_->shards().active()) model_->shards().allreduce_sum(picks.data(), picks.size());
       bool all_done = true;
       for (int b = 0; b < B; ++b) {
         if (done[b]) continue;
@@ -278,7 +337,7 @@ TrainSummary Trainer::run(int max_steps, TrainObserver* observer) {
   if (log_)
     *log_ << fmt::format("training: {} parameters, {} train / {} held-out samples, {} steps of {} "
                          "samples ({} x {}), recompute depth {}, on {}\n",
-                         model_.params.count(), train_indices_.size(), eval_indices_.size(), t.steps,
+                         model_->params.count(), train_indices_.size(), eval_indices_.size(), t.steps,
                          t.batch, t.batch / t.micro_batch, t.micro_batch, t.recompute_depth,
                          ExecSpace::name())
           << offload_summary() << "\n";
@@ -309,14 +368,14 @@ TrainSummary Trainer::run(int max_steps, TrainObserver* observer) {
   }
   // At the end of training every update is complete; a partial run (max_steps) may leave host
   // jobs in flight for the next step's forward pass to wait for (wait_all() completes them).
-  if (step_ >= t.steps) optimizer_.wait_all();
+  if (step_ >= t.steps) optimizer_->wait_all();
   summary.seconds = elapsed();
   summary.tokens_per_second = summary.seconds > 0 ? tokens_per_step * (step_ - first) / summary.seconds : 0;
   return summary;
 }
 
 void Trainer::save_checkpoint(std::string const& path) {
-  optimizer_.wait_all();
+  optimizer_->wait_all();
   // Written to a temporary name and renamed, so a crash mid-write never destroys the last one.
   std::string const tmp = path + ".tmp";
   {
@@ -333,8 +392,8 @@ void Trainer::save_checkpoint(std::string const& path) {
         f.write(std::string("/") + group + "/" + name, h.data(), {h.extent(0)});
       });
     };
-    save("params", model_.params);
-    optimizer_.save(f);
+    save("params", model_->params);
+    optimizer_->save(f);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw TrainingError("cannot move checkpoint " + tmp + " to " + path);
@@ -344,7 +403,7 @@ void Trainer::save_checkpoint_once(std::string const& path) {
   // Every process holds the same parameters (data parallel) or a whole copy of them (sequence
   // shards), so one writer suffices; two writers would race on path.tmp and could leave the
   // previous checkpoint damaged.
-  auto const& shards = model_.shards();
+  auto const& shards = model_->shards();
   bool const writer = dp_.rank == 0 && shards.rank == 0;
   std::string error;
   if (writer) {
@@ -427,7 +486,7 @@ long long checked_attribute(io::H5File const& f, char const* name, long long lo,
 }  // namespace
 
 void Trainer::resume(std::string const& path) {
-  optimizer_.wait_all();
+  optimizer_->wait_all();
   // Everything is read and checked before anything changes, so a damaged checkpoint leaves the
   // trainer as it was and its message names the file and the object at fault.
   struct State {
@@ -466,9 +525,9 @@ void Trainer::resume(std::string const& path) {
         fmt::format(" (an impossible sampler position: the training part of {} holds {} samples)", cfg_.data.path,
                     train_samples));
 
-    TensorLayout const layout = tensor_layout(model_.params);
+    TensorLayout const layout = tensor_layout(model_->params);
     std::vector<std::string> groups;
-    model_.params.for_each_group([&](std::string const& name, auto const& storage) {
+    model_->params.for_each_group([&](std::string const& name, auto const& storage) {
       groups.push_back(name);
       state.params.push_back(read_checked(f, layout, "params", name, storage.extent(0)));
     });
@@ -481,14 +540,14 @@ void Trainer::resume(std::string const& path) {
     io::read_in_child(path, [&] { read_state(); }, io::read_timeout_for(path));
     State const state = read_state();
     std::size_t g = 0;
-    model_.params.for_each_group([&](std::string const&, auto const& storage) {
+    model_->params.for_each_group([&](std::string const&, auto const& storage) {
       auto h = Kokkos::create_mirror_view(storage);
       std::copy(state.params[g].begin(), state.params[g].end(), h.data());
       Kokkos::deep_copy(storage, h);
       ++g;
     });
-    optimizer_.sync_master_weights();
-    optimizer_.load(io::H5File(path, io::H5File::Mode::read));
+    optimizer_->sync_master_weights();
+    optimizer_->load(io::H5File(path, io::H5File::Mode::read));
     step_ = state.step;
     sampler_.restore(state.epoch, state.cursor);
   } catch (io::H5Error const& e) {

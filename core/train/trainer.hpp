@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <iosfwd>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -92,6 +93,15 @@ class Trainer {
   // others wait for it, and a failure is thrown on every process, not on the writer alone.
   void save_checkpoint_once(std::string const& path);
 
+  // Between steps (e.g. from TrainObserver::before_step): goes on with `config`, which may differ
+  // from the current one only in the settings that leave the arithmetic bitwise unchanged:
+  // train.offload_ratio, train.recompute_depth, train.host_threads (throws TrainingError naming
+  // any other field that differs). Parameters, AdamW moments, the step and the data order are
+  // kept: the state goes through host memory, the model and optimizer are rebuilt for the new
+  // settings (one allocation per switch, none per step).
+  void reconfigure(Config const& config);
+  static std::vector<std::string> const& reconfigurable_fields();  // "train.offload_ratio", ...
+
   // Trains until config.train.steps (or `max_steps` more steps, if >= 0), evaluating every
   // eval_every steps and at the end, checkpointing as configured; `observer` (optional) is told
   // of every step and evaluation.
@@ -99,18 +109,20 @@ class Trainer {
   EvalResult evaluate();
 
   int step() const { return step_; }
-  Model& model() { return model_; }
-  Optimizer const& optimizer() const { return optimizer_; }
-  Optimizer& optimizer() { return optimizer_; }
+  Model& model() { return *model_; }
+  Optimizer const& optimizer() const { return *optimizer_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  Config const& config() const { return cfg_; }
   std::string offload_summary() const;  // requested and achieved ratio, groups, bytes
   std::size_t train_samples() const { return train_indices_.size(); }
   std::size_t eval_samples() const { return eval_indices_.size(); }
 
  private:
   StepRecord train_step();
-  bool distributed() const { return dp_.size * model_.shards().size > 1; }
+  bool distributed() const { return dp_.size * model_->shards().size > 1; }
   void start_gradient_sum(int group);  // bucket `group` is final on this process
   void finish_gradient_sums();         // waits for every bucket and hands it to the optimizer
+  void stage_buffers();                // the host copies MPI sums, when it cannot read device memory
   double learning_rate(int step) const;  // step: 0-based
 
   Config cfg_;
@@ -118,9 +130,9 @@ class Trainer {
   Dataset data_;
   std::vector<std::size_t> train_indices_, eval_indices_;
   BatchSampler sampler_;
-  Model model_;
+  std::unique_ptr<Model> model_;  // rebuilt by reconfigure()
   ExecSpace space_;
-  Optimizer optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
   DataParallel dp_;
   struct Bucket {
     int group;
