@@ -3,6 +3,8 @@
 // walks its rows, the run log writes and reads one attribute per row, Knobs::describe(), the
 // report's columns and the CSV read their names and texts from it, and the run log stores it
 // (attribute `knob_table`) so that the plotting script labels values as joule does.
+#include "core/model/config.hpp"
+
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -46,6 +48,7 @@ struct KnobInfo {
   char const* unit;    // after the value in describe(): " W"
   double (*get)(Knobs const&);
   void (*set)(Knobs&, double);
+  double (*configured)(Config const&);  // the configuration's value; nullptr: not a configuration field
 };
 
 // Every knob, in the order the strategy takes them, describe() lists them and the log's and

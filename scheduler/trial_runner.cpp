@@ -4,6 +4,7 @@
 #include "scheduler/statistics.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 
@@ -93,7 +94,9 @@ Config TrialRunner::config_for(Knobs const& k, int steps) const {
   auto j = nlohmann::json::parse(base_.json);
   for (auto const& knob : knob_table()) {
     double const v = knob.get(k);
-    if (!*knob.config_field || !knob_is_set(knob, v)) continue;  // the configuration's value holds
+    // Only what differs: the configuration's value holds otherwise (and a running trainer sees no
+    // change there, Trainer::reconfigure).
+    if (!knob.configured || !knob_is_set(knob, v) || v == knob.configured(base_)) continue;
     auto& field = j[nlohmann::json::json_pointer(config_pointer(knob))];
     field = knob.integer ? nlohmann::json((long long)v) : nlohmann::json(v);
   }
@@ -216,7 +219,23 @@ PowerTrace TrialRunner::power_between(double t0, double t1) {
   return {m.trace_columns, m.trace_time_s, m.trace_watts};
 }
 
-TrialRecord TrialRunner::measure(Knobs const& k) {
+TrialRecord TrialRunner::measure(Knobs const& k) { return measure_with(k, nullptr); }
+
+TrialRecord TrialRunner::measure_on(Trainer& live, Knobs const& k) { return measure_with(k, &live); }
+
+std::string TrialRunner::unreachable_in_flight(Knobs const& k) const {
+  for (auto const& knob : knob_table()) {
+    if (!knob.configured || !knob_is_set(knob, knob.get(k))) continue;  // the power limit, or unchanged
+    auto const& fields = Trainer::reconfigurable_fields();
+    if (std::find(fields.begin(), fields.end(), knob.config_field) != fields.end()) continue;
+    if (knob.get(k) != knob.configured(base_))
+      return fmt::format("{} {} needs a new trainer: a running one can change only {}", knob.name,
+                         knob_value_text(knob, knob.get(k)), fmt::join(fields, ", "));
+  }
+  return "";
+}
+
+TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live) {
   TrialRecord r;
   r.knobs = k;
   r.warmup_steps = settings_.warmup_steps;
@@ -224,14 +243,27 @@ TrialRecord TrialRunner::measure(Knobs const& k) {
   double const t_start = monitor_.sampler().now();
   bool stepping = false;
   try {
-    auto const trainer = make_trainer(k, 1 << 30);
-    stepping = true;
+    std::unique_ptr<Trainer> own;
+    if (live) {  // in flight: the run itself switches to k; its steps are training steps
+      stepping = true;
+      switch_in_flight(*live, k);
+    } else {
+      own = make_trainer(k, 1 << 30);
+      stepping = true;
+    }
+    Trainer* const trainer = live ? live : own.get();
     run_steps(*trainer, settings_.warmup_steps);
+    auto const ended = [&] {
+      if (trainer->step() >= trainer->config().train.steps)
+        throw TrainingError("the training run ended before this configuration was measured");
+    };
+    ended();
     auto const before = regions_.stats(/*settle=*/true);
     double const t_measure = monitor_.sampler().now();
     std::vector<double> per_step_objective;
     for (r.repeats = 1;; ++r.repeats) {
       auto const s = run_steps(*trainer, settings_.measured_steps);
+      if (int(s.seconds.size()) < settings_.measured_steps) ended();
       r.step_time_s.insert(r.step_time_s.end(), s.seconds.begin(), s.seconds.end());
       r.step_energy_j.insert(r.step_energy_j.end(), s.joules.begin(), s.joules.end());
       for (std::size_t i = 0; i < s.seconds.size(); ++i)
@@ -274,7 +306,17 @@ double TrialRunner::quick_time_per_step(Knobs const& k) {
   return median(run_steps(*trainer, settings_.measured_steps).seconds);
 }
 
-TrainRecord TrialRunner::train(Knobs const& k, std::ostream* log) {
+TrainRecord TrialRunner::train(Knobs const& k, std::ostream* log) { return train_with(k, nullptr, log); }
+
+TrainRecord TrialRunner::train_on(Trainer& live, Knobs const& k) { return train_with(k, &live, nullptr); }
+
+void TrialRunner::switch_in_flight(Trainer& live, Knobs const& k) {
+  if (auto const why = unreachable_in_flight(k); !why.empty()) throw TrainingError(why);
+  apply_power_limit(k);
+  live.reconfigure(config_for(k, 0));
+}
+
+TrainRecord TrialRunner::train_with(Knobs const& k, Trainer* live, std::ostream* log) {
   // The trainer prints its own progress; this records every step and evaluation for the log.
   struct Recorder : TrainObserver {
     TrialRunner& runner;
@@ -288,11 +330,17 @@ TrainRecord TrialRunner::train(Knobs const& k, std::ostream* log) {
   };
   TrainRecord rec;
   rec.knobs = k;
-  auto const trainer = make_trainer(k, 0, log);
+  std::unique_ptr<Trainer> own;
+  if (live) {
+    switch_in_flight(*live, k);
+  } else {
+    own = make_trainer(k, 0, log);
+  }
+  Trainer& trainer = live ? *live : *own;
   auto const before = regions_.stats(/*settle=*/true);
   monitor_.begin("train");
   Recorder recorder(*this, rec);
-  rec.seconds = trainer->run(-1, &recorder).seconds;
+  rec.seconds = trainer.run(-1, &recorder).seconds;
   auto const m = monitor_.end("train", /*with_trace=*/true);
   double joules = m.total_j;
   if (parallel_.sum) parallel_.sum(&joules, 1);

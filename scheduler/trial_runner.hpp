@@ -79,11 +79,21 @@ class TrialRunner {
   std::string infeasible_reason(Knobs const& k) const;  // "" when it fits
 
   Config config_for(Knobs const& k, int steps) const;
+  // A trial on a trainer of its own (offline: its steps are thrown away).
   TrialRecord measure(Knobs const& k);
+  // In flight: the running trainer `live` switches to k (Trainer::reconfigure) and its warm-up
+  // and measured steps are training steps of the run; a trial the run's remaining steps cannot
+  // hold fails with that reason. `live` must run this runner's base configuration.
+  TrialRecord measure_on(Trainer& live, Knobs const& k);
+  // "" when a running trainer can switch to k; else why not (k changes a field only a new
+  // trainer can: sequence shards, micro-batch).
+  std::string unreachable_in_flight(Knobs const& k) const;
   // Time per step of k, one round of measured steps (drift checks of the reference config).
   double quick_time_per_step(Knobs const& k);
   // Trains base.train.steps with k; the trainer's progress lines go to `log`.
   TrainRecord train(Knobs const& k, std::ostream* log);
+  // In flight: the running trainer switches to k and trains to the end of its run (its own log).
+  TrainRecord train_on(Trainer& live, Knobs const& k);
 
   // GPU power limits (the power_limit_w knob): `apply(watts)` sets them, apply(0) restores the
   // original; [min_w, max_w] is what the GPUs allow (outside: infeasible). Without this, a
@@ -98,6 +108,9 @@ class TrialRunner {
     std::vector<double> seconds, joules;
   };
   Steps run_steps(Trainer& trainer, int n);
+  TrialRecord measure_with(Knobs const& k, Trainer* live);  // live: nullptr for a trainer of its own
+  TrainRecord train_with(Knobs const& k, Trainer* live, std::ostream* log);
+  void switch_in_flight(Trainer& live, Knobs const& k);  // its power limit, then reconfigure
   // A trainer for k (its power limit applied first), on the processes laid out for its shards.
   std::unique_ptr<Trainer> make_trainer(Knobs const& k, int steps, std::ostream* log = nullptr);
   void check_stop() const;

@@ -131,22 +131,30 @@ void Trainer::reconfigure(Config const& config) {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), storage);
     params.emplace_back(h.data(), h.data() + h.extent(0));
   });
-  SequenceShards shards = model_->shards();
-  optimizer_.reset();
-  model_.reset();
+  SequenceShards const shards = model_->shards();
+  auto rebuild = [&](Config const& settings) {
+    optimizer_.reset();
+    model_.reset();
+    model_ = std::make_unique<Model>(settings.model, settings.train.micro_batch, settings.train.recompute_depth, shards);
+    std::size_t g = 0;
+    model_->params.for_each_group([&](std::string const&, auto const& storage) {
+      auto h = Kokkos::create_mirror_view(storage);
+      std::copy(params[g].begin(), params[g].end(), h.data());
+      Kokkos::deep_copy(storage, h);
+      ++g;
+    });
+    optimizer_ = std::make_unique<Optimizer>(*model_, optimizer_settings(settings.train));
+    optimizer_->sync_master_weights();
+    optimizer_->set_moments(moments);
+    stage_buffers();
+  };
+  try {
+    rebuild(config);
+  } catch (...) {
+    rebuild(cfg_);  // e.g. out of memory: back to the settings that ran, with the same state
+    throw;
+  }
   cfg_ = config;
-  model_ = std::make_unique<Model>(cfg_.model, cfg_.train.micro_batch, cfg_.train.recompute_depth, std::move(shards));
-  std::size_t g = 0;
-  model_->params.for_each_group([&](std::string const&, auto const& storage) {
-    auto h = Kokkos::create_mirror_view(storage);
-    std::copy(params[g].begin(), params[g].end(), h.data());
-    Kokkos::deep_copy(storage, h);
-    ++g;
-  });
-  optimizer_ = std::make_unique<Optimizer>(*model_, optimizer_settings(cfg_.train));
-  optimizer_->sync_master_weights();
-  optimizer_->set_moments(moments);
-  stage_buffers();
 }
 
 void Trainer::stage_buffers() {

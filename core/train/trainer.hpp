@@ -98,7 +98,8 @@ class Trainer {
   // train.offload_ratio, train.recompute_depth, train.host_threads (throws TrainingError naming
   // any other field that differs). Parameters, AdamW moments, the step and the data order are
   // kept: the state goes through host memory, the model and optimizer are rebuilt for the new
-  // settings (one allocation per switch, none per step).
+  // settings (one allocation per switch, none per step). If that fails (out of memory), the
+  // trainer is rebuilt as it was, with the same state, and the error propagates.
   void reconfigure(Config const& config);
   static std::vector<std::string> const& reconfigurable_fields();  // "train.offload_ratio", ...
 
