@@ -16,6 +16,7 @@
 #include "scheduler/run_log.hpp"
 #include "scheduler/strategy.hpp"
 #include "scheduler/trial_runner.hpp"
+#include "scheduler/tune_session.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -99,15 +100,6 @@ std::string hostname() {
   return name;
 }
 
-std::string row(scheduler::TrialRecord const& r, std::string const& note = "") {
-  if (!r.ok())
-    return fmt::format("  trial {:>3}  {:<40} {:<10} {}{}\n", r.index, r.knobs.describe(), scheduler::to_string(r.status),
-                       r.reason, note);
-  return fmt::format("  trial {:>3}  {:<40} {:7.1f} ms/step {:9.3f} J/step  objective {:.4g}  (+-{:.1f}%, {} steps){}\n",
-                     r.index, r.knobs.describe(), 1e3 * r.time_per_step_s, r.energy_per_step_j, r.objective,
-                     100 * r.ci_relative, r.measured_steps, note);
-}
-
 int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& settings, std::string const& out,
             TuneOptions const& o);
 
@@ -186,20 +178,17 @@ int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& 
   header.device_memory_budget_bytes = runner.budget_bytes();
 
   // The log: only rank 0 writes; on --resume every rank reads the finished trials (same search path).
+  scheduler::TuneSession session(runner, settings, root ? &std::cout : nullptr);
+  header.strategy = scheduler::to_string(session.strategy());
   std::vector<scheduler::TrialRecord> finished;
   std::optional<scheduler::RunLogWriter> writer;
-  auto const space = runner.space();
-  std::vector<scheduler::Knobs> feasible;
-  for (auto const& k : space)
-    if (runner.infeasible_reason(k).empty()) feasible.push_back(k);
-  auto const strategy = settings.strategy_for(feasible.size());
-  header.strategy = scheduler::to_string(strategy);
   if (!o.resume.empty()) {
     if (root) writer = scheduler::RunLogWriter::resume(out, header, &finished);
     else finished = scheduler::read_run_log(out).trials;
   } else if (root) {
     writer = scheduler::RunLogWriter::create(out, header);
   }
+  session.use_log(writer ? &*writer : nullptr, finished);
   auto say = [&](std::string const& s) {
     if (root) std::cout << s << std::flush;
   };
@@ -211,86 +200,27 @@ int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& 
   say(fmt::format("tuning {} ({} processes, {}): objective {}, strategy {}, {} candidates of which {} fit {:.0f} MiB ({})\n"
                   "energy: {}{}\nlog: {}{}\n",
                   o.config_path.empty() ? "the embedded default configuration" : o.config_path, procs.size(),
-                  procs.backend(), settings.objective.name(), header.strategy, space.size(), feasible.size(),
-                  runner.budget_bytes() / 1048576.0, runner.budget_source(), header.energy_source,
-                  runner.energy_measured() ? " (measured)" : " -- a MODEL, not a measurement", out,
+                  procs.backend(), settings.objective.name(), header.strategy, session.space().size(),
+                  session.feasible().size(), runner.budget_bytes() / 1048576.0, runner.budget_source(),
+                  header.energy_source, runner.energy_measured() ? " (measured)" : " -- a MODEL, not a measurement", out,
                   finished.empty() ? "" : fmt::format(" (resumed: {} finished trials kept)", finished.size())));
 
-  auto find_finished = [&](scheduler::Knobs const& k) -> scheduler::TrialRecord const* {
-    for (auto const& r : finished)
-      if (r.knobs == k) return &r;
-    return nullptr;
-  };
-  int next_index = int(finished.size());
-  auto record = [&](scheduler::TrialRecord r, std::string const& note = "") {
-    r.index = next_index++;
-    if (writer) writer->append_trial(r);
-    say(row(r, note));
-    finished.push_back(r);
-    return r;
-  };
-  for (auto const& k : space) {
-    auto const reason = runner.infeasible_reason(k);
-    if (reason.empty() || find_finished(k)) continue;
-    scheduler::TrialRecord r;
-    r.knobs = k;
-    r.status = scheduler::TrialStatus::infeasible;
-    r.reason = reason;
-    r.predicted_device_bytes = runner.predicted_device_bytes(k);
-    record(r);
-  }
-  if (feasible.empty()) throw std::runtime_error("no candidate configuration fits the memory budget (see the trials above)");
-
-  auto const start = scheduler::memory_model_fastest(feasible);
-  std::optional<scheduler::TrialRecord> reference;  // the start config (a copy): re-measured to see drift
-  int measured_since_reference = 0;
-  double drift = scheduler::kNaN;
-  auto evaluate = [&](scheduler::Knobs const& k) -> scheduler::TrialRecord {
-    if (auto const* done = find_finished(k)) {
-      say(row(*done, "  (from the log)"));
-      return *done;
-    }
-    if (!reference)
-      if (auto const* first = find_finished(start)) reference = *first;
-    if (reference && reference->ok() && settings.reference_every > 0 && measured_since_reference >= settings.reference_every) {
-      drift = runner.quick_time_per_step(start) / reference->time_per_step_s;
-      measured_since_reference = 0;
-      if (std::abs(drift - 1) > 0.1)
-        say(fmt::format("  note: the reference config now takes {:.0f}% of its first time per step: the machine drifts\n",
-                        100 * drift));
-    }
-    auto r = runner.measure(k);
-    r.drift = drift;
-    ++measured_since_reference;
-    return record(r);
-  };
-
-  auto const search_start = std::chrono::steady_clock::now();
-  scheduler::SearchResult result;
+  session.record_infeasible();
   try {
-    result = scheduler::run_search(strategy, feasible, start, settings.objective, evaluate);
+    session.search();
   } catch (scheduler::Interrupted const&) {
-    say(fmt::format("\ninterrupted: {} trials are in {}; continue with joule tune --resume {}\n", finished.size(), out, out));
+    say(fmt::format("\ninterrupted: {} trials are in {}; continue with joule tune --resume {}\n", session.finished_trials(),
+                    out, out));
     return 130;
   }
-  double const search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - search_start).count();
-  if (result.best < 0) throw std::runtime_error("every measured trial failed (see the reasons above); nothing to choose");
-  auto const& best_search = result.trials[result.best];
-  auto const* best = find_finished(best_search.knobs);
-  std::vector<scheduler::TrialRecord> front;
-  for (int i : result.pareto) front.push_back(*find_finished(result.trials[i].knobs));
-  if (writer) {
-    writer->write_best(*best);
-    writer->write_pareto(front);
-  }
-  say(fmt::format("\nsearch: {} trials measured in {:.1f} s; chosen: trial {} ({})\n", result.trials.size(),
-                  search_seconds, best->index, best->knobs.describe()));
+  auto const& best = session.chosen();
+  say(fmt::format("\nsearch: {} trials measured in {:.1f} s; chosen: trial {} ({})\n", session.result().trials.size(),
+                  session.search_seconds(), best.index, best.knobs.describe()));
 
   if (settings.train_after) {
     say(fmt::format("training {} steps with the chosen configuration\n", cfg.train.steps));
     try {
-      auto const train = runner.train(best->knobs, root ? &std::cout : nullptr);
-      if (writer) writer->write_train(train);
+      session.train(nullptr, root ? &std::cout : nullptr);
     } catch (scheduler::Interrupted const&) {
       say(fmt::format("\ninterrupted during training: the search is complete in {}; the training run is not "
                       "(run joule train with the chosen configuration)\n", out));

@@ -3,7 +3,7 @@
 // figures; failed with the reason when a trial cannot run).
 #include "core/data/synth.hpp"
 #include "energy/source.hpp"
-#include "scheduler/in_flight.hpp"
+#include "scheduler/tune_session.hpp"
 #include "scheduler/trial_runner.hpp"
 #include "support/tiny_config.hpp"
 
@@ -166,46 +166,69 @@ TEST_CASE("in-flight tuning: the search runs on the run's own steps and ends wit
   Energy e;
   e.sampler.start();
   TrialRunner runner(cfg, settings, e.monitor, e.regions, {}, {});
-  std::vector<Knobs> feasible;
-  for (auto const& k : runner.space())
-    if (runner.infeasible_reason(k).empty()) feasible.push_back(k);
-  REQUIRE(feasible.size() == 2 * 3 * 2 * 2);
-
   Trainer untuned(cfg, nullptr);
   auto const untuned_summary = untuned.run();
+  auto const a = parameters_of(untuned);
+
+  // The session, in flight, with its log: 24 feasible candidates, 12 of them reachable by a
+  // running trainer (the other micro-batch needs a new one: recorded infeasible, with why).
+  test::TempFile log_path(".h5");
+  RunHeader header;
+  header.energy_kind = "model";
+  header.objective = settings.objective.name();
+  header.config_json = cfg.json;
+  auto writer = RunLogWriter::create(log_path.path(), header);
+  TuneSession session(runner, settings, nullptr);
+  REQUIRE(session.feasible().size() == 2 * 3 * 2 * 2);
+  session.use_log(&writer, {});
+  session.record_infeasible();
   Trainer live(cfg, nullptr);
-  auto const r = tune_in_flight(live, runner, StrategyKind::exhaustive, feasible, memory_model_fastest(feasible),
-                                settings.objective);
-  // The micro-batch the configuration does not use needs a new trainer: left out, with why.
-  REQUIRE(r.left_out.size() == feasible.size() / 2);
-  REQUIRE_THAT(r.left_out.front(), Contains("micro_batch") && Contains("needs a new trainer"));
-  // 12 candidates, each 1 warm-up + 2 measured steps of the run itself; then the rest with the choice.
-  REQUIRE(r.search.trials.size() == 12);
-  for (auto const& t : r.search.trials) {
+  session.search(&live);
+  // Exhaustive over the 12: each 1 warm-up + 2 measured steps of the run itself.
+  REQUIRE(session.result().trials.size() == 12);
+  for (auto const& t : session.result().trials) {
     INFO(t.knobs.describe() << ": " << t.reason);
     REQUIRE(t.ok());
     REQUIRE(t.measured_steps == 2);
   }
-  REQUIRE(r.search_steps == 36);
-  REQUIRE(r.train.steps.size() == 4);
-  REQUIRE(r.train.steps.front().step == 37);
-  REQUIRE(r.chosen == r.search.trials[r.search.best].knobs);
+  // ... and once (reference_every = 6) the start configuration again, 3 more steps: the drift.
+  REQUIRE(session.search_steps() == 39);
+  REQUIRE(std::isnan(session.result().trials[5].drift));
+  REQUIRE(std::isfinite(session.result().trials[6].drift));
+  auto const train = session.train(&live, nullptr);
   REQUIRE(live.step() == 40);
+  REQUIRE(train.steps.size() == 1);
+  REQUIRE(train.steps.front().step == 40);
+  REQUIRE(train.knobs == session.chosen().knobs);
   // Every knob here is neutral: the same losses and parameters as a run that never switched.
-  for (std::size_t i = 0; i < r.train.steps.size(); ++i)
-    REQUIRE(r.train.steps[i].loss == untuned_summary.steps[36 + i].loss);
-  auto const a = parameters_of(untuned), b = parameters_of(live);
+  REQUIRE(train.steps[0].loss == untuned_summary.steps[39].loss);
+  auto const b = parameters_of(live);
   REQUIRE(a.size() == b.size());
   REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  // The log holds every trial, the unreachable ones with their reason, the choice and the run.
+  writer.close();
+  auto const log = read_run_log(log_path.path());
+  REQUIRE(log.trials.size() == 24);
+  auto const unreachable = std::count_if(log.trials.begin(), log.trials.end(), [](TrialRecord const& t) {
+    return t.status == TrialStatus::infeasible && t.reason.find("micro_batch") != std::string::npos &&
+           t.reason.find("needs a new trainer") != std::string::npos;
+  });
+  REQUIRE(unreachable == 12);
+  REQUIRE(log.best == session.chosen().index);
+  REQUIRE(log.train);
+  REQUIRE(log.train->steps.size() == 1);
 
   // A search longer than the run: the candidates it cannot reach fail with the reason, and the run
   // still ends at its last step with the same bits.
   Trainer short_run(cfg, nullptr);
   short_run.run(30);
-  auto const cut = tune_in_flight(short_run, runner, StrategyKind::exhaustive, feasible, feasible.front(), settings.objective);
+  TuneSession cut(runner, settings, nullptr);
+  cut.search(&short_run);
+  cut.train(&short_run, nullptr);
   REQUIRE(short_run.step() == 40);
-  REQUIRE(std::count_if(cut.search.trials.begin(), cut.search.trials.end(), [](TrialRecord const& t) { return t.ok(); }) == 3);
-  REQUIRE_THAT(cut.search.trials.back().reason, Contains("the training run ended before this configuration was measured"));
+  auto const& trials = cut.result().trials;
+  REQUIRE(std::count_if(trials.begin(), trials.end(), [](TrialRecord const& t) { return t.ok(); }) == 3);
+  REQUIRE_THAT(trials.back().reason, Contains("the training run ended before this configuration was measured"));
   auto const c = parameters_of(short_run);
   REQUIRE(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)) == 0);
 }

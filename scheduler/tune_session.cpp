@@ -1,0 +1,135 @@
+#include "scheduler/tune_session.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ostream>
+#include <stdexcept>
+
+namespace joule::scheduler {
+
+std::string trial_line(TrialRecord const& r, std::string const& note) {
+  if (!r.ok())
+    return fmt::format("  trial {:>3}  {:<40} {:<10} {}{}\n", r.index, r.knobs.describe(), to_string(r.status), r.reason,
+                       note);
+  return fmt::format("  trial {:>3}  {:<40} {:7.1f} ms/step {:9.3f} J/step  objective {:.4g}  (+-{:.1f}%, {} steps){}\n",
+                     r.index, r.knobs.describe(), 1e3 * r.time_per_step_s, r.energy_per_step_j, r.objective,
+                     100 * r.ci_relative, r.measured_steps, note);
+}
+
+TuneSession::TuneSession(TrialRunner& runner, TuneSettings const& settings, std::ostream* progress)
+    : runner_(runner), settings_(settings), progress_(progress), space_(runner.space()) {
+  for (auto const& k : space_)
+    if (runner_.infeasible_reason(k).empty()) feasible_.push_back(k);
+  strategy_ = settings_.strategy_for(feasible_.size());
+  if (!feasible_.empty()) start_ = memory_model_fastest(feasible_);
+}
+
+void TuneSession::use_log(RunLogWriter* writer, std::vector<TrialRecord> finished) {
+  writer_ = writer;
+  finished_ = std::move(finished);
+}
+
+void TuneSession::say(std::string const& text) const {
+  if (progress_) *progress_ << text << std::flush;
+}
+
+TrialRecord const* TuneSession::finished(Knobs const& k) const {
+  for (auto const& r : finished_)
+    if (r.knobs == k) return &r;
+  return nullptr;
+}
+
+TrialRecord const& TuneSession::record(TrialRecord r, std::string const& note) {
+  r.index = int(finished_.size());
+  if (writer_) writer_->append_trial(r);
+  say(trial_line(r, note));
+  finished_.push_back(std::move(r));
+  return finished_.back();
+}
+
+void TuneSession::record_infeasible() {
+  for (auto const& k : space_) {
+    auto const reason = runner_.infeasible_reason(k);
+    if (reason.empty() || finished(k)) continue;
+    TrialRecord r;
+    r.knobs = k;
+    r.status = TrialStatus::infeasible;
+    r.reason = reason;
+    r.predicted_device_bytes = runner_.predicted_device_bytes(k);
+    record(r);
+  }
+  if (feasible_.empty()) throw std::runtime_error("no candidate configuration fits the memory budget (see the trials above)");
+}
+
+TrialRecord TuneSession::evaluate(Knobs const& k, Trainer* live) {
+  if (auto const* done = finished(k)) {
+    say(trial_line(*done, "  (from the log)"));
+    return *done;
+  }
+  if (!reference_)
+    if (auto const* first = finished(start_)) reference_ = *first;
+  // Every reference_every trials the start configuration is timed again: the machine's drift.
+  if (reference_ && reference_->ok() && settings_.reference_every > 0 &&
+      measured_since_reference_ >= settings_.reference_every) {
+    double const now = live ? runner_.measure_on(*live, start_).time_per_step_s : runner_.quick_time_per_step(start_);
+    drift_ = now / reference_->time_per_step_s;
+    measured_since_reference_ = 0;
+    if (std::abs(drift_ - 1) > 0.1)
+      say(fmt::format("  note: the reference config now takes {:.0f}% of its first time per step: the machine drifts\n",
+                      100 * drift_));
+  }
+  auto r = live ? runner_.measure_on(*live, k) : runner_.measure(k);
+  r.drift = drift_;
+  ++measured_since_reference_;
+  return record(r);
+}
+
+void TuneSession::search(Trainer* live) {
+  // In flight, only what a running trainer can switch to; the rest is recorded as infeasible.
+  std::vector<Knobs> candidates;
+  for (auto const& k : feasible_) {
+    std::string const why = live ? runner_.unreachable_in_flight(k) : "";
+    if (why.empty()) {
+      candidates.push_back(k);
+    } else if (!finished(k)) {
+      TrialRecord r;
+      r.knobs = k;
+      r.status = TrialStatus::infeasible;
+      r.reason = why;
+      r.predicted_device_bytes = runner_.predicted_device_bytes(k);
+      record(r);
+    }
+  }
+  if (candidates.empty()) throw std::runtime_error("no feasible candidate can be switched to during the run");
+  if (std::find(candidates.begin(), candidates.end(), start_) == candidates.end()) start_ = candidates.front();
+  auto const begin = std::chrono::steady_clock::now();
+  int const step_before = live ? live->step() : 0;
+  result_ = run_search(strategy_, candidates, start_, settings_.objective,
+                       [&](Knobs const& k) { return evaluate(k, live); });
+  search_steps_ = live ? live->step() - step_before : 0;
+  search_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  if (result_.best < 0) throw std::runtime_error("every measured trial failed (see the reasons above); nothing to choose");
+  std::vector<TrialRecord> front;
+  for (int i : result_.pareto) front.push_back(*finished(result_.trials[i].knobs));
+  if (writer_) {
+    writer_->write_best(chosen());
+    writer_->write_pareto(front);
+  }
+}
+
+TrialRecord const& TuneSession::chosen() const {
+  if (result_.best < 0) throw std::logic_error("TuneSession::chosen() before a search that chose");
+  // The log's record (its index in the log), not the search's copy.
+  return *finished(result_.trials[result_.best].knobs);
+}
+
+TrainRecord TuneSession::train(Trainer* live, std::ostream* log) {
+  auto const rec = live ? runner_.train_on(*live, chosen().knobs) : runner_.train(chosen().knobs, log);
+  if (writer_) writer_->write_train(rec);
+  return rec;
+}
+
+}  // namespace joule::scheduler
