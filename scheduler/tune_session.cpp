@@ -50,16 +50,19 @@ TrialRecord const& TuneSession::record(TrialRecord r, std::string const& note) {
   return finished_.back();
 }
 
+void TuneSession::record_infeasible(Knobs const& k, std::string const& reason) {
+  TrialRecord r;
+  r.knobs = k;
+  r.status = TrialStatus::infeasible;
+  r.reason = reason;
+  r.predicted_device_bytes = runner_.predicted_device_bytes(k);
+  record(r);
+}
+
 void TuneSession::record_infeasible() {
   for (auto const& k : space_) {
     auto const reason = runner_.infeasible_reason(k);
-    if (reason.empty() || finished(k)) continue;
-    TrialRecord r;
-    r.knobs = k;
-    r.status = TrialStatus::infeasible;
-    r.reason = reason;
-    r.predicted_device_bytes = runner_.predicted_device_bytes(k);
-    record(r);
+    if (!reason.empty() && !finished(k)) record_infeasible(k, reason);
   }
   if (feasible_.empty()) throw std::runtime_error("no candidate configuration fits the memory budget (see the trials above)");
 }
@@ -95,12 +98,7 @@ void TuneSession::search(Trainer* live) {
     if (why.empty()) {
       candidates.push_back(k);
     } else if (!finished(k)) {
-      TrialRecord r;
-      r.knobs = k;
-      r.status = TrialStatus::infeasible;
-      r.reason = why;
-      r.predicted_device_bytes = runner_.predicted_device_bytes(k);
-      record(r);
+      record_infeasible(k, why);
     }
   }
   if (candidates.empty()) throw std::runtime_error("no feasible candidate can be switched to during the run");

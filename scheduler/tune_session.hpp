@@ -58,6 +58,7 @@ class TuneSession {
  private:
   TrialRecord const* finished(Knobs const& k) const;
   TrialRecord const& record(TrialRecord r, std::string const& note = "");
+  void record_infeasible(Knobs const& k, std::string const& reason);
   TrialRecord evaluate(Knobs const& k, Trainer* live);
   void say(std::string const& text) const;
 
