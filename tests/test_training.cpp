@@ -8,6 +8,7 @@
 #include "fuzz/hostile_files.hpp"
 #include "support/test_support.hpp"
 #include "support/tiny_config.hpp"
+#include "support/trainer_parameters.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -108,12 +109,7 @@ std::vector<float> final_parameters(Config cfg, double ratio, int steps) {
   cfg.train.steps = steps;
   Trainer t(cfg, nullptr);
   t.run();
-  std::vector<float> out;
-  t.model().params.for_each_group([&](std::string const&, auto const& g) {
-    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g);
-    out.insert(out.end(), h.data(), h.data() + h.span());
-  });
-  return out;
+  return parameters_of(t);
 }
 }  // namespace
 
@@ -568,14 +564,6 @@ Config with_train(Config const& cfg, nlohmann::json const& changes) {
   auto j = nlohmann::json::parse(cfg.json);
   for (auto const& [name, value] : changes.items()) j["train"][name] = value;
   return parse_config(j.dump(), "test config");
-}
-std::vector<float> parameters_of(Trainer& t) {
-  std::vector<float> out;
-  t.model().params.for_each_group([&](std::string const&, auto const& g) {
-    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g);
-    out.insert(out.end(), h.data(), h.data() + h.span());
-  });
-  return out;
 }
 }  // namespace
 

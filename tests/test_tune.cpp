@@ -6,6 +6,7 @@
 #include "scheduler/tune_session.hpp"
 #include "scheduler/trial_runner.hpp"
 #include "support/tiny_config.hpp"
+#include "support/trainer_parameters.hpp"
 
 #include "support/catch.hpp"
 
@@ -140,16 +141,6 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
   e.sampler.stop();
 }
 
-namespace {
-std::vector<float> parameters_of(Trainer& t) {
-  std::vector<float> out;
-  t.model().params.for_each_group([&](std::string const&, auto const& g) {
-    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g);
-    out.insert(out.end(), h.data(), h.data() + h.span());
-  });
-  return out;
-}
-}  // namespace
 
 TEST_CASE("in-flight tuning: the search runs on the run's own steps and ends with the untuned run's bits",
           "[tune][train][inflight]") {
