@@ -1,6 +1,6 @@
 # Thin wrapper over CMake: every target installs what it needs first (apps/scripts/install-deps.sh),
 # so on a fresh Debian 12 machine `make run` and `make test` are all there is to type.
-#   make run     the main job: tune and train the tiny captioning model, log to HDF5 (data made on the way)
+#   make run     the main job: train the tiny captioning model tuned in flight, log to HDF5 (data made on the way)
 #   make test    build and run the test suite (what CI runs)
 #   make test-catch2-v3  the same suite against Catch2 v3 (CI runs it too)
 #   make test-sanitize   the suite with AddressSanitizer + UBSan (CI runs it too)
@@ -79,10 +79,12 @@ test-sanitize: deps
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(BUILD)-sanitize --output-on-failure --no-tests=error -j $(JOBS) -E '$(SANITIZE_SKIP)'
 
-# The main job: tune the embedded default (tiny) configuration by measurement, train with the
-# choice, and write the run log to $(BUILD)/runs/ (a new file each time; `joule inspect` reads it).
+# The main job: train the embedded default (tiny) configuration, tuned in flight (the scheduler
+# measures the candidate configurations on the run's own first steps, then the run goes on with
+# the choice), and write the run log to $(BUILD)/runs/ (a new file each time; `joule inspect`
+# reads it).
 run: build
-	./$(BUILD)/apps/joule tune --make-data --out $(BUILD)/runs/tune-$$(date +%Y%m%d-%H%M%S).h5
+	./$(BUILD)/apps/joule train --tune --make-data --tune-log $(BUILD)/runs/tune-$$(date +%Y%m%d-%H%M%S).h5
 
 bench: build
 	./$(BUILD)/apps/joule bench

@@ -8,11 +8,14 @@
 #include "processes.hpp"
 #include "run_config.hpp"
 #include "scheduler/statistics.hpp"
+#include "scheduler/tune_settings.hpp"
+#include "tune_job.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -28,6 +31,8 @@ struct TrainOptions {
   std::optional<long long> steps, recompute_depth, micro_batch, host_threads, seq_shards, checkpoint_every;
   std::optional<double> offload_ratio;
   bool make_data = false;
+  bool tune = false;     // in-flight tuning (tune_job.hpp)
+  std::string tune_log;  // its run log ("": runs/tune-<time>.h5, or on --resume the one the checkpoint names)
   bool energy = true;
   bool memory_check = true;
   double energy_rate_hz = energy::Sampler::kDefaultRateHz;
@@ -77,6 +82,7 @@ FilePlan files(TrainOptions const& o, Config const& cfg) {
 }
 
 int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o);
+int tune_in_flight(Processes& procs, Config const& cfg, TrainOptions const& o);
 
 int run_train(TrainOptions const& o) {
   auto const ov = overrides(o);
@@ -87,8 +93,55 @@ int run_train(TrainOptions const& o) {
                         std::to_string(cfg.train.seq_shards) + " processes: start joule with mpirun -np N, N a multiple of " +
                         std::to_string(cfg.train.seq_shards));
   });
-  Processes const procs(cfg);
-  return procs.run_or_abort([&] { return train_on(procs, cfg, o); });
+  Processes procs(cfg);
+  return procs.run_or_abort([&] { return o.tune ? tune_in_flight(procs, cfg, o) : train_on(procs, cfg, o); });
+}
+
+// The log of a tuned run: --tune-log; else on --resume the one its checkpoint names; else a new
+// file under runs/ named by the time.
+std::string tune_log_path(TrainOptions const& o) {
+  if (!o.tune_log.empty()) return o.tune_log;
+  if (!o.resume.empty()) {
+    auto const notes = Trainer::checkpoint_notes(o.resume);
+    if (auto const it = notes.find("tune_log"); it != notes.end()) return it->second;
+    throw ConfigError(o.resume + " was not written by a tuned run (it names no tuning log): continue it without "
+                      "--tune, or give the log with --tune-log");
+  }
+  std::time_t const now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
+  return std::string("runs/tune-") + stamp + ".h5";
+}
+
+int tune_in_flight(Processes& procs, Config const& cfg, TrainOptions const& o) {
+  auto* world = procs.world();
+  if (!o.energy) return refuse(world, "--tune chooses by measured time and energy: it cannot run with --no-energy");
+  if (o.memory_check) {  // the configuration the run starts in; the search keeps to the memory free
+    std::string summary;
+    if (auto const problem = procs.memory_shortfall(cfg, &summary); !problem.empty())
+      return refuse(world, problem + " (--no-memory-check trains anyway)");
+    if (procs.root()) fmt::print("{}\n", summary);
+  }
+  auto const settings = scheduler::parse_tune_settings(cfg);
+  std::string const source = config_source(o.config_path);
+  TuneJob job;
+  job.in_flight = true;
+  job.config_path = o.config_path;
+  job.data_role = o.data ? std::string("--data") : fmt::format("data.path (from {})", source);
+  job.log_path = tune_log_path(o);
+  if (world) {  // the time in the default name is rank 0's
+    char path[4096] = {};
+    job.log_path.copy(path, sizeof path - 1);
+    world->broadcast(path, sizeof path, 0);
+    job.log_path = path;
+  }
+  job.log_role = o.tune_log.empty() ? (o.resume.empty() ? "the tuning log" : "the tuning log named by --resume") : "--tune-log";
+  job.continue_log = !o.resume.empty() && std::filesystem::exists(job.log_path);
+  job.checkpoint_role = o.checkpoint ? std::string("--checkpoint") : fmt::format("train.checkpoint (from {})", source);
+  job.resume_checkpoint = o.resume;
+  job.make_data = o.make_data;
+  job.energy_regions = o.energy_regions;
+  return run_tune_job(procs, cfg, settings, job);
 }
 
 int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o) {
@@ -204,6 +257,12 @@ std::function<int()> add_train_command(CLI::App& app) {
       ->check(whole_number());
   cmd->add_option("--resume", o->resume, "continue from this checkpoint")->check(CLI::ExistingFile);
   cmd->add_flag("--make-data", o->make_data, "generate the synthetic shapes dataset at data.path if missing");
+  cmd->add_flag("--tune", o->tune,
+                "tune in flight: the scheduler measures the configuration's \"tune\" space on this run's own steps, "
+                "switching between optimizer steps, and the run goes on with the choice (logged to --tune-log)");
+  cmd->add_option("--tune-log", o->tune_log,
+                  "the HDF5 run log of --tune (default: runs/tune-<time>.h5; with --resume, the one the checkpoint "
+                  "names, continued)");
   cmd->add_flag("!--no-energy", o->energy, "do not measure energy");
   cmd->add_flag("!--no-memory-check", o->memory_check,
                 "train even when the memory model predicts that the model does not fit in the memory free now");

@@ -6,10 +6,12 @@
 #include "output_paths.hpp"
 #include "processes.hpp"
 #include "run_config.hpp"
+#include "tune_job.hpp"
 
 #include "energy/monitor.hpp"
 #include "energy/power_limit.hpp"
 #include "energy/report.hpp"
+#include "core/train/trainer.hpp"
 #include "energy/source.hpp"
 #include "parallel/agreement.hpp"
 #include "scheduler/report.hpp"
@@ -61,35 +63,36 @@ Overrides overrides(TuneOptions const& o) {
   return ov;
 }
 
-// What the run reads and writes. The log given to --resume is read and written by design (the
-// finished trials are read first; every change is a copy renamed over it).
-FilePlan files(TuneOptions const& o, Config const& cfg, scheduler::TuneSettings const& settings,
-               std::string const& out) {
-  std::string const source = config_source(o.config_path);
+// What the job reads and writes. A continued log is read and written by design (the finished
+// trials are read first; every change is a copy renamed over it).
+FilePlan files(TuneJob const& job, Config const& cfg, scheduler::TuneSettings const& settings) {
   FilePlan plan;
-  plan.input("--config", o.config_path);
-  std::string const data = o.data ? std::string("--data") : fmt::format("data.path (from {})", source);
-  if (o.make_data && !std::filesystem::exists(cfg.data.path)) {
+  plan.input("--config", job.config_path);
+  if (job.make_data && !std::filesystem::exists(cfg.data.path)) {
     OutputOptions made;
     made.creates_folder = true;
-    plan.output(data + " (written by --make-data)", cfg.data.path, made);
+    plan.output(job.data_role + " (written by --make-data)", cfg.data.path, made);
   } else {
-    plan.input(data, cfg.data.path);
+    plan.input(job.data_role, cfg.data.path);
   }
   OutputOptions log;
   log.through_tmp = true;
-  if (!o.resume.empty()) {
-    plan.input("--resume", out);
-    plan.output("--resume", out, log);
-    plan.allow_same("--resume", "--resume");
+  if (job.continue_log) {
+    plan.input(job.log_role, job.log_path);
+    plan.output(job.log_role, job.log_path, log);
+    plan.allow_same(job.log_role, job.log_role);
   } else {
-    log.creates_folder = true;  // joule tune makes the log's folder
-    plan.output("--out", out, log);
+    log.creates_folder = true;  // the job makes the log's folder
+    plan.output(job.log_role, job.log_path, log);
   }
-  if (settings.train_after) {  // the training run with the choice writes the configuration's checkpoint
+  if (settings.train_after || job.in_flight) {  // the training run writes the configuration's checkpoint
     OutputOptions renamed;
     renamed.through_tmp = true;
-    plan.output(fmt::format("train.checkpoint (from {})", source), cfg.train.checkpoint, renamed);
+    plan.output(job.checkpoint_role, cfg.train.checkpoint, renamed);
+  }
+  if (job.in_flight) {  // resuming from the checkpoint the run goes on writing: read whole first
+    plan.input("--resume", job.resume_checkpoint);
+    plan.allow_same(job.checkpoint_role, "--resume");
   }
   return plan;
 }
@@ -100,43 +103,52 @@ std::string hostname() {
   return name;
 }
 
-int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& settings, std::string const& out,
-            TuneOptions const& o);
-
 int run_tune(TuneOptions const& o) {
   auto const ov = overrides(o);
   Config const cfg = load_config_with(o.config_path, ov);
   auto const settings = ov.attribute([&] { return scheduler::parse_tune_settings(cfg); });
-  std::string const out = o.resume.empty() ? o.out : o.resume;
+  TuneJob job;
+  job.config_path = o.config_path;
+  job.data_role = o.data ? std::string("--data") : fmt::format("data.path (from {})", config_source(o.config_path));
+  job.continue_log = !o.resume.empty();
+  job.log_path = job.continue_log ? o.resume : o.out;
+  job.log_role = job.continue_log ? "--resume" : "--out";
+  job.checkpoint_role = fmt::format("train.checkpoint (from {})", config_source(o.config_path));
+  job.make_data = o.make_data;
+  job.energy_regions = o.energy_regions;
   Processes procs(cfg);
-  return procs.run_or_abort([&] { return tune_on(procs, cfg, settings, out, o); });
+  return procs.run_or_abort([&] { return run_tune_job(procs, cfg, settings, job); });
 }
 
-int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& settings, std::string const& out,
-            TuneOptions const& o) {
+}  // namespace
+
+int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings const& settings, TuneJob const& job) {
+  std::string const& out = job.log_path;
   bool const root = procs.root();
   auto* world = procs.world();
   // Before any work (rank 0 writes every output): no output overwrites an input, an existing log
   // is never overwritten, and every output can be written where it is meant to go.
   auto const problem = check_on_root(world, [&] {
-    auto const plan = files(o, cfg, settings, out);
+    auto const plan = files(job, cfg, settings);
     if (auto const clash = plan.clash(); !clash.empty()) return clash;
-    if (o.resume.empty() && std::filesystem::exists(out) && !std::filesystem::is_directory(out))
-      return out + " exists: continue it with --resume " + out + ", or write elsewhere with --out "
-                   "(joule tune never overwrites a log)";
+    if (!job.continue_log && std::filesystem::exists(out) && !std::filesystem::is_directory(out))
+      return job.in_flight ? out + " exists: write the log elsewhere with --tune-log (a run continued with --resume "
+                                   "continues the log its checkpoint names)"
+                           : out + " exists: continue it with --resume " + out + ", or write elsewhere with --out "
+                                   "(joule tune never overwrites a log)";
     return plan.probe();
   });
   if (!problem.empty()) return refuse(world, problem);
-  if (root && o.resume.empty())
+  if (root && !job.continue_log)
     if (auto const parent = std::filesystem::path(out).parent_path(); !parent.empty())
       std::filesystem::create_directories(parent);
-  if (o.make_data && root) make_data_if_missing(cfg);
+  if (job.make_data && root) make_data_if_missing(cfg);
   if (world) world->barrier();
   if (!std::filesystem::exists(cfg.data.path))
     throw DatasetError(cfg.data.path + ": no such dataset (pass --make-data to generate the synthetic shapes data there)");
 
   energy::Sampler sampler(energy::discover_sources(energy::SourceOptions::from_environment()));
-  auto const regions = make_region_recorder(sampler, energy::edge_mode_from_string(o.energy_regions));
+  auto const regions = make_region_recorder(sampler, energy::edge_mode_from_string(job.energy_regions));
   energy::Monitor monitor(sampler);
   sampler.start();
 
@@ -173,6 +185,7 @@ int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& 
   header.energy_kind = runner.energy_measured() ? "measured" : "model";
   header.energy_regions = energy::edges_description(*regions);
   header.objective = settings.objective.name();
+  header.tuning = job.in_flight ? "in_flight" : "offline";
   header.config_json = cfg.json;
   header.world_size = procs.size();
   header.device_memory_budget_bytes = runner.budget_bytes();
@@ -182,7 +195,7 @@ int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& 
   header.strategy = scheduler::to_string(session.strategy());
   std::vector<scheduler::TrialRecord> finished;
   std::optional<scheduler::RunLogWriter> writer;
-  if (!o.resume.empty()) {
+  if (job.continue_log) {
     if (root) writer = scheduler::RunLogWriter::resume(out, header, &finished);
     else finished = scheduler::read_run_log(out).trials;
   } else if (root) {
@@ -199,25 +212,58 @@ int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& 
   if (procs.size() > 1) say(procs.collectives() + "\n");
   say(fmt::format("tuning {} ({} processes, {}): objective {}, strategy {}, {} candidates of which {} fit {:.0f} MiB ({})\n"
                   "energy: {}{}\nlog: {}{}\n",
-                  o.config_path.empty() ? "the embedded default configuration" : o.config_path, procs.size(),
+                  job.config_path.empty() ? "the embedded default configuration" : job.config_path, procs.size(),
                   procs.backend(), settings.objective.name(), header.strategy, session.space().size(),
                   session.feasible().size(), runner.budget_bytes() / 1048576.0, runner.budget_source(),
                   header.energy_source, runner.energy_measured() ? " (measured)" : " -- a MODEL, not a measurement", out,
                   finished.empty() ? "" : fmt::format(" (resumed: {} finished trials kept)", finished.size())));
 
+  // In flight: the training run itself, from step 1 or from its checkpoint; its checkpoints
+  // name this log, so that --resume continues both.
+  std::unique_ptr<Trainer> live;
+  if (job.in_flight) {
+    live = std::make_unique<Trainer>(cfg, root ? &std::cout : nullptr, procs.data_parallel(), procs.sequence_shards());
+    if (!job.resume_checkpoint.empty()) live->resume(job.resume_checkpoint);
+    live->set_checkpoint_note("tune_log", out);
+  }
+  auto interrupted = [&](char const* during) {
+    if (!live) {
+      say(fmt::format("\ninterrupted: {} trials are in {}; continue with joule tune --resume {}\n",
+                      session.finished_trials(), out, out));
+    } else if (cfg.train.checkpoint.empty()) {
+      say(fmt::format("\ninterrupted {} at step {}: {} trials are in {}; without train.checkpoint the training "
+                      "state is not kept\n", during, live->step(), session.finished_trials(), out));
+    } else {  // between steps on every rank: the state is whole, so it is kept
+      live->save_checkpoint_once(cfg.train.checkpoint);
+      say(fmt::format("\ninterrupted {} at step {}: {} trials are in {}, the training state in {}; continue with "
+                      "joule train --tune --resume {}\n", during, live->step(), session.finished_trials(), out,
+                      cfg.train.checkpoint, cfg.train.checkpoint));
+    }
+    return 130;
+  };
+
   session.record_infeasible();
   try {
-    session.search();
+    session.search(live.get());
   } catch (scheduler::Interrupted const&) {
-    say(fmt::format("\ninterrupted: {} trials are in {}; continue with joule tune --resume {}\n", session.finished_trials(),
-                    out, out));
-    return 130;
+    return interrupted("during the search");
   }
   auto const& best = session.chosen();
-  say(fmt::format("\nsearch: {} trials measured in {:.1f} s; chosen: trial {} ({})\n", session.result().trials.size(),
-                  session.search_seconds(), best.index, best.knobs.describe()));
+  if (live)
+    say(fmt::format("\nsearch: {} trials measured on {} training steps in {:.1f} s; chosen: trial {} ({}); the run "
+                    "goes on with it to step {}\n", session.result().trials.size(), session.search_steps(),
+                    session.search_seconds(), best.index, best.knobs.describe(), cfg.train.steps));
+  else
+    say(fmt::format("\nsearch: {} trials measured in {:.1f} s; chosen: trial {} ({})\n", session.result().trials.size(),
+                    session.search_seconds(), best.index, best.knobs.describe()));
 
-  if (settings.train_after) {
+  if (live) {
+    try {
+      session.train(live.get(), nullptr);
+    } catch (scheduler::Interrupted const&) {
+      return interrupted("after the search");
+    }
+  } else if (settings.train_after) {
     say(fmt::format("training {} steps with the chosen configuration\n", cfg.train.steps));
     try {
       session.train(nullptr, root ? &std::cout : nullptr);
@@ -239,7 +285,6 @@ int tune_on(Processes& procs, Config const& cfg, scheduler::TuneSettings const& 
   return 0;
 }
 
-}  // namespace
 
 std::function<int()> add_tune_command(CLI::App& app) {
   auto o = std::make_shared<TuneOptions>();

@@ -1,11 +1,14 @@
 #include "scheduler/report.hpp"
 
+#include "scheduler/statistics.hpp"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
 #include <cmath>
+#include <set>
 #include <vector>
 
 namespace joule::scheduler {
@@ -185,14 +188,56 @@ void chosen_section(std::string& out, RunLogContents const& log) {
   out += fmt::format("  against the fastest: {}, time lost {}\n", energy, lost_pct);
 }
 
+// In flight: where the run switched, how many of its steps were the search's, and what the search
+// cost, estimated from the run's own steps: the search's steps against as many steps with the
+// choice (their median), plus the switches.
+void in_flight_section(std::string& out, RunLogContents const& log) {
+  auto const& t = *log.train;
+  std::size_t const search = std::min<std::size_t>(std::max(t.search_steps, 0), t.steps.size());
+  if (search == 0) return;
+  int measured = 0;
+  std::set<int> configs;
+  std::vector<std::string> switches;
+  for (std::size_t i = 0; i < t.steps.size(); ++i) {
+    measured += t.steps[i].measured;
+    if (i < search) configs.insert(t.steps[i].trial);
+    if (i == 0 || t.steps[i].trial != t.steps[i - 1].trial)
+      switches.push_back(fmt::format("{}:{}", t.steps[i].step, t.steps[i].trial));
+  }
+  out += fmt::format("  search: steps {}-{} in {} configurations ({} steps measured; the others warm-up, drift checks "
+                     "or followed by an evaluation or checkpoint), {} switches taking {:.2f} s; steps {}-{} with the "
+                     "choice\n", t.steps.front().step, t.steps[search - 1].step, configs.size(), measured, t.switches,
+                     t.switch_seconds, search < t.steps.size() ? t.steps[search].step : t.steps.back().step,
+                     t.steps.back().step);
+  std::size_t const shown = 24;
+  out += fmt::format("  configuration from step (step:trial): {}{}\n",
+                     fmt::join(switches.begin(), switches.begin() + std::min(shown, switches.size()), " "),
+                     switches.size() > shown ? fmt::format(" ... ({} in all)", switches.size()) : "");
+  std::vector<double> chosen_s;
+  double search_s = 0;
+  for (std::size_t i = 0; i < t.steps.size(); ++i) {
+    if (i < search) search_s += t.steps[i].seconds;
+    else chosen_s.push_back(t.steps[i].seconds);
+  }
+  if (chosen_s.empty()) return;
+  double const per_step = median(chosen_s);
+  double const extra = search_s - double(search) * per_step + t.switch_seconds;
+  out += fmt::format("  tuning overhead, estimated from this run's steps: {:+.1f}% of {} steps with the choice "
+                     "({:+.2f} s: the search's {} steps against the choice's median {:.2f} ms/step, and the switches)\n",
+                     100 * extra / (double(t.steps.size()) * per_step), t.steps.size(), extra, search, 1e3 * per_step);
+}
+
 void train_section(std::string& out, RunLogContents const& log) {
   if (!log.train) return;
   auto const& t = *log.train;
-  out += fmt::format("\nTraining with the chosen configuration ({}): {} steps in {}", t.knobs.describe(),
-                     t.steps.size(), duration(t.seconds));
+  out += t.in_flight ? fmt::format("\nThe training run, tuned in flight (then with {}): {} steps in {}", t.knobs.describe(),
+                                   t.steps.size(), duration(t.seconds))
+                     : fmt::format("\nTraining with the chosen configuration ({}): {} steps in {}", t.knobs.describe(),
+                                   t.steps.size(), duration(t.seconds));
   if (!std::isnan(t.energy_j))
     out += fmt::format(", {:.5g} J{}", t.energy_j, log.header.energy_is_model() ? " (model estimate)" : "");
   out += "\n";
+  if (t.in_flight) in_flight_section(out, log);
   if (!t.steps.empty())
     out += fmt::format("  final loss {:.4f} (step {})\n", t.steps.back().loss, t.steps.back().step);
   if (!t.evals.empty()) {

@@ -227,6 +227,11 @@ TrialRecord read_trial(H5File const& f, std::string const& g, int index) {
   t.predicted_device_bytes = std::size_t(bytes);
   t.step_time_s = read_vector<double>(f, g + "/step_time_s");
   t.step_energy_j = read_vector<double>(f, g + "/step_energy_j");
+  if (f.exists(g + "/measured_on")) {  // logs from before in-flight tuning have none
+    auto const on = read_vector<std::int32_t>(f, g + "/measured_on");
+    require_length(f, g + "/measured_on", on.size(), t.step_time_s.size(), g + "/step_time_s");
+    t.measured_on.assign(on.begin(), on.end());
+  }
   t.regions = read_regions(f, g);
   t.power = read_power(f, g);
   return t;
@@ -271,6 +276,9 @@ RunHeader read_header(H5File const& f) {
   if (h.energy_kind != "measured" && h.energy_kind != "model")
     damaged(f, fmt::format("attribute 'energy_kind' on / is \"{}\", expected measured or model", h.energy_kind));
   if (f.has_attribute("/", "energy_regions")) h.energy_regions = f.attribute_string("/", "energy_regions");
+  if (f.has_attribute("/", "tuning")) h.tuning = f.attribute_string("/", "tuning");
+  if (h.tuning != "offline" && h.tuning != "in_flight")
+    damaged(f, fmt::format("attribute 'tuning' on / is \"{}\", expected offline or in_flight", h.tuning));
   h.objective = f.attribute_string("/", "objective");
   h.strategy = f.attribute_string("/", "strategy");
   h.world_size = read_int(f, "/", "world_size");
@@ -302,6 +310,27 @@ TrainRecord read_train(H5File const& f) {
   require_length(f, g + "/grad_norm", grad_norm.size(), step.size(), g + "/step");
   require_length(f, g + "/seconds", seconds.size(), step.size(), g + "/step");
   for (std::size_t i = 0; i < step.size(); ++i) t.steps.push_back({step[i], loss[i], lr[i], grad_norm[i], seconds[i]});
+  t.in_flight = f.has_attribute(g, "in_flight") && read_int(f, g, "in_flight") == 1;
+  if (f.has_attribute(g, "switches")) {
+    t.search_steps = read_int(f, g, "search_steps");
+    t.switches = read_int(f, g, "switches");
+    t.switch_seconds = f.attribute_double(g, "switch_seconds");
+  }
+  if (f.exists(g + "/step_end_s")) {  // logs from before in-flight tuning have none
+    auto const end = read_vector<double>(f, g + "/step_end_s");
+    require_length(f, g + "/step_end_s", end.size(), step.size(), g + "/step");
+    for (std::size_t i = 0; i < step.size(); ++i) t.steps[i].end_s = end[i];
+  }
+  if (f.exists(g + "/trial")) {  // logs from before in-flight tuning have neither
+    auto const trial = read_vector<std::int32_t>(f, g + "/trial");
+    auto const measured = read_vector<std::int32_t>(f, g + "/measured");
+    require_length(f, g + "/trial", trial.size(), step.size(), g + "/step");
+    require_length(f, g + "/measured", measured.size(), step.size(), g + "/step");
+    for (std::size_t i = 0; i < step.size(); ++i) {
+      t.steps[i].trial = trial[i];
+      t.steps[i].measured = measured[i] != 0;
+    }
+  }
   auto const eval_step = read_vector<std::int32_t>(f, g + "/eval_step");
   auto const eval_loss = read_vector<double>(f, g + "/eval_loss");
   auto const eval_accuracy = read_vector<double>(f, g + "/eval_accuracy");
@@ -383,6 +412,7 @@ void write_header(H5File& f, RunHeader const& h, std::string const& run_id) {
   f.set_attribute("/", "energy_source", h.energy_source);
   f.set_attribute("/", "energy_kind", h.energy_kind);
   f.set_attribute("/", "energy_regions", h.energy_regions);
+  f.set_attribute("/", "tuning", h.tuning);
   f.set_attribute("/", "objective", h.objective);
   f.set_attribute("/", "strategy", h.strategy);
   f.set_attribute("/", "world_size", (long long)h.world_size);
@@ -446,6 +476,9 @@ std::vector<std::string> header_differences(RunHeader const& in_log, RunHeader c
     differences.push_back(config);
   if (in_log.objective != now.objective)
     differences.push_back(fmt::format("the objective is \"{}\" in the log, \"{}\" now", in_log.objective, now.objective));
+  if (in_log.tuning != now.tuning)
+    differences.push_back(fmt::format("the tuning is {} in the log, {} now (joule tune continues offline logs, "
+                                      "joule train --tune in-flight ones)", in_log.tuning, now.tuning));
   if (in_log.world_size != now.world_size)
     differences.push_back(fmt::format("the world size is {} in the log, {} now", in_log.world_size, now.world_size));
   if (in_log.energy_kind != now.energy_kind)
@@ -653,6 +686,9 @@ void RunLogWriter::append_trial(TrialRecord const& t) {
   if (t.index < 0) fail(path_, fmt::format("cannot append a trial with index {}", t.index));
   std::string const group = trial_group(t.index);
   check_power(path_, group, t.power);
+  if (t.measured_on.size() != t.step_time_s.size())
+    fail(path_, fmt::format("{}: {} measured steps but {} step numbers (measured_on)", group, t.step_time_s.size(),
+                            t.measured_on.size()));
   commit("write " + group, Start::from_log, [&](H5File& f) {
     if (f.exists(group) && is_complete(f, group))
       fail(path_, fmt::format("trial {} is already in the log ({})", t.index, group));
@@ -671,6 +707,8 @@ void RunLogWriter::append_trial(TrialRecord const& t) {
       f.set_attribute(g, "predicted_device_bytes", (long long)t.predicted_device_bytes);
       write_doubles(f, g + "/step_time_s", t.step_time_s);
       write_doubles(f, g + "/step_energy_j", t.step_energy_j);
+      std::vector<std::int32_t> const on(t.measured_on.begin(), t.measured_on.end());
+      f.write(g + "/measured_on", on.data(), {on.size()});
       write_regions(f, g, t.regions);
       write_power(f, g, t.power);
     });
@@ -711,10 +749,13 @@ void RunLogWriter::write_pareto(std::vector<TrialRecord> const& front) {
 void RunLogWriter::write_train(TrainRecord const& t) {
   require_open("write /train");
   check_power(path_, "/train", t.power);
-  std::vector<std::int32_t> step, eval_step, eval_samples;
-  std::vector<double> loss, lr, grad_norm, seconds, eval_loss, eval_accuracy;
+  std::vector<std::int32_t> step, trial, measured, eval_step, eval_samples;
+  std::vector<double> loss, lr, grad_norm, seconds, end_s, eval_loss, eval_accuracy;
   for (auto const& s : t.steps) {
     step.push_back(s.step);
+    end_s.push_back(s.end_s);
+    trial.push_back(s.trial);
+    measured.push_back(s.measured ? 1 : 0);
     loss.push_back(s.loss);
     lr.push_back(s.lr);
     grad_norm.push_back(s.grad_norm);
@@ -731,11 +772,18 @@ void RunLogWriter::write_train(TrainRecord const& t) {
       write_knobs(f, g, t.knobs);
       f.set_attribute(g, "total_seconds", t.seconds);
       f.set_attribute(g, "total_energy_j", t.energy_j);
+      f.set_attribute(g, "in_flight", (long long)(t.in_flight ? 1 : 0));
+      f.set_attribute(g, "search_steps", (long long)t.search_steps);
+      f.set_attribute(g, "switches", (long long)t.switches);
+      f.set_attribute(g, "switch_seconds", t.switch_seconds);
       f.write(g + "/step", step.data(), {step.size()});
+      f.write(g + "/trial", trial.data(), {trial.size()});
+      f.write(g + "/measured", measured.data(), {measured.size()});
       write_doubles(f, g + "/loss", loss);
       write_doubles(f, g + "/lr", lr);
       write_doubles(f, g + "/grad_norm", grad_norm);
       write_doubles(f, g + "/seconds", seconds);
+      write_doubles(f, g + "/step_end_s", end_s);
       f.write(g + "/eval_step", eval_step.data(), {eval_step.size()});
       write_doubles(f, g + "/eval_loss", eval_loss);
       write_doubles(f, g + "/eval_accuracy", eval_accuracy);

@@ -39,6 +39,9 @@ struct RunHeader {
   std::string energy_kind;    // "measured" or "model"
   std::string energy_regions;  // how region edges were taken (energy::edges_description); "" in older logs
   std::string objective, strategy;
+  // "offline" (joule tune: separate trials, then a training run) or "in_flight" (joule train
+  // --tune: the trials are steps of the training run); older logs: offline.
+  std::string tuning = "offline";
   std::string config_json;  // the full configuration as JSON text
   std::string created;      // ISO 8601 UTC; filled in by RunLogWriter::create when empty
   int world_size = 1;

@@ -49,24 +49,36 @@ struct TrialRecord {
   double drift = kNaN;          // reference config's time per step now / at the start of the search
   std::size_t predicted_device_bytes = 0;  // the memory model's prediction
   std::vector<double> step_time_s, step_energy_j;  // every measured step
+  // The training step each measurement was taken on ([measured_steps]): in flight the run's own
+  // steps, offline the steps of the trial's own trainer. Empty in logs written before in-flight tuning (issue 16).
+  std::vector<int> measured_on;
   std::vector<RegionMeasure> regions;
   PowerTrace power;
 
   bool ok() const { return status == TrialStatus::ok; }
 };
 
-// The training run with the chosen configuration.
+// The training run: offline, the run with the chosen configuration; in flight, the whole run,
+// its search included, each step with the trial whose configuration it ran in.
 struct TrainRecord {
   struct Step {
     int step = 0;
     double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+    int trial = -1;         // /trials index of the configuration this step ran in (-1: unknown)
+    bool measured = false;  // one of that trial's measurements (warm-up, drift checks and steps
+                            // followed by an evaluation or checkpoint are not)
+    double end_s = kNaN;    // when the step ended, on the power trace's clock (seconds from its start)
   };
   struct Eval {
     int step = 0;
     double loss = 0, accuracy = 0;
     int samples = 0;
   };
-  Knobs knobs;
+  Knobs knobs;              // the chosen configuration
+  bool in_flight = false;   // the search ran on this run's own steps
+  int search_steps = 0;     // in flight: the first steps of `steps`, taken by the search
+  int switches = 0;         // in flight: configuration changes between steps
+  double switch_seconds = 0;  // the time they took (Trainer::reconfigure, power limits)
   std::vector<Step> steps;
   std::vector<Eval> evals;
   std::vector<RegionMeasure> regions;

@@ -7,13 +7,11 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <new>
 #include <ostream>
-
 
 namespace joule::scheduler {
 
@@ -48,6 +46,14 @@ TrialRunner::TrialRunner(Config const& base, TuneSettings const& settings, energ
     auto const available = available_memory();
     budget_bytes_ = available.device_bytes;
     budget_source_ = available.device_source;
+  }
+}
+
+TrialRunner::~TrialRunner() {
+  if (!live_.started) return;
+  try {
+    monitor_.close("in-flight run");
+  } catch (...) {  // nothing to report from a destructor; the window is dropped either way
   }
 }
 
@@ -179,28 +185,43 @@ std::unique_ptr<Trainer> TrialRunner::make_trainer(Knobs const& k, int steps, st
   return trainer;
 }
 
-TrialRunner::Steps TrialRunner::run_steps(Trainer& trainer, int n) {
+TrialRunner::Steps TrialRunner::run_steps(Trainer& trainer, int n, bool live, bool measured) {
   // Each step is a window on the energy clock; the energy is integrated from the power trace
   // after the round, so that no step waits for a sensor.
   struct StepWindows : TrainObserver {
     TrialRunner& runner;
+    bool live, measured;
     std::vector<energy::Window> windows;
-    explicit StepWindows(TrialRunner& r) : runner(r) {}
+    std::vector<int> steps;
+    StepWindows(TrialRunner& r, bool l, bool m) : runner(r), live(l), measured(m) {}
     void before_step(Trainer&, int) override {
       runner.check_stop();
       runner.monitor_.begin("trial step");
     }
-    void on_step(Trainer&, StepRecord const&) override { windows.push_back(runner.monitor_.close("trial step")); }
-  } observer(*this);
-  trainer.run(n, &observer);
+    void on_step(Trainer& t, StepRecord const& s) override {
+      auto const window = runner.monitor_.close("trial step");
+      bool const counts = !t.pauses_after(s.step);
+      if (counts) {
+        windows.push_back(window);
+        steps.push_back(s.step);
+      }
+      if (live) runner.record_live_step(s, counts && measured);
+    }
+    void on_eval(Trainer&, int step, EvalResult const& e) override {
+      if (live) runner.record_live_eval(step, e);
+    }
+  } observer(*this, live, measured);
+  while (int(observer.windows.size()) < n && trainer.step() < trainer.config().train.steps) trainer.run(1, &observer);
   Steps s;
+  s.steps = observer.steps;
   for (auto const& w : observer.windows) {
     auto const m = monitor_.measure(w);
     s.seconds.push_back(m.seconds);
     s.joules.push_back(m.total_j);
   }
-  // The same figures on every rank: rank 0's times, energy summed over the ranks.
-  if (parallel_.sum && n > 0) {
+  // The same figures on every rank: rank 0's times, energy summed over the ranks (every rank
+  // counted the same steps: pauses_after depends on the step alone).
+  if (parallel_.sum && !s.seconds.empty()) {
     parallel_.broadcast_from_root(s.seconds.data(), s.seconds.size());
     parallel_.sum(s.joules.data(), s.joules.size());
   }
@@ -252,7 +273,7 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live) {
       stepping = true;
     }
     Trainer* const trainer = live ? live : own.get();
-    run_steps(*trainer, settings_.warmup_steps);
+    run_steps(*trainer, settings_.warmup_steps, live != nullptr, false);
     auto const ended = [&] {
       if (trainer->step() >= trainer->config().train.steps)
         throw TrainingError("the training run ended before this configuration was measured");
@@ -262,9 +283,10 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live) {
     double const t_measure = monitor_.sampler().now();
     std::vector<double> per_step_objective;
     for (r.repeats = 1;; ++r.repeats) {
-      auto const s = run_steps(*trainer, settings_.measured_steps);
+      auto const s = run_steps(*trainer, settings_.measured_steps, live != nullptr, live_.marking);
       if (int(s.seconds.size()) < settings_.measured_steps) ended();
       r.step_time_s.insert(r.step_time_s.end(), s.seconds.begin(), s.seconds.end());
+      r.measured_on.insert(r.measured_on.end(), s.steps.begin(), s.steps.end());
       r.step_energy_j.insert(r.step_energy_j.end(), s.joules.begin(), s.joules.end());
       for (std::size_t i = 0; i < s.seconds.size(); ++i)
         per_step_objective.push_back(objective_value(settings_.objective, s.joules[i], s.seconds[i], settings_.objective.p_max_w));
@@ -302,45 +324,103 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live) {
 
 double TrialRunner::quick_time_per_step(Knobs const& k) {
   auto const trainer = make_trainer(k, 1 << 30);
-  run_steps(*trainer, settings_.warmup_steps);
-  return median(run_steps(*trainer, settings_.measured_steps).seconds);
+  run_steps(*trainer, settings_.warmup_steps, false, false);
+  return median(run_steps(*trainer, settings_.measured_steps, false, false).seconds);
+}
+
+double TrialRunner::quick_time_per_step_on(Trainer& live, Knobs const& k) {
+  struct Unmarked {
+    bool& marking;
+    explicit Unmarked(bool& m) : marking(m) { marking = false; }
+    ~Unmarked() { marking = true; }
+  } unmarked(live_.marking);
+  return measure_with(k, &live).time_per_step_s;
 }
 
 TrainRecord TrialRunner::train(Knobs const& k, std::ostream* log) { return train_with(k, nullptr, log); }
 
-TrainRecord TrialRunner::train_on(Trainer& live, Knobs const& k) { return train_with(k, &live, nullptr); }
-
-void TrialRunner::switch_in_flight(Trainer& live, Knobs const& k) {
-  if (auto const why = unreachable_in_flight(k); !why.empty()) throw TrainingError(why);
-  apply_power_limit(k);
-  live.reconfigure(config_for(k, 0));
+TrainRecord TrialRunner::train_on(Trainer& live, Knobs const& k, std::function<int(Knobs const&)> const& trial_of) {
+  return train_with(k, &live, nullptr, trial_of);
 }
 
-TrainRecord TrialRunner::train_with(Knobs const& k, Trainer* live, std::ostream* log) {
+void TrialRunner::record_live_step(StepRecord const& s, bool measured) {
+  live_.record.steps.push_back(
+      {s.step, s.loss, s.lr, s.grad_norm, s.seconds, -1, measured, monitor_.sampler().now() - live_.t0});
+  live_.knobs.push_back(live_.now);
+}
+
+void TrialRunner::record_live_eval(int step, EvalResult const& e) {
+  live_.record.evals.push_back({step, e.loss, e.accuracy, e.samples});
+}
+
+void TrialRunner::begin_in_flight(Trainer&) {
+  if (live_.started) return;
+  live_.started = true;
+  for (auto const& knob : knob_table())  // the configuration the run was started with
+    knob.set(live_.now, knob.has_unset || !knob.configured ? knob.unset : knob.configured(base_));
+  live_.record.in_flight = true;
+  live_.regions_before = regions_.stats(/*settle=*/true);
+  live_.t0 = monitor_.sampler().now();
+  monitor_.begin("in-flight run");
+}
+
+void TrialRunner::switch_in_flight(Trainer& live, Knobs const& k) {
+  begin_in_flight(live);
+  if (auto const why = unreachable_in_flight(k); !why.empty()) throw TrainingError(why);
+  if (k == live_.now) return;
+  auto const begin = std::chrono::steady_clock::now();
+  apply_power_limit(k);
+  live.reconfigure(config_for(k, 0));
+  live_.now = k;
+  live_.record.switches += 1;
+  live_.record.switch_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+}
+
+TrainRecord TrialRunner::train_with(Knobs const& k, Trainer* live, std::ostream* log,
+                                    std::function<int(Knobs const&)> const& trial_of) {
+  if (live) {  // the rest of the run, recorded with the steps the search took
+    switch_in_flight(*live, k);
+    struct Rest : TrainObserver {
+      TrialRunner& runner;
+      explicit Rest(TrialRunner& r) : runner(r) {}
+      void before_step(Trainer&, int) override { runner.check_stop(); }
+      void on_step(Trainer&, StepRecord const& s) override { runner.record_live_step(s, false); }
+      void on_eval(Trainer&, int step, EvalResult const& e) override { runner.record_live_eval(step, e); }
+    } rest(*this);
+    live->run(-1, &rest);
+    auto rec = std::move(live_.record);
+    rec.knobs = k;
+    for (std::size_t i = 0; i < rec.steps.size(); ++i) rec.steps[i].trial = trial_of(live_.knobs[i]);
+    auto const m = monitor_.end("in-flight run", /*with_trace=*/true);
+    rec.seconds = m.seconds;
+    rec.energy_j = m.total_j;
+    if (parallel_.sum) parallel_.sum(&rec.energy_j, 1);
+    rec.regions = region_delta(live_.regions_before);
+    rec.power = {m.trace_columns, m.trace_time_s, m.trace_watts};
+    live_ = LiveRun{};
+    return rec;
+  }
   // The trainer prints its own progress; this records every step and evaluation for the log.
   struct Recorder : TrainObserver {
     TrialRunner& runner;
     TrainRecord& rec;
-    Recorder(TrialRunner& r, TrainRecord& t) : runner(r), rec(t) {}
+    double t0;
+    Recorder(TrialRunner& r, TrainRecord& t) : runner(r), rec(t), t0(r.monitor_.sampler().now()) {}
     void before_step(Trainer&, int) override { runner.check_stop(); }
-    void on_step(Trainer&, StepRecord const& s) override { rec.steps.push_back({s.step, s.loss, s.lr, s.grad_norm, s.seconds}); }
+    void on_step(Trainer&, StepRecord const& s) override {
+      rec.steps.push_back({s.step, s.loss, s.lr, s.grad_norm, s.seconds, -1, false, runner.monitor_.sampler().now() - t0});
+    }
     void on_eval(Trainer&, int step, EvalResult const& e) override {
       rec.evals.push_back({step, e.loss, e.accuracy, e.samples});
     }
   };
   TrainRecord rec;
   rec.knobs = k;
-  std::unique_ptr<Trainer> own;
-  if (live) {
-    switch_in_flight(*live, k);
-  } else {
-    own = make_trainer(k, 0, log);
-  }
-  Trainer& trainer = live ? *live : *own;
+  auto const trainer = make_trainer(k, 0, log);
   auto const before = regions_.stats(/*settle=*/true);
-  monitor_.begin("train");
   Recorder recorder(*this, rec);
-  rec.seconds = trainer.run(-1, &recorder).seconds;
+  monitor_.begin("train");
+  rec.seconds = trainer->run(-1, &recorder).seconds;
   auto const m = monitor_.end("train", /*with_trace=*/true);
   double joules = m.total_j;
   if (parallel_.sum) parallel_.sum(&joules, 1);

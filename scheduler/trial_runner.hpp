@@ -66,6 +66,9 @@ class TrialRunner {
  public:
   TrialRunner(Config const& base, TuneSettings const& settings, energy::Monitor& monitor,
               energy::RegionRecorder& regions, Parallelism parallel, std::function<bool()> stop_requested);
+  ~TrialRunner();  // closes the in-flight run's energy window if the run stopped before train_on
+  TrialRunner(TrialRunner const&) = delete;
+  TrialRunner& operator=(TrialRunner const&) = delete;
 
   // Every combination of the knobs' values, offload ratio varying fastest.
   std::vector<Knobs> space() const;
@@ -88,12 +91,21 @@ class TrialRunner {
   // "" when a running trainer can switch to k; else why not (k changes a field only a new
   // trainer can: sequence shards, micro-batch).
   std::string unreachable_in_flight(Knobs const& k) const;
-  // Time per step of k, one round of measured steps (drift checks of the reference config).
+  // Time per step of k, one round of measured steps (drift checks of the reference config): on a
+  // trainer of its own, or in flight on the running one (those steps are not marked measured:
+  // no trial holds them).
   double quick_time_per_step(Knobs const& k);
+  double quick_time_per_step_on(Trainer& live, Knobs const& k);
   // Trains base.train.steps with k; the trainer's progress lines go to `log`.
   TrainRecord train(Knobs const& k, std::ostream* log);
   // In flight: the running trainer switches to k and trains to the end of its run (its own log).
-  TrainRecord train_on(Trainer& live, Knobs const& k);
+  // The record holds the whole run since begin_in_flight: every step with the trial whose
+  // configuration it ran in (trial_of: the caller numbers the trials) and whether it was a
+  // measurement, every evaluation, the energy and power of the whole run.
+  TrainRecord train_on(Trainer& live, Knobs const& k, std::function<int(Knobs const&)> const& trial_of);
+  // In flight: starts recording the running trainer's steps, energy and regions (measure_on and
+  // train_on call it if nobody did).
+  void begin_in_flight(Trainer& live);
 
   // GPU power limits (the power_limit_w knob): `apply(watts)` sets them, apply(0) restores the
   // original; [min_w, max_w] is what the GPUs allow (outside: infeasible). Without this, a
@@ -106,11 +118,19 @@ class TrialRunner {
  private:
   struct Steps {
     std::vector<double> seconds, joules;
+    std::vector<int> steps;  // the training step of each
   };
-  Steps run_steps(Trainer& trainer, int n);
+  // n steps that count, each an energy window: a step followed by an evaluation or a checkpoint
+  // does not count (its window would hold none of them, but the caches and the clocks do) and
+  // one more is run; fewer when the run ends. live: the running trainer, whose steps are recorded
+  // (`measured`: these are a trial's measurements, not its warm-up).
+  Steps run_steps(Trainer& trainer, int n, bool live, bool measured);
   TrialRecord measure_with(Knobs const& k, Trainer* live);  // live: nullptr for a trainer of its own
-  TrainRecord train_with(Knobs const& k, Trainer* live, std::ostream* log);
+  TrainRecord train_with(Knobs const& k, Trainer* live, std::ostream* log,
+                         std::function<int(Knobs const&)> const& trial_of = {});
   void switch_in_flight(Trainer& live, Knobs const& k);  // its power limit, then reconfigure
+  void record_live_step(StepRecord const& s, bool measured);
+  void record_live_eval(int step, EvalResult const& e);
   // A trainer for k (its power limit applied first), on the processes laid out for its shards.
   std::unique_ptr<Trainer> make_trainer(Knobs const& k, int steps, std::ostream* log = nullptr);
   void check_stop() const;
@@ -128,6 +148,16 @@ class TrialRunner {
   void apply_power_limit(Knobs const& k);
   double budget_bytes_ = 0;
   std::string budget_source_;
+  // In flight: the running trainer's record since begin_in_flight.
+  struct LiveRun {
+    bool started = false;
+    Knobs now;  // the configuration it runs in
+    bool marking = true;  // its measured steps are a trial's (not a drift check's)
+    TrainRecord record;
+    std::vector<Knobs> knobs;  // per recorded step
+    std::map<std::string, energy::RegionStats> regions_before;
+    double t0 = 0;  // its start on the sampler's clock
+  } live_;
 };
 
 }  // namespace joule::scheduler

@@ -77,7 +77,7 @@ TrialRecord TuneSession::evaluate(Knobs const& k, Trainer* live) {
   // Every reference_every trials the start configuration is timed again: the machine's drift.
   if (reference_ && reference_->ok() && settings_.reference_every > 0 &&
       measured_since_reference_ >= settings_.reference_every) {
-    double const now = live ? runner_.measure_on(*live, start_).time_per_step_s : runner_.quick_time_per_step(start_);
+    double const now = live ? runner_.quick_time_per_step_on(*live, start_) : runner_.quick_time_per_step(start_);
     drift_ = now / reference_->time_per_step_s;
     measured_since_reference_ = 0;
     if (std::abs(drift_ - 1) > 0.1)
@@ -104,6 +104,7 @@ void TuneSession::search(Trainer* live) {
   if (candidates.empty()) throw std::runtime_error("no feasible candidate can be switched to during the run");
   if (std::find(candidates.begin(), candidates.end(), start_) == candidates.end()) start_ = candidates.front();
   auto const begin = std::chrono::steady_clock::now();
+  if (live) runner_.begin_in_flight(*live);
   int const step_before = live ? live->step() : 0;
   result_ = run_search(strategy_, candidates, start_, settings_.objective,
                        [&](Knobs const& k) { return evaluate(k, live); });
@@ -125,7 +126,18 @@ TrialRecord const& TuneSession::chosen() const {
 }
 
 TrainRecord TuneSession::train(Trainer* live, std::ostream* log) {
-  auto const rec = live ? runner_.train_on(*live, chosen().knobs) : runner_.train(chosen().knobs, log);
+  int const chosen_index = chosen().index;
+  TrainRecord rec;
+  if (live) {
+    rec = runner_.train_on(*live, chosen().knobs, [&](Knobs const& k) {
+      auto const* r = finished(k);
+      return r ? r->index : -1;
+    });
+    rec.search_steps = search_steps_;
+  } else {
+    rec = runner_.train(chosen().knobs, log);
+    for (auto& s : rec.steps) s.trial = chosen_index;
+  }
   if (writer_) writer_->write_train(rec);
   return rec;
 }

@@ -157,6 +157,7 @@ TrialRecord make_ok_trial(Rng& rng, int index, std::size_t steps, std::size_t sa
   t.predicted_device_bytes = (std::size_t(1) << 40) + std::size_t(index);
   t.step_time_s = random_values(rng, steps);
   t.step_energy_j = random_values(rng, steps);
+  for (std::size_t i = 0; i < steps; ++i) t.measured_on.push_back(int(100 * index + 3 * i + 1));
   t.regions = random_regions(rng, {"step", "forward", "joule::block_forward", "optimizer_host", "Kokkos::gemm ü"});
   t.power = random_power(rng, {"gpu", "package", "model (estimate)"}, samples);
   return t;
@@ -182,6 +183,7 @@ TrialRecord make_failed_trial(Rng& rng, int index) {
   t.repeats = 1;
   t.warmup_steps = 2;
   t.step_time_s = random_values(rng, 1);  // one step ran before the failure
+  t.measured_on = {7};
   t.step_energy_j = {};
   t.power = random_power(rng, {"gpu"}, 0);
   return t;
@@ -192,8 +194,12 @@ TrainRecord make_train(Rng& rng) {
   t.knobs = Knobs{0.25, 1, 1, 4, 2, 300};
   for (int s = 0; s < 11; ++s) {
     auto const v = random_values(rng, 4);
-    t.steps.push_back({s, v[0], v[1], v[2], std::abs(v[0])});
+    t.steps.push_back({s, v[0], v[1], v[2], std::abs(v[0]), s < 6 ? s / 2 : 4, s % 3 == 1, 0.25 * s + v[3]});
   }
+  t.in_flight = true;
+  t.search_steps = 6;
+  t.switches = 3;
+  t.switch_seconds = 0.0625;
   t.evals.push_back({5, 2.5, 0.125, 17});
   t.evals.push_back({10, 2.25, 0.375, 17});
   t.regions = random_regions(rng, {"step", "evaluate"});
@@ -245,6 +251,7 @@ void check_same(TrialRecord const& a, TrialRecord const& b) {
   CHECK(a.predicted_device_bytes == b.predicted_device_bytes);
   CHECK(same(a.step_time_s, b.step_time_s));
   CHECK(same(a.step_energy_j, b.step_energy_j));
+  CHECK(a.measured_on == b.measured_on);
   check_same(a.regions, b.regions);
   check_same(a.power, b.power);
 }
@@ -258,7 +265,14 @@ void check_same(TrainRecord const& a, TrainRecord const& b) {
     CHECK(same(a.steps[i].lr, b.steps[i].lr));
     CHECK(same(a.steps[i].grad_norm, b.steps[i].grad_norm));
     CHECK(same(a.steps[i].seconds, b.steps[i].seconds));
+    CHECK(a.steps[i].trial == b.steps[i].trial);
+    CHECK(a.steps[i].measured == b.steps[i].measured);
+    CHECK(same(a.steps[i].end_s, b.steps[i].end_s));
   }
+  CHECK(a.in_flight == b.in_flight);
+  CHECK(a.search_steps == b.search_steps);
+  CHECK(a.switches == b.switches);
+  CHECK(same(a.switch_seconds, b.switch_seconds));
   REQUIRE(a.evals.size() == b.evals.size());
   for (std::size_t i = 0; i < a.evals.size(); ++i) {
     CHECK(a.evals[i].step == b.evals[i].step);
@@ -398,6 +412,9 @@ TEST_CASE("run log: every field survives a round trip", "[run_log]") {
     TrialRecord no_index = make_ok_trial(rng, 5, 3, 4);
     no_index.index = -1;
     REQUIRE_THROWS_AS(writer.append_trial(no_index), RunLogError);
+    TrialRecord unnumbered = make_ok_trial(rng, 5, 3, 4);
+    unnumbered.measured_on.pop_back();
+    REQUIRE_THROWS_WITH(writer.append_trial(unnumbered), Contains("3 measured steps but 2 step numbers"));
     REQUIRE_THROWS_WITH(writer.append_trial(trials[2]), Contains("trial 2 is already in the log"));
     auto const again = read_run_log(file.path());
     CHECK(again.trials.size() == trials.size());

@@ -188,11 +188,26 @@ TEST_CASE("in-flight tuning: the search runs on the run's own steps and ends wit
   REQUIRE(std::isfinite(session.result().trials[6].drift));
   auto const train = session.train(&live, nullptr);
   REQUIRE(live.step() == 40);
-  REQUIRE(train.steps.size() == 1);
-  REQUIRE(train.steps.front().step == 40);
+  // The record is the whole run, the search's steps first, each with the trial it ran in.
+  REQUIRE(train.in_flight);
+  REQUIRE(train.search_steps == 39);
+  REQUIRE(train.steps.size() == 40);
   REQUIRE(train.knobs == session.chosen().knobs);
-  // Every knob here is neutral: the same losses and parameters as a run that never switched.
-  REQUIRE(train.steps[0].loss == untuned_summary.steps[39].loss);
+  REQUIRE(train.steps.back().trial == session.chosen().index);
+  int measured = 0;
+  for (std::size_t i = 0; i < train.steps.size(); ++i) {
+    auto const& s = train.steps[i];
+    REQUIRE(s.step == int(i) + 1);
+    // Every knob here is neutral: the same losses as a run that never switched.
+    REQUIRE(s.loss == untuned_summary.steps[i].loss);
+    REQUIRE(s.trial >= 0);
+    measured += s.measured;
+  }
+  REQUIRE(measured == 12 * 2);
+  for (auto const& t : session.result().trials) {  // each trial's measurements are measured steps (see the log below)
+    REQUIRE(t.measured_on.size() == 2);
+    for (int step : t.measured_on) REQUIRE(train.steps[std::size_t(step - 1)].measured);
+  }
   auto const b = parameters_of(live);
   REQUIRE(a.size() == b.size());
   REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
@@ -207,7 +222,17 @@ TEST_CASE("in-flight tuning: the search runs on the run's own steps and ends wit
   REQUIRE(unreachable == 12);
   REQUIRE(log.best == session.chosen().index);
   REQUIRE(log.train);
-  REQUIRE(log.train->steps.size() == 1);
+  REQUIRE(log.train->steps.size() == 40);
+  REQUIRE(log.train->search_steps == 39);
+  for (std::size_t i = 0; i < 40; ++i) {
+    REQUIRE(log.train->steps[i].trial == train.steps[i].trial);
+    REQUIRE(log.train->steps[i].measured == train.steps[i].measured);
+    auto const* t = log.trial(train.steps[i].trial);
+    REQUIRE(t);
+    REQUIRE(t->ok());
+    if (train.steps[i].measured)  // measured on this step, by the trial the step is labelled with
+      REQUIRE(std::count(t->measured_on.begin(), t->measured_on.end(), int(i) + 1) == 1);
+  }
 
   // A search longer than the run: the candidates it cannot reach fail with the reason, and the run
   // still ends at its last step with the same bits.
@@ -222,4 +247,86 @@ TEST_CASE("in-flight tuning: the search runs on the run's own steps and ends wit
   REQUIRE_THAT(trials.back().reason, Contains("the training run ended before this configuration was measured"));
   auto const c = parameters_of(short_run);
   REQUIRE(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("in-flight tuning: evaluations and checkpoints are never measured, and a killed search resumes where it "
+          "was, bitwise", "[tune][train][inflight][resume]") {
+  test::TempFile data(".h5"), checkpoint(".h5"), log_path(".h5");
+  auto j = test::tiny_config_json(data.path());
+  j["train"]["steps"] = 70;
+  j["train"]["eval_every"] = 4;
+  j["train"]["eval_samples"] = 4;
+  j["train"]["checkpoint"] = checkpoint.path();
+  j["train"]["checkpoint_every"] = 5;
+  Config const cfg = with_tune(j, {{"offload_ratios", {0, 0.5, 1}}, {"recompute_depths", {0, 1, 2, 3}},
+                                   {"warmup_steps", 1}, {"measured_steps", 2}, {"max_repeats", 1}});
+  write_synthetic(data.path(), SynthOptions::for_model(cfg.model, 40, 3));
+  auto const settings = parse_tune_settings(cfg);
+  Energy e;
+  e.sampler.start();
+  auto untuned_cfg = j;
+  untuned_cfg["train"].erase("checkpoint");
+  Trainer untuned(parse_config(untuned_cfg.dump(), "untuned"), nullptr);
+  untuned.run();
+  auto const a = parameters_of(untuned);
+
+  RunHeader header;
+  header.energy_kind = "model";
+  header.objective = settings.objective.name();
+  header.tuning = "in_flight";
+  header.config_json = cfg.json;
+  // The first run is killed between steps 23 and 24: its last checkpoint is step 20's.
+  int const killed_after = 23;
+  std::vector<TrialRecord> measured_first;
+  {
+    Trainer live(cfg, nullptr);
+    TrialRunner runner(cfg, settings, e.monitor, e.regions, {}, [&] { return live.step() >= killed_after; });
+    auto writer = RunLogWriter::create(log_path.path(), header);
+    TuneSession session(runner, settings, nullptr);
+    session.use_log(&writer, {});
+    session.record_infeasible();
+    REQUIRE_THROWS_AS(session.search(&live), Interrupted);
+    REQUIRE(live.step() == killed_after);
+    measured_first = read_run_log(log_path.path()).trials;
+  }
+  REQUIRE(measured_first.size() >= 4);
+  for (auto const& t : measured_first) {
+    REQUIRE(t.ok());
+    for (int step : t.measured_on) {  // no step followed by an evaluation or a checkpoint
+      INFO("trial " << t.index << " measured on step " << step);
+      REQUIRE(step % 4 != 0);
+      REQUIRE(step % 5 != 0);
+    }
+  }
+  // Resumed: the finished trials come from the log (not measured again), the run from step 20.
+  std::vector<TrialRecord> finished;
+  auto writer = RunLogWriter::resume(log_path.path(), header, &finished);
+  REQUIRE(finished.size() == measured_first.size());
+  Trainer live(cfg, nullptr);
+  live.resume(checkpoint.path());
+  REQUIRE(live.step() == 20);
+  TrialRunner runner(cfg, settings, e.monitor, e.regions, {}, {});
+  TuneSession session(runner, settings, nullptr);
+  session.use_log(&writer, finished);
+  session.record_infeasible();
+  session.search(&live);
+  auto const train = session.train(&live, nullptr);
+  writer.close();
+  REQUIRE(live.step() == 70);
+  REQUIRE(train.steps.front().step == 21);
+  auto const log = read_run_log(log_path.path());
+  REQUIRE(log.trials.size() == 12);  // every candidate once: none measured twice
+  for (std::size_t i = 0; i < measured_first.size(); ++i) {
+    REQUIRE(log.trials[i].knobs == measured_first[i].knobs);
+    REQUIRE(log.trials[i].step_time_s == measured_first[i].step_time_s);
+  }
+  for (auto const& t : log.trials) {
+    REQUIRE(t.ok());
+    for (int step : t.measured_on) REQUIRE((step % 4 != 0 && step % 5 != 0));
+  }
+  // All knobs neutral: the parameters of the run that was never tuned, killed or resumed.
+  auto const b = parameters_of(live);
+  REQUIRE(a.size() == b.size());
+  REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  e.sampler.stop();
 }

@@ -9,6 +9,8 @@ DIR defaults to <stem>-plots/ next to the log. Writes, and prints the path of ea
   power_trace.png  power (W) over time, one line per domain, for the best trial and /train
   regions.png      energy and time per named region, for the best trial and /train
   loss.png         training loss per step of /train, eval losses marked
+A run tuned in flight (`joule train --tune`) gets its configuration changes (dotted, labelled with
+the trial) and the search (shaded) on the loss and the /train power curves.
 
 A plot whose data is missing (no /train group, no power samples...) is skipped with a one-line
 note on stderr; the others are still written. Before anything is written, every PNG path is
@@ -24,7 +26,8 @@ format, energy_kind, energy_source, objective; /trials/NNNN (attributes status, 
 time_per_step_s, energy_per_step_j, objective and the knobs; datasets power_time_s [n],
 power_w [n, domains], power_domains [domains] strings; subgroup regions with datasets name,
 calls, seconds, energy_j); /best (attribute trial); /pareto (dataset trials); /train (datasets
-step, loss, lr, eval_step, eval_loss, eval_accuracy, attributes total_seconds, total_energy_j,
+step, loss, lr, eval_step, eval_loss, eval_accuracy, and in flight trial and step_end_s;
+attributes total_seconds, total_energy_j, in_flight, search_steps;
 regions and power as in a trial). Like joule's reader, groups without the attribute complete = 1
 (being written, or left by a run that died) are ignored.
 """
@@ -380,6 +383,39 @@ def sources(f, best, best_how):
     return out
 
 
+def switch_points(train):
+    """A run tuned in flight (/train in_flight = 1): the steps where its configuration changed, as
+    [(step, time the step began on the power trace's clock, trial index)], and the last step of
+    the search (None when there is no search to show)."""
+    if train is None or number(attr(train, "in_flight"), 0) != 1:
+        return [], None
+    step, trial, end = floats(train, "step"), floats(train, "trial"), floats(train, "step_end_s")
+    if not step.size or trial.size != step.size:
+        return [], None
+    points = []
+    for i in range(step.size):
+        if i == 0 or trial[i] != trial[i - 1]:
+            began = end[i - 1] if 0 < i <= end.size else 0.0
+            points.append((step[i], began, int(trial[i])))
+    search = int(number(attr(train, "search_steps"), 0))
+    return points, (step[search - 1] if 0 < search <= step.size else None)
+
+
+def mark_switches(ax, points, search_end, x_of, first_x):
+    """Dotted lines where the configuration changed, each labelled with its trial; the search shaded."""
+    if search_end is not None:
+        ax.axvspan(first_x, x_of(search_end), color="tab:purple", alpha=0.07, label="search (in flight)")
+    for n, (step, began, trial) in enumerate(points):
+        x = x_of(step) if began is None else began
+        if not math.isfinite(x):
+            continue
+        ax.axvline(x, color="tab:purple", lw=0.7, ls=":", alpha=0.8,
+                   label="configuration change" if n == 0 else None)
+        if len(points) <= 40:
+            ax.text(x, 1.0, f"{trial}", transform=ax.get_xaxis_transform(), fontsize=6,
+                    color="tab:purple", ha="left", va="bottom")
+
+
 def plot_power(f, best, best_how, path, written):
     srcs = sources(f, best, best_how)
     if not srcs:
@@ -401,6 +437,14 @@ def plot_power(f, best, best_how, path, written):
             fin = np.isfinite(col)
             mean = f", mean {np.mean(col[fin]):.1f} W" if fin.any() else ", no finite samples"
             ax.plot(t, col, lw=1.1, marker="." if t.size < 50 else None, label=f"{name}{mean}")
+        if label.startswith("train run"):  # in flight: where the run switched, on its time axis
+            points, search_end = switch_points(group(f, "train"))
+            end = floats(group(f, "train"), "step_end_s")
+            step = floats(group(f, "train"), "step")
+            if points and end.size == step.size:
+                def time_of(s):
+                    return float(end[np.searchsorted(step, s)])
+                mark_switches(ax, points, search_end, time_of, 0.0)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
@@ -468,6 +512,9 @@ def plot_loss(f, path, written):
     fig, ax = plt.subplots(figsize=(8.5, 5))
     ax.plot(step, loss, lw=1.2, marker="." if loss.size < 60 else None, color="tab:blue",
             label="training loss")
+    points, search_end = switch_points(tr)
+    if points:  # in flight: the switch points, each at the first step of its configuration
+        mark_switches(ax, [(p, None, t) for p, _, t in points], search_end, lambda s: s, step[0])
     eval_step, eval_loss = floats(tr, "eval_step"), floats(tr, "eval_loss")
     n = min(eval_step.size, eval_loss.size)
     if n:

@@ -334,6 +334,15 @@ EvalResult Trainer::evaluate() {
   return r;
 }
 
+namespace {
+bool evaluates_after(TrainConfig const& t, int step) { return (t.eval_every > 0 && step % t.eval_every == 0) || step == t.steps; }
+bool checkpoints_after(TrainConfig const& t, int step) {
+  return !t.checkpoint.empty() && ((t.checkpoint_every > 0 && step % t.checkpoint_every == 0) || step == t.steps);
+}
+}  // namespace
+
+bool Trainer::pauses_after(int step) const { return evaluates_after(cfg_.train, step) || checkpoints_after(cfg_.train, step); }
+
 TrainSummary Trainer::run(int max_steps, TrainObserver* observer) {
   auto const& t = cfg_.train;
   int const last = max_steps >= 0 ? std::min(t.steps, step_ + max_steps) : t.steps;
@@ -342,37 +351,39 @@ TrainSummary Trainer::run(int max_steps, TrainObserver* observer) {
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   long long const tokens_per_step = (long long)t.batch * cfg_.model.seq_len();
   int const first = step_;
-  if (log_)
+  if (log_ && !announced_)
     *log_ << fmt::format("training: {} parameters, {} train / {} held-out samples, {} steps of {} "
                          "samples ({} x {}), recompute depth {}, on {}\n",
                          model_->params.count(), train_indices_.size(), eval_indices_.size(), t.steps,
                          t.batch, t.batch / t.micro_batch, t.micro_batch, t.recompute_depth,
                          ExecSpace::name())
           << offload_summary() << "\n";
+  if (!announced_) progress_since_ = {std::chrono::steady_clock::now(), step_};
+  announced_ = true;
   while (step_ < last) {
     if (observer) observer->before_step(*this, step_ + 1);
     StepRecord const r = train_step();
     summary.steps.push_back(r);
     if (observer) observer->on_step(*this, r);
-    if (log_ && (step_ % t.log_every == 0 || step_ == last)) {
-      double const secs = elapsed();
-      double const rate = (step_ - first) / secs;
+    if (log_ && (step_ % t.log_every == 0 || step_ == t.steps)) {
+      // Since the first step this trainer ran (a run driven a few steps at a time, by the
+      // scheduler, reports the same as one driven whole), ETA to the last step.
+      double const secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - progress_since_.first).count();
+      double const rate = (step_ - progress_since_.second) / secs;
       *log_ << fmt::format("step {:>5}/{}  loss {:.4f}  lr {:.2e}  grad-norm {:.3f}  {:.1f}k tok/s  ETA {}\n",
                            step_, t.steps, r.loss, r.lr, r.grad_norm,
-                           tokens_per_step * rate / 1000.0, duration((last - step_) / rate))
+                           tokens_per_step * rate / 1000.0, duration((t.steps - step_) / rate))
             << std::flush;
     }
-    bool const eval_now = (t.eval_every > 0 && step_ % t.eval_every == 0) || step_ == t.steps;
-    if (eval_now) {
+    if (evaluates_after(t, step_)) {
       summary.evals.emplace_back(step_, evaluate());
       if (observer) observer->on_eval(*this, step_, summary.evals.back().second);
       if (log_)
         *log_ << fmt::format("eval at step {}: {}\n", step_, format_eval(summary.evals.back().second))
               << std::flush;
     }
-    bool const save_now = !t.checkpoint.empty() &&
-                          ((t.checkpoint_every > 0 && step_ % t.checkpoint_every == 0) || step_ == t.steps);
-    if (save_now) save_checkpoint_once(t.checkpoint);
+    if (checkpoints_after(t, step_)) save_checkpoint_once(t.checkpoint);
   }
   // At the end of training every update is complete; a partial run (max_steps) may leave host
   // jobs in flight for the next step's forward pass to wait for (wait_all() completes them).
@@ -402,9 +413,27 @@ void Trainer::save_checkpoint(std::string const& path) {
     };
     save("params", model_->params);
     optimizer_->save(f);
+    if (!notes_.empty()) {
+      std::vector<std::string> keys, values;
+      for (auto const& [key, value] : notes_) keys.push_back(key), values.push_back(value);
+      f.create_group("/notes");
+      f.write_strings("/notes/keys", keys);
+      f.write_strings("/notes/values", values);
+    }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw TrainingError("cannot move checkpoint " + tmp + " to " + path);
+}
+
+std::map<std::string, std::string> Trainer::checkpoint_notes(std::string const& path) {
+  io::H5File f(path, io::H5File::Mode::read);
+  std::map<std::string, std::string> notes;
+  if (!f.exists("/notes")) return notes;
+  auto const keys = f.read_strings("/notes/keys"), values = f.read_strings("/notes/values");
+  if (keys.size() != values.size())
+    throw TrainingError(path + ": /notes/keys and /notes/values differ in length (a damaged checkpoint)");
+  for (std::size_t i = 0; i < keys.size(); ++i) notes[keys[i]] = values[i];
+  return notes;
 }
 
 void Trainer::save_checkpoint_once(std::string const& path) {

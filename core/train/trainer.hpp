@@ -7,8 +7,10 @@
 #include "core/ops/adamw.hpp"
 #include "core/train/optimizer.hpp"
 
+#include <chrono>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -72,7 +74,8 @@ class TrainObserver {
   virtual ~TrainObserver() = default;
   // Before optimizer step `step` (1-based): where a run's settings may change.
   virtual void before_step(Trainer& /*trainer*/, int /*step*/) {}
-  // After a step (its loss is on the host), before its evaluation and checkpoint, if any.
+  // After a step (its loss is on the host), before its evaluation and checkpoint, if any
+  // (Trainer::pauses_after says whether one follows).
   virtual void on_step(Trainer& /*trainer*/, StepRecord const& /*record*/) {}
   virtual void on_eval(Trainer& /*trainer*/, int /*step*/, EvalResult const& /*result*/) {}
 };
@@ -92,6 +95,10 @@ class Trainer {
   // Collective over every process of the job: one process writes (replica 0's shard 0), the
   // others wait for it, and a failure is thrown on every process, not on the writer alone.
   void save_checkpoint_once(std::string const& path);
+  // Text the checkpoints of this run carry for whoever drives it (e.g. the tuning log the run
+  // writes to), in /notes/keys and /notes/values; read back with checkpoint_notes().
+  void set_checkpoint_note(std::string const& key, std::string const& value) { notes_[key] = value; }
+  static std::map<std::string, std::string> checkpoint_notes(std::string const& checkpoint_path);
 
   // Between steps (e.g. from TrainObserver::before_step): goes on with `config`, which may differ
   // from the current one only in the settings that leave the arithmetic bitwise unchanged:
@@ -110,6 +117,8 @@ class Trainer {
   EvalResult evaluate();
 
   int step() const { return step_; }
+  // Whether an evaluation or a checkpoint follows optimizer step `step` (1-based).
+  bool pauses_after(int step) const;
   Model& model() { return *model_; }
   Optimizer const& optimizer() const { return *optimizer_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -145,6 +154,9 @@ class Trainer {
   // Per group, the host copy MPI sums when it cannot read device memory (allocated once).
   std::vector<compat::host_mirror_t<Tensor1<float, DeviceMemory>>> staged_;
   int step_ = 0;  // optimizer steps done
+  bool announced_ = false;  // the "training: ..." line is printed once per trainer
+  std::pair<std::chrono::steady_clock::time_point, int> progress_since_;  // (time, step) of the first run()
+  std::map<std::string, std::string> notes_;
 };
 
 // One line per evaluation / summary, shared by `joule train` and tests.

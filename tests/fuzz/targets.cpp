@@ -174,6 +174,7 @@ scheduler::TrialRecord seed_trial(int index, scheduler::TrialStatus status) {
     t.drift = 1.0;
     t.step_time_s = {0.1, 0.11, 0.12};
     t.step_energy_j = {2.0, 2.1, 2.2};
+    t.measured_on = {4, 5, 6};
     t.regions = {{"forward", 3, 0.1, 1.0, false}, {"backward", 3, 0.2, 2.0, true}};
     t.power.domains = {"package", "dram"};
     t.power.time_s = {0.0, 0.05};
