@@ -28,6 +28,7 @@ struct TrainOptions {
   std::string config_path, resume, comm;
   // Overrides of configuration fields: std::nullopt when not given (see run_config.hpp).
   std::optional<std::string> data, checkpoint, seed;  // seed: any 64-bit integer text (integer_json)
+  std::optional<std::string> objective, strategy;     // with --tune
   std::optional<long long> steps, recompute_depth, micro_batch, host_threads, seq_shards, checkpoint_every;
   std::optional<double> offload_ratio;
   bool make_data = false;
@@ -52,6 +53,8 @@ Overrides overrides(TrainOptions const& o) {
   ov.set("--checkpoint", "train.checkpoint", o.checkpoint);
   ov.set("--checkpoint-every", "train.checkpoint_every", o.checkpoint_every);
   if (!o.comm.empty()) ov.add("--comm", "parallel.backend", o.comm);
+  ov.set("--objective", "tune.objective", o.objective);
+  ov.set("--strategy", "tune.strategy", o.strategy);
   return ov;
 }
 
@@ -82,9 +85,13 @@ FilePlan files(TrainOptions const& o, Config const& cfg) {
 }
 
 int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o);
-int tune_in_flight(Processes& procs, Config const& cfg, TrainOptions const& o);
+int tune_in_flight(Processes& procs, Config const& cfg, scheduler::TuneSettings const& settings,
+                   TrainOptions const& o);
 
 int run_train(TrainOptions const& o) {
+  if (!o.tune && (o.objective || o.strategy || !o.tune_log.empty()))
+    throw ConfigError(std::string(o.objective ? "--objective" : o.strategy ? "--strategy" : "--tune-log") +
+                      " applies to a tuned run: add --tune");
   auto const ov = overrides(o);
   Config const cfg = load_config_with(o.config_path, ov);
   ov.attribute([&] {
@@ -93,8 +100,11 @@ int run_train(TrainOptions const& o) {
                         std::to_string(cfg.train.seq_shards) + " processes: start joule with mpirun -np N, N a multiple of " +
                         std::to_string(cfg.train.seq_shards));
   });
+  // A problem with the tune section (or --objective, --strategy) is named before anything starts.
+  scheduler::TuneSettings settings;
+  if (o.tune) settings = ov.attribute([&] { return scheduler::parse_tune_settings(cfg); });
   Processes procs(cfg);
-  return procs.run_or_abort([&] { return o.tune ? tune_in_flight(procs, cfg, o) : train_on(procs, cfg, o); });
+  return procs.run_or_abort([&] { return o.tune ? tune_in_flight(procs, cfg, settings, o) : train_on(procs, cfg, o); });
 }
 
 // The log of a tuned run: --tune-log; else on --resume the one its checkpoint names; else a new
@@ -113,7 +123,8 @@ std::string tune_log_path(TrainOptions const& o) {
   return std::string("runs/tune-") + stamp + ".h5";
 }
 
-int tune_in_flight(Processes& procs, Config const& cfg, TrainOptions const& o) {
+int tune_in_flight(Processes& procs, Config const& cfg, scheduler::TuneSettings const& settings,
+                   TrainOptions const& o) {
   auto* world = procs.world();
   if (!o.energy) return refuse(world, "--tune chooses by measured time and energy: it cannot run with --no-energy");
   if (o.memory_check) {  // the configuration the run starts in; the search keeps to the memory free
@@ -122,7 +133,6 @@ int tune_in_flight(Processes& procs, Config const& cfg, TrainOptions const& o) {
       return refuse(world, problem + " (--no-memory-check trains anyway)");
     if (procs.root()) fmt::print("{}\n", summary);
   }
-  auto const settings = scheduler::parse_tune_settings(cfg);
   std::string const source = config_source(o.config_path);
   TuneJob job;
   job.in_flight = true;
@@ -260,6 +270,10 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_flag("--tune", o->tune,
                 "tune in flight: the scheduler measures the configuration's \"tune\" space on this run's own steps, "
                 "switching between optimizer steps, and the run goes on with the choice (logged to --tune-log)");
+  cmd->add_option("--objective", o->objective,
+                  "with --tune: edp (default), ed2p, weighted[:eta], energy_under_slowdown[:x] (overrides tune.objective)");
+  cmd->add_option("--strategy", o->strategy,
+                  "with --tune: auto (default), exhaustive, coordinate_descent (overrides tune.strategy)");
   cmd->add_option("--tune-log", o->tune_log,
                   "the HDF5 run log of --tune (default: runs/tune-<time>.h5; with --resume, the one the checkpoint "
                   "names, continued)");

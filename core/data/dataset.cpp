@@ -222,6 +222,11 @@ std::vector<std::size_t> BatchSampler::next() {
   return out;
 }
 
+void BatchSampler::set_batch(int batch) {
+  if (batch <= 0) throw DatasetError("BatchSampler: a batch of " + std::to_string(batch) + " samples");
+  batch_ = batch;
+}
+
 void BatchSampler::restore(long long epoch, long long cursor) {
   if (epoch < 0 || cursor < 0 || cursor > (long long)indices_.size())
     throw DatasetError("BatchSampler: cannot restore epoch " + std::to_string(epoch) + ", cursor " +

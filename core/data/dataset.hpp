@@ -78,6 +78,8 @@ class BatchSampler {
   long long epoch() const { return epoch_; }
   long long cursor() const { return cursor_; }
   void restore(long long epoch, long long cursor);
+  // Draws `batch` samples per next() from here on; the order of the samples is unchanged.
+  void set_batch(int batch);
 
  private:
   void shuffle();

@@ -97,7 +97,8 @@ Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_para
 }
 
 std::vector<std::string> const& Trainer::reconfigurable_fields() {
-  static std::vector<std::string> const fields{"train.offload_ratio", "train.recompute_depth", "train.host_threads"};
+  static std::vector<std::string> const fields{"train.offload_ratio", "train.recompute_depth", "train.host_threads",
+                                               "train.micro_batch"};
   return fields;
 }
 
@@ -122,6 +123,10 @@ void Trainer::reconfigure(Config const& config) {
     throw TrainingError(fmt::format("a running trainer can change only {}; the new configuration also changes {}",
                                     fmt::join(reconfigurable_fields(), ", "), differs.empty() ? "other fields" : differs));
   }
+  int const micro_batches = config.train.batch / config.train.micro_batch;
+  if (dp_.size > 1 && micro_batches % dp_.size != 0)
+    throw TrainingError(fmt::format("train.micro_batch {}: {} micro-batches per step cannot be dealt evenly to {} "
+                                    "data-parallel processes", config.train.micro_batch, micro_batches, dp_.size));
   // The state, through host memory: the old model and optimizer are released before the new
   // ones are allocated, so a switch never needs both at once.
   optimizer_->wait_all();
@@ -147,6 +152,7 @@ void Trainer::reconfigure(Config const& config) {
     optimizer_->sync_master_weights();
     optimizer_->set_moments(moments);
     stage_buffers();
+    sampler_.set_batch(settings.train.micro_batch);  // the same samples per step, split anew
   };
   try {
     rebuild(config);

@@ -101,9 +101,10 @@ class Trainer {
   static std::map<std::string, std::string> checkpoint_notes(std::string const& checkpoint_path);
 
   // Between steps (e.g. from TrainObserver::before_step): goes on with `config`, which may differ
-  // from the current one only in the settings that leave the arithmetic bitwise unchanged:
-  // train.offload_ratio, train.recompute_depth, train.host_threads (throws TrainingError naming
-  // any other field that differs). Parameters, AdamW moments, the step and the data order are
+  // from the current one only in train.offload_ratio, train.recompute_depth, train.host_threads
+  // (bitwise the same arithmetic) and train.micro_batch (each step still takes the same samples,
+  // split anew: the same mathematics up to summation order); throws TrainingError naming any
+  // other field that differs. Parameters, AdamW moments, the step and the data order are
   // kept: the state goes through host memory, the model and optimizer are rebuilt for the new
   // settings (one allocation per switch, none per step). If that fails (out of memory), the
   // trainer is rebuilt as it was, with the same state, and the error propagates.
