@@ -72,7 +72,7 @@ test-catch2-v3: deps
 # interceptors) and the slowest end-to-end scripts, which the plain build runs. Leak detection is
 # off: OpenMPI and HDF5 keep allocations until exit by design; use-after-free, overflows and UB
 # stop the test.
-SANITIZE_SKIP ?= mpirun|_np[0-9]|rank_dies|tune_log_lifecycle|tune_power_limits|checkpoint_survives
+SANITIZE_SKIP ?= mpirun|_np[0-9]|rank_dies|tune_log_lifecycle|train_tune_resume|tune_power_limits|checkpoint_survives
 test-sanitize: deps
 	Kokkos_ROOT=$(KOKKOS) cmake --preset sanitize -S . -B $(BUILD)-sanitize -DKokkos_ROOT=$(KOKKOS) $(CMAKE_ARGS)
 	cmake --build $(BUILD)-sanitize -j $(JOBS)

@@ -2,7 +2,7 @@
 # What in-flight tuning costs, and how good its choice is (issue 16). Prints figures; asserts
 # nothing (the machines are shared and noisy: medians and ratios measured side by side).
 #
-#   bash apps/scripts/bench_tune.sh [BUILD] [--pairs N] [--skip-regret]
+#   bash apps/scripts/bench_tune.sh [BUILD] [--pairs N] [--skip-regret]   (N runs of each part, default 3)
 #
 # 1. Overhead on the main job: N pairs, side by side, of
 #      tuned:   joule train --tune            (the embedded default: tuned in flight, 600 steps)
@@ -67,14 +67,17 @@ median=$(printf "%s\n" "${overheads[@]}" | sort -g | awk '{a[NR]=$1} END {print 
 printf "  median overhead: %+.1f%% (goal: <= 5%%)\n" "$median"
 
 [ "$regret" = 1 ] || exit 0
-echo "== 2. regret of the in-flight choice on the 90-configuration space =="
+echo "== 2. regret of the in-flight choice on the 90-configuration space ($pairs runs of each) =="
 space=apps/configs/tiny-tune-space.json
-t0=$(now); "$joule" tune --config "$space" --no-train --out "$work/offline.h5" >"$work/offline.out" 2>&1; t1=$(now)
-"$joule" train --tune --config "$space" --strategy coordinate_descent --tune-log "$work/inflight.h5" >"$work/inflight.out" 2>&1
-t2=$(now)
-printf "  offline exhaustive search %.0f s; in-flight run (600 steps, coordinate descent) %.0f s\n" \
-  "$(calc "$t1 - $t0")" "$(calc "$t2 - $t1")"
-"$py" - "$work/offline.h5" "$work/inflight.h5" <<'PY'
+regrets=()
+for i in $(seq 1 "$pairs"); do
+  t0=$(now); "$joule" tune --config "$space" --no-train --out "$work/offline-$i.h5" >"$work/offline-$i.out" 2>&1; t1=$(now)
+  "$joule" train --tune --config "$space" --strategy coordinate_descent --tune-log "$work/inflight-$i.h5" \
+    >"$work/inflight-$i.out" 2>&1
+  t2=$(now)
+  printf "  run %d: offline exhaustive search %.0f s; in-flight run (600 steps, coordinate descent) %.0f s\n" \
+    "$i" "$(calc "$t1 - $t0")" "$(calc "$t2 - $t1")"
+  r=$("$py" - "$work/offline-$i.h5" "$work/inflight-$i.h5" <<'PY'
 import sys, h5py, numpy as np
 KNOBS = ("offload_ratio", "recompute_depth", "seq_shards", "micro_batch", "host_threads", "power_limit_w")
 def trials(f):
@@ -83,25 +86,28 @@ def trials(f):
         if g.attrs.get("complete", 0) == 1 and g.attrs["status"] == "ok":
             out[tuple(float(g.attrs[k]) for k in KNOBS)] = (int(name), float(g.attrs["objective"]))
     return out
+def text(key):
+    return ", ".join(f"{k} {v:g}" for k, v in zip(KNOBS[:5], key[:5]))
 with h5py.File(sys.argv[1], "r") as off, h5py.File(sys.argv[2], "r") as inf:
     offline = trials(off)
     best_key = min(offline, key=lambda k: offline[k][1])
     chosen = inf["best"].attrs
     key = tuple(float(chosen[k]) for k in KNOBS)
-    if key not in offline:
-        print(f"  the in-flight choice {key} was not measured offline"); sys.exit(0)
     regret = offline[key][1] / offline[best_key][1] - 1
     rank = sorted(v[1] for v in offline.values()).index(offline[key][1]) + 1
     tr = inf["train"]
     trial = tr["trial"][()]
-    best_index = int(chosen["trial"])
-    other = float(np.mean(trial != best_index))
-    search = int(tr.attrs["search_steps"])
-    measured = int(np.sum(tr["measured"][()]))
-    print(f"  offline optimum: trial {offline[best_key][0]} {dict(zip(KNOBS, best_key))}, objective {offline[best_key][1]:.5g}")
-    print(f"  in-flight choice: {dict(zip(KNOBS, key))}, offline objective {offline[key][1]:.5g} "
-          f"(rank {rank} of {len(offline)})")
-    print(f"  regret {100 * regret:+.2f}% (goal: <= 2%); {len([1 for g in inf['trials'].values() if g.attrs['status'] == 'ok'])} "
-          f"configurations measured in flight over {search} search steps ({measured} measured)")
-    print(f"  steps in configurations other than the chosen one: {100 * other:.1f}% of {trial.size}")
+    other = float(np.mean(trial != int(chosen["trial"])))
+    measured_in_flight = sum(1 for g in inf["trials"].values() if g.attrs["status"] == "ok")
+    print(f"    offline optimum: {text(best_key)} (objective {offline[best_key][1]:.5g}); in-flight choice: "
+          f"{text(key)} (offline objective {offline[key][1]:.5g}, rank {rank} of {len(offline)})", file=sys.stderr)
+    print(f"    regret {100 * regret:+.2f}%; {measured_in_flight} configurations measured in flight over "
+          f"{int(tr.attrs['search_steps'])} search steps; {100 * other:.1f}% of the {trial.size} steps in "
+          "configurations other than the chosen one", file=sys.stderr)
+    print(f"{100 * regret:.4f}")
 PY
+)
+  regrets+=("$r")
+done
+median=$(printf "%s\n" "${regrets[@]}" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}')
+printf "  median regret: %+.2f%% (goal: <= 2%%)\n" "$median"
