@@ -81,17 +81,19 @@ int Processes::run_or_abort(std::function<int()> const& body) const {
 
 void Processes::relayout(int seq_shards, Config const& cfg) {
   int const w = world_ ? world_->size() : 1, r = world_ ? world_->rank() : 0;
-  bool const same_groups = sequence_ && layout_.seq_shards == seq_shards;
   layout_ = parallel::make_layout(w, r, seq_shards, cfg.model.heads, cfg.model.seq_len());
-  if (!world_ || same_groups) return;  // tuning trials mostly keep the groups: no new split
+  if (!world_) return;
+  auto& group = sequence_groups_[seq_shards];
+  if (!group) {  // collective: every rank comes here with the same seq_shards (the same search path)
 #if defined(JOULE_HAVE_NCCL)
-  if (comm_.nccl) {
-    if (!sums_) sums_ = parallel::make_nccl_communicator(*world_);
-    sequence_ = parallel::make_nccl_communicator(*world_->split(layout_.dp_rank, layout_.seq_rank));
-    return;
-  }
+    if (comm_.nccl) {
+      if (!sums_) sums_ = parallel::make_nccl_communicator(*world_);
+      group = parallel::make_nccl_communicator(*world_->split(layout_.dp_rank, layout_.seq_rank));
+    }
 #endif
-  sequence_ = world_->split(layout_.dp_rank, layout_.seq_rank);
+    if (!group) group = world_->split(layout_.dp_rank, layout_.seq_rank);
+  }
+  sequence_ = group.get();
 }
 
 MemorySharing Processes::memory_sharing(MemoryAvailable const& mine) const {
@@ -178,7 +180,7 @@ SequenceShards Processes::sequence_shards() const {
   s.rank = layout_.seq_rank;
   s.size = layout_.seq_shards;
   if (!sequence_ || s.size == 1) return s;
-  parallel::Communicator* group = sequence_.get();
+  parallel::Communicator* group = sequence_;
   s.device_pointers = group->device_buffers();
   s.alltoall = [group](float const* send, float* recv, std::size_t n) { group->alltoall(send, recv, n); };
   // Host doubles: the NCCL communicator forwards them to its MPI group.

@@ -12,6 +12,7 @@
 #include "parallel/mpi_communicator.hpp"
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -38,7 +39,8 @@ class Processes {
   // trial may use another: layout_for() makes the matching groups).
   DataParallel data_parallel() const;
   SequenceShards sequence_shards() const;
-  // Re-lays out the same processes for another seq_shards (a tuning trial); throws LayoutError.
+  // Re-lays out the same processes for another seq_shards (a tuning trial, offline or in flight);
+  // collective; each layout's groups are split once and kept. Throws LayoutError.
   void relayout(int seq_shards, Config const& cfg);
 
   // Collective: how many processes of the job (this one included) share this process's device
@@ -64,7 +66,11 @@ class Processes {
   void choose_collectives(Config const& cfg);
   std::unique_ptr<parallel::MpiSession> mpi_;
   parallel::CommChoice comm_;  // chosen once per job, the same on every rank
-  std::unique_ptr<parallel::Communicator> world_, sums_, sequence_;
+  std::unique_ptr<parallel::Communicator> world_, sums_;
+  // The sequence groups of each layout used so far, kept for the job: a running trainer switched
+  // to another layout may go back (a failed switch, the next trial) and still hold their functions.
+  std::map<int, std::unique_ptr<parallel::Communicator>> sequence_groups_;
+  parallel::Communicator* sequence_ = nullptr;  // this layout's
   parallel::ProcessLayout layout_;
 };
 

@@ -1,6 +1,7 @@
 // `joule tune`: search offload ratio, recompute depth and sequence shards (and the optional knobs
-// of the config's "tune" section) for the least energy-delay objective, by measurement; train with
-// the choice; leave every trial in an HDF5 run log (scheduler/run_log.hpp) and print the report.
+// of the config's "tune" section) for the least energy-delay objective, by measurement offline
+// (each candidate on a trainer of its own); train with the choice; leave every trial in an HDF5
+// run log (scheduler/run_log.hpp) and print the report. The job itself is tune_job.cpp's.
 #include "commands.hpp"
 #include "energy_setup.hpp"
 #include "output_paths.hpp"
@@ -8,36 +9,16 @@
 #include "run_config.hpp"
 #include "tune_job.hpp"
 
-#include "energy/monitor.hpp"
-#include "energy/power_limit.hpp"
-#include "energy/report.hpp"
-#include "core/train/trainer.hpp"
-#include "energy/source.hpp"
-#include "parallel/agreement.hpp"
-#include "scheduler/report.hpp"
-#include "scheduler/run_log.hpp"
-#include "scheduler/strategy.hpp"
-#include "scheduler/trial_runner.hpp"
-#include "scheduler/tune_session.hpp"
+#include "scheduler/tune_settings.hpp"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <csignal>
-#include <ctime>
-#include <filesystem>
-#include <iostream>
-#include <map>
+#include <memory>
 #include <optional>
 
 namespace joule::apps {
 
 namespace {
-
-std::atomic<bool> g_stop{false};
-extern "C" void on_sigint(int) { g_stop = true; }
 
 struct TuneOptions {
   std::string config_path, out = "runs.h5", resume, comm, energy_regions = "timeline";
@@ -63,46 +44,6 @@ Overrides overrides(TuneOptions const& o) {
   return ov;
 }
 
-// What the job reads and writes. A continued log is read and written by design (the finished
-// trials are read first; every change is a copy renamed over it).
-FilePlan files(TuneJob const& job, Config const& cfg, scheduler::TuneSettings const& settings) {
-  FilePlan plan;
-  plan.input("--config", job.config_path);
-  if (job.make_data && !std::filesystem::exists(cfg.data.path)) {
-    OutputOptions made;
-    made.creates_folder = true;
-    plan.output(job.data_role + " (written by --make-data)", cfg.data.path, made);
-  } else {
-    plan.input(job.data_role, cfg.data.path);
-  }
-  OutputOptions log;
-  log.through_tmp = true;
-  if (job.continue_log) {
-    plan.input(job.log_role, job.log_path);
-    plan.output(job.log_role, job.log_path, log);
-    plan.allow_same(job.log_role, job.log_role);
-  } else {
-    log.creates_folder = true;  // the job makes the log's folder
-    plan.output(job.log_role, job.log_path, log);
-  }
-  if (settings.train_after || job.in_flight) {  // the training run writes the configuration's checkpoint
-    OutputOptions renamed;
-    renamed.through_tmp = true;
-    plan.output(job.checkpoint_role, cfg.train.checkpoint, renamed);
-  }
-  if (job.in_flight) {  // resuming from the checkpoint the run goes on writing: read whole first
-    plan.input("--resume", job.resume_checkpoint);
-    plan.allow_same(job.checkpoint_role, "--resume");
-  }
-  return plan;
-}
-
-std::string hostname() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
 int run_tune(TuneOptions const& o) {
   auto const ov = overrides(o);
   Config const cfg = load_config_with(o.config_path, ov);
@@ -121,170 +62,6 @@ int run_tune(TuneOptions const& o) {
 }
 
 }  // namespace
-
-int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings const& settings, TuneJob const& job) {
-  std::string const& out = job.log_path;
-  bool const root = procs.root();
-  auto* world = procs.world();
-  // Before any work (rank 0 writes every output): no output overwrites an input, an existing log
-  // is never overwritten, and every output can be written where it is meant to go.
-  auto const problem = check_on_root(world, [&] {
-    auto const plan = files(job, cfg, settings);
-    if (auto const clash = plan.clash(); !clash.empty()) return clash;
-    if (!job.continue_log && std::filesystem::exists(out) && !std::filesystem::is_directory(out))
-      return job.in_flight ? out + " exists: write the log elsewhere with --tune-log (a run continued with --resume "
-                                   "continues the log its checkpoint names)"
-                           : out + " exists: continue it with --resume " + out + ", or write elsewhere with --out "
-                                   "(joule tune never overwrites a log)";
-    return plan.probe();
-  });
-  if (!problem.empty()) return refuse(world, problem);
-  if (root && !job.continue_log)
-    if (auto const parent = std::filesystem::path(out).parent_path(); !parent.empty())
-      std::filesystem::create_directories(parent);
-  if (job.make_data && root) make_data_if_missing(cfg);
-  if (world) world->barrier();
-  if (!std::filesystem::exists(cfg.data.path))
-    throw DatasetError(cfg.data.path + ": no such dataset (pass --make-data to generate the synthetic shapes data there)");
-
-  energy::Sampler sampler(energy::discover_sources(energy::SourceOptions::from_environment()));
-  auto const regions = make_region_recorder(sampler, energy::edge_mode_from_string(job.energy_regions));
-  energy::Monitor monitor(sampler);
-  sampler.start();
-
-  scheduler::Parallelism par;
-  par.world = procs.size();
-  par.rank = procs.rank();
-  if (world) {
-    par.groups = [&](int shards) {
-      procs.relayout(shards, cfg);
-      return std::make_pair(procs.data_parallel(), procs.sequence_shards());
-    };
-    par.sum = [world](double* p, std::size_t n) { world->allreduce_sum(p, n); };
-    par.broadcast_from_root = [world](double* p, std::size_t n) { world->broadcast(p, n * sizeof(double), 0); };
-    par.first_error = [world](std::string const& mine) { return parallel::first_error(*world, mine); };
-  }
-  if (settings.device_memory_budget_mib <= 0) par.device_memory_bytes = procs.device_memory_per_process(&par.device_memory_source);
-  std::signal(SIGINT, on_sigint);
-  scheduler::TrialRunner runner(cfg, settings, monitor, *regions, par, [] { return g_stop.load(); });
-  // GPU power limits only when the configuration asks; restored when `limiter` dies (any exit
-  // but SIGKILL) and explicitly at the end.
-  std::unique_ptr<energy::PowerLimiter> limiter;
-  if (!settings.power_limits_w.empty()) {
-    limiter = energy::PowerLimiter::open(energy::SourceOptions::from_environment());
-    runner.set_power_control([&limiter](double w) { limiter->set(w); }, limiter->min_watts(), limiter->max_watts());
-  }
-
-  scheduler::RunHeader header;
-  header.joule_version = JOULE_VERSION;
-  header.git_commit = JOULE_GIT_COMMIT;
-  header.kokkos_version = fmt::format("{}.{}.{}", KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100);
-  header.execution_space = ExecSpace::name();
-  header.host = hostname();
-  header.energy_source = runner.energy_description();
-  header.energy_kind = runner.energy_measured() ? "measured" : "model";
-  header.energy_regions = energy::edges_description(*regions);
-  header.objective = settings.objective.name();
-  header.tuning = job.in_flight ? "in_flight" : "offline";
-  header.config_json = cfg.json;
-  header.world_size = procs.size();
-  header.device_memory_budget_bytes = runner.budget_bytes();
-
-  // The log: only rank 0 writes; on --resume every rank reads the finished trials (same search path).
-  scheduler::TuneSession session(runner, settings, root ? &std::cout : nullptr);
-  header.strategy = scheduler::to_string(session.strategy());
-  std::vector<scheduler::TrialRecord> finished;
-  std::optional<scheduler::RunLogWriter> writer;
-  if (job.continue_log) {
-    if (root) writer = scheduler::RunLogWriter::resume(out, header, &finished);
-    else finished = scheduler::read_run_log(out).trials;
-  } else if (root) {
-    writer = scheduler::RunLogWriter::create(out, header);
-  }
-  session.use_log(writer ? &*writer : nullptr, finished);
-  auto say = [&](std::string const& s) {
-    if (root) std::cout << s << std::flush;
-  };
-  if (limiter)
-    say(fmt::format("GPU power limits to try: {} W (this process's {} GPU(s) allow [{:.0f}, {:.0f}] W, now {:.0f} W; "
-                    "restored at exit)\n", fmt::join(settings.power_limits_w, ", "), limiter->gpus(),
-                    limiter->min_watts(), limiter->max_watts(), limiter->original_watts()));
-  if (procs.size() > 1) say(procs.collectives() + "\n");
-  say(fmt::format("tuning {} ({} processes, {}): objective {}, strategy {}, {} candidates of which {} fit {:.0f} MiB ({})\n"
-                  "energy: {}{}\nlog: {}{}\n",
-                  job.config_path.empty() ? "the embedded default configuration" : job.config_path, procs.size(),
-                  procs.backend(), settings.objective.name(), header.strategy, session.space().size(),
-                  session.feasible().size(), runner.budget_bytes() / 1048576.0, runner.budget_source(),
-                  header.energy_source, runner.energy_measured() ? " (measured)" : " -- a MODEL, not a measurement", out,
-                  finished.empty() ? "" : fmt::format(" (resumed: {} finished trials kept)", finished.size())));
-
-  // In flight: the training run itself, from step 1 or from its checkpoint; its checkpoints
-  // name this log, so that --resume continues both.
-  std::unique_ptr<Trainer> live;
-  if (job.in_flight) {
-    live = std::make_unique<Trainer>(cfg, root ? &std::cout : nullptr, procs.data_parallel(), procs.sequence_shards());
-    if (!job.resume_checkpoint.empty()) live->resume(job.resume_checkpoint);
-    live->set_checkpoint_note("tune_log", out);
-  }
-  auto interrupted = [&](char const* during) {
-    if (!live) {
-      say(fmt::format("\ninterrupted: {} trials are in {}; continue with joule tune --resume {}\n",
-                      session.finished_trials(), out, out));
-    } else if (cfg.train.checkpoint.empty()) {
-      say(fmt::format("\ninterrupted {} at step {}: {} trials are in {}; without train.checkpoint the training "
-                      "state is not kept\n", during, live->step(), session.finished_trials(), out));
-    } else {  // between steps on every rank: the state is whole, so it is kept
-      live->save_checkpoint_once(cfg.train.checkpoint);
-      say(fmt::format("\ninterrupted {} at step {}: {} trials are in {}, the training state in {}; continue with "
-                      "joule train --tune --resume {}\n", during, live->step(), session.finished_trials(), out,
-                      cfg.train.checkpoint, cfg.train.checkpoint));
-    }
-    return 130;
-  };
-
-  session.record_infeasible();
-  try {
-    session.search(live.get());
-  } catch (scheduler::Interrupted const&) {
-    return interrupted("during the search");
-  }
-  auto const& best = session.chosen();
-  if (live)
-    say(fmt::format("\nsearch: {} trials measured on {} training steps in {:.1f} s; chosen: trial {} ({}); the run "
-                    "goes on with it to step {}\n", session.result().trials.size(), session.search_steps(),
-                    session.search_seconds(), best.index, best.knobs.describe(), cfg.train.steps));
-  else
-    say(fmt::format("\nsearch: {} trials measured in {:.1f} s; chosen: trial {} ({})\n", session.result().trials.size(),
-                    session.search_seconds(), best.index, best.knobs.describe()));
-
-  if (live) {
-    try {
-      session.train(live.get(), nullptr);
-    } catch (scheduler::Interrupted const&) {
-      return interrupted("after the search");
-    }
-  } else if (settings.train_after) {
-    say(fmt::format("training {} steps with the chosen configuration\n", cfg.train.steps));
-    try {
-      session.train(nullptr, root ? &std::cout : nullptr);
-    } catch (scheduler::Interrupted const&) {
-      say(fmt::format("\ninterrupted during training: the search is complete in {}; the training run is not "
-                      "(run joule train with the chosen configuration)\n", out));
-      return 130;
-    }
-  }
-  if (limiter) {
-    limiter->restore();
-    say(fmt::format("GPU power limit restored to {:.0f} W\n", limiter->original_watts()));
-  }
-  sampler.stop();
-  if (writer) {
-    writer->close();
-    say("\n" + scheduler::format_run_report(scheduler::read_run_log(out)));
-  }
-  return 0;
-}
-
 
 std::function<int()> add_tune_command(CLI::App& app) {
   auto o = std::make_shared<TuneOptions>();

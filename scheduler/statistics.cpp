@@ -67,4 +67,8 @@ double relative_ci_half_width(std::vector<double> const& values) {
   return ci.half_width / std::abs(ci.centre);
 }
 
+bool clearly_worse(double value, double ci_relative, double best, double best_ci_relative) {
+  return value * (1 - ci_relative) > best * (1 + best_ci_relative);  // NaN compares false
+}
+
 }  // namespace joule::scheduler

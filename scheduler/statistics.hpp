@@ -29,4 +29,8 @@ ConfidenceInterval mean_ci95(std::vector<double> const& values);
 // half_width / |mean|: 0.02 means the mean is known to ±2%. NaN when n < 2 or the mean is 0.
 double relative_ci_half_width(std::vector<double> const& values);
 
+// Racing: `value` ± its relative interval lies entirely above `best` ± its own (lower is better).
+// False when either is NaN (nothing known says so).
+bool clearly_worse(double value, double ci_relative, double best, double best_ci_relative);
+
 }  // namespace joule::scheduler

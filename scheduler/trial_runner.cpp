@@ -120,6 +120,11 @@ std::size_t TrialRunner::predicted_device_bytes(Knobs const& k) const {
   return memory_need(base_.model, micro, k.recompute_depth, k.seq_shards, k.offload_ratio).device_bytes();
 }
 
+void TrialRunner::set_leader(double objective, double ci_relative) {
+  leader_objective_ = objective;
+  leader_ci_ = std::isfinite(ci_relative) ? ci_relative : 0.0;
+}
+
 void TrialRunner::set_power_control(std::function<void(double)> apply, double min_w, double max_w) {
   apply_power_limit_ = std::move(apply);
   power_min_w_ = min_w;
@@ -247,9 +252,13 @@ TrialRecord TrialRunner::measure_on(Trainer& live, Knobs const& k) { return meas
 std::string TrialRunner::unreachable_in_flight(Knobs const& k) const {
   for (auto const& knob : knob_table()) {
     if (!knob.configured || !knob_is_set(knob, knob.get(k))) continue;  // the power limit, or unchanged
+    if (knob.get(k) == knob.configured(base_)) continue;
+    std::string const field = knob.config_field;
+    if (field == "train.seq_shards" && !parallel_.groups)
+      return fmt::format("{} {} needs the processes regrouped, and this run has no process groups to re-form",
+                         knob.name, knob_value_text(knob, knob.get(k)));
     auto const& fields = Trainer::reconfigurable_fields();
-    if (std::find(fields.begin(), fields.end(), knob.config_field) != fields.end()) continue;
-    if (knob.get(k) != knob.configured(base_))
+    if (std::find(fields.begin(), fields.end(), field) == fields.end())
       return fmt::format("{} {} needs a new trainer: a running one can change only {}", knob.name,
                          knob_value_text(knob, knob.get(k)), fmt::join(fields, ", "));
   }
@@ -292,6 +301,9 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live) {
         per_step_objective.push_back(objective_value(settings_.objective, s.joules[i], s.seconds[i], settings_.objective.p_max_w));
       r.ci_relative = relative_ci_half_width(per_step_objective);
       if (r.repeats >= settings_.max_repeats || r.ci_relative <= settings_.ci_target) break;
+      double const now = objective_value(settings_.objective, median(r.step_energy_j), median(r.step_time_s),
+                                         settings_.objective.p_max_w);
+      if (clearly_worse(now, r.ci_relative, leader_objective_, leader_ci_)) break;  // racing: no more rounds
     }
     r.measured_steps = int(r.step_time_s.size());
     r.time_per_step_s = median(r.step_time_s);
@@ -370,7 +382,13 @@ void TrialRunner::switch_in_flight(Trainer& live, Knobs const& k) {
   if (k == live_.now) return;
   auto const begin = std::chrono::steady_clock::now();
   apply_power_limit(k);
-  live.reconfigure(config_for(k, 0));
+  auto const cfg = config_for(k, 0);
+  if (cfg.train.seq_shards != live.config().train.seq_shards) {  // every rank re-forms its groups
+    auto groups = parallel_.groups(cfg.train.seq_shards);
+    live.reconfigure(cfg, std::move(groups.first), std::move(groups.second));
+  } else {
+    live.reconfigure(cfg);
+  }
   live_.now = k;
   live_.record.switches += 1;
   live_.record.switch_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();

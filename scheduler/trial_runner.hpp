@@ -1,5 +1,6 @@
 #pragma once
-// Measuring trials for `joule tune`: a candidate configuration (Knobs) is trained in this process
+// Measuring trials: a candidate configuration (Knobs) is trained in this process, on a trainer of
+// its own (offline, `joule tune`) or on the running training run (in flight, `joule train --tune`),
 // for warm-up steps (not counted), then for rounds of measured steps, each step timed and its
 // energy taken from the energy sampler's total (measured or model, as the sampler's sources say),
 // until the objective's relative 95% confidence interval is below the target or the repeat limit
@@ -89,7 +90,7 @@ class TrialRunner {
   // hold fails with that reason. `live` must run this runner's base configuration.
   TrialRecord measure_on(Trainer& live, Knobs const& k);
   // "" when a running trainer can switch to k; else why not (k changes a field only a new
-  // trainer can: sequence shards, micro-batch).
+  // trainer can, or sequence shards where no process groups can be re-formed).
   std::string unreachable_in_flight(Knobs const& k) const;
   // Time per step of k, one round of measured steps (drift checks of the reference config): on a
   // trainer of its own, or in flight on the running one (those steps are not marked measured:
@@ -106,6 +107,11 @@ class TrialRunner {
   // In flight: starts recording the running trainer's steps, energy and regions (measure_on and
   // train_on call it if nobody did).
   void begin_in_flight(Trainer& live);
+
+  // The best trial so far (its objective and relative CI): a trial whose objective is clearly
+  // worse after a round (its interval entirely above the leader's) repeats no more rounds, so a
+  // losing candidate costs one round, not max_repeats (in flight: fewer steps off the choice).
+  void set_leader(double objective, double ci_relative);
 
   // GPU power limits (the power_limit_w knob): `apply(watts)` sets them, apply(0) restores the
   // original; [min_w, max_w] is what the GPUs allow (outside: infeasible). Without this, a
@@ -148,6 +154,7 @@ class TrialRunner {
   void apply_power_limit(Knobs const& k);
   double budget_bytes_ = 0;
   std::string budget_source_;
+  double leader_objective_ = kNaN, leader_ci_ = kNaN;
   // In flight: the running trainer's record since begin_in_flight.
   struct LiveRun {
     bool started = false;

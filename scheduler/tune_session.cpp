@@ -68,8 +68,15 @@ void TuneSession::record_infeasible() {
 }
 
 TrialRecord TuneSession::evaluate(Knobs const& k, Trainer* live) {
+  auto const lead = [&](TrialRecord const& r) {  // the best so far sets the bar for repeating
+    if (r.ok() && !(r.objective >= leader_)) {
+      leader_ = r.objective;
+      runner_.set_leader(r.objective, r.ci_relative);
+    }
+  };
   if (auto const* done = finished(k)) {
     say(trial_line(*done, "  (from the log)"));
+    lead(*done);
     return *done;
   }
   if (!reference_)
@@ -87,6 +94,7 @@ TrialRecord TuneSession::evaluate(Knobs const& k, Trainer* live) {
   auto r = live ? runner_.measure_on(*live, k) : runner_.measure(k);
   r.drift = drift_;
   ++measured_since_reference_;
+  lead(r);
   return record(r);
 }
 

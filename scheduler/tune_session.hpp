@@ -73,6 +73,7 @@ class TuneSession {
   std::optional<TrialRecord> reference_;  // the start configuration's first trial: drift is measured against it
   int measured_since_reference_ = 0;
   double drift_ = kNaN;
+  double leader_ = kNaN;  // the best objective measured so far (TrialRunner::set_leader)
   SearchResult result_;
   double search_seconds_ = 0;
   int search_steps_ = 0;

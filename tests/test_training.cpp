@@ -648,5 +648,9 @@ TEST_CASE("training: switching offload, recompute depth and host threads between
                       Contains("can change only train.offload_ratio") && Contains("changes train.seed"));
   REQUIRE_THROWS_WITH(other.reconfigure(with_train(base, {{"lr", 1e-3}, {"offload_ratio", 0.5}})),
                       EndsWith("also changes train.lr"));
+  // Other sequence shards need the new process groups (under mpirun: train_tune_mpirun_shards).
+  REQUIRE_THROWS_WITH(other.reconfigure(with_train(base, {{"seq_shards", 2}})), Contains("needs the processes regrouped"));
+  REQUIRE_THROWS_WITH(other.reconfigure(with_train(base, {{"seq_shards", 2}}), {}, {}),
+                      Contains("train.seq_shards = 2 but the new groups have 1 sequence shard(s)"));
   REQUIRE(other.config().train.offload_ratio == base.train.offload_ratio);
 }

@@ -130,6 +130,24 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
   REQUIRE(has_step_region);
   REQUIRE_FALSE(r.power.domains.empty());
 
+  // Racing: with no CI target reachable, a trial repeats to max_repeats (2 rounds) unless a leader
+  // measured before is clearly better, then it stops after one round.
+  auto never_precise = settings;
+  never_precise.ci_target = 0;
+  TrialRunner racing(cfg, never_precise, e.monitor, e.regions, {}, {});
+  REQUIRE(racing.measure(k).repeats == 2);
+  racing.set_leader(r.objective * 1e-3, 0.01);
+  auto const raced = racing.measure(k);
+  REQUIRE(raced.ok());
+  // (On a loaded machine three steps can spread by more than their mean: then the interval
+  // reaches the leader's and the trial rightly goes on.)
+  if (raced.ci_relative < 0.99) {
+    REQUIRE(raced.repeats == 1);
+    REQUIRE(raced.measured_steps == 3);
+  }
+  racing.set_leader(r.objective * 1e3, 0.01);  // a leader far worse: no early stop
+  REQUIRE(racing.measure(k).repeats == 2);
+
   // A trial that cannot run (here: its dataset vanished) is failed with the reason; the runner
   // goes on. (A NaN/Inf loss is a TrainingError like this one: see test_training.)
   std::remove(data.path().c_str());
@@ -215,10 +233,10 @@ TEST_CASE("in-flight tuning: the search runs on the run's own steps and ends wit
   writer.close();
   auto const log = read_run_log(log_path.path());
   REQUIRE(log.trials.size() == 12);
-  // Sequence shards need other process groups: a running trainer cannot switch to them.
+  // Sequence shards need the processes regrouped: without groups to re-form, not in flight.
   Knobs sharded = session.chosen().knobs;
   sharded.seq_shards = 2;
-  REQUIRE_THAT(runner.unreachable_in_flight(sharded), Contains("seq_shards 2 needs a new trainer"));
+  REQUIRE_THAT(runner.unreachable_in_flight(sharded), Contains("seq_shards 2 needs the processes regrouped"));
   REQUIRE(log.best == session.chosen().index);
   REQUIRE(log.train);
   REQUIRE(log.train->steps.size() == 40);

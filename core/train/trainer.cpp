@@ -98,11 +98,28 @@ Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_para
 
 std::vector<std::string> const& Trainer::reconfigurable_fields() {
   static std::vector<std::string> const fields{"train.offload_ratio", "train.recompute_depth", "train.host_threads",
-                                               "train.micro_batch"};
+                                               "train.micro_batch", "train.seq_shards"};
   return fields;
 }
 
 void Trainer::reconfigure(Config const& config) {
+  if (config.train.seq_shards != cfg_.train.seq_shards)
+    throw TrainingError(fmt::format("train.seq_shards {} needs the processes regrouped: pass the new groups "
+                                    "(Trainer::reconfigure with data_parallel and shards)", config.train.seq_shards));
+  regroup(config, dp_, model_->shards());
+}
+
+void Trainer::reconfigure(Config const& config, DataParallel data_parallel, SequenceShards shards) {
+  if (shards.size != config.train.seq_shards)
+    throw TrainingError(fmt::format("train.seq_shards = {} but the new groups have {} sequence shard(s)",
+                                    config.train.seq_shards, shards.size));
+  if (data_parallel.size * shards.size != dp_.size * model_->shards().size)
+    throw TrainingError(fmt::format("the new groups hold {} x {} processes, the run {} x {}", data_parallel.size,
+                                    shards.size, dp_.size, model_->shards().size));
+  regroup(config, std::move(data_parallel), std::move(shards));
+}
+
+void Trainer::regroup(Config const& config, DataParallel data_parallel, SequenceShards shards) {
   // Only what reconfigure can change may differ; anything else would need a new trainer.
   auto const now = nlohmann::json::parse(cfg_.json), next = nlohmann::json::parse(config.json);
   auto without = [](nlohmann::json j) {
@@ -124,9 +141,9 @@ void Trainer::reconfigure(Config const& config) {
                                     fmt::join(reconfigurable_fields(), ", "), differs.empty() ? "other fields" : differs));
   }
   int const micro_batches = config.train.batch / config.train.micro_batch;
-  if (dp_.size > 1 && micro_batches % dp_.size != 0)
+  if (data_parallel.size > 1 && micro_batches % data_parallel.size != 0)
     throw TrainingError(fmt::format("train.micro_batch {}: {} micro-batches per step cannot be dealt evenly to {} "
-                                    "data-parallel processes", config.train.micro_batch, micro_batches, dp_.size));
+                                    "data-parallel replicas", config.train.micro_batch, micro_batches, data_parallel.size));
   // The state, through host memory: the old model and optimizer are released before the new
   // ones are allocated, so a switch never needs both at once.
   optimizer_->wait_all();
@@ -136,11 +153,15 @@ void Trainer::reconfigure(Config const& config) {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), storage);
     params.emplace_back(h.data(), h.data() + h.extent(0));
   });
-  SequenceShards const shards = model_->shards();
-  auto rebuild = [&](Config const& settings) {
+  // Every process holds whole parameters and moments (sequence shards split the activations
+  // only), so new groups need nothing but the rebuild.
+  DataParallel const old_dp = dp_;
+  SequenceShards const old_shards = model_->shards();
+  auto rebuild = [&](Config const& settings, DataParallel const& dp, SequenceShards const& groups) {
     optimizer_.reset();
     model_.reset();
-    model_ = std::make_unique<Model>(settings.model, settings.train.micro_batch, settings.train.recompute_depth, shards);
+    dp_ = dp;
+    model_ = std::make_unique<Model>(settings.model, settings.train.micro_batch, settings.train.recompute_depth, groups);
     std::size_t g = 0;
     model_->params.for_each_group([&](std::string const&, auto const& storage) {
       auto h = Kokkos::create_mirror_view(storage);
@@ -155,9 +176,9 @@ void Trainer::reconfigure(Config const& config) {
     sampler_.set_batch(settings.train.micro_batch);  // the same samples per step, split anew
   };
   try {
-    rebuild(config);
+    rebuild(config, data_parallel, shards);
   } catch (...) {
-    rebuild(cfg_);  // e.g. out of memory: back to the settings that ran, with the same state
+    rebuild(cfg_, old_dp, old_shards);  // e.g. out of memory: back to the settings that ran, with the same state
     throw;
   }
   cfg_ = config;

@@ -109,6 +109,10 @@ class Trainer {
   // settings (one allocation per switch, none per step). If that fails (out of memory), the
   // trainer is rebuilt as it was, with the same state, and the error propagates.
   void reconfigure(Config const& config);
+  // The same with new process groups (the job's layout re-formed between steps, e.g. by
+  // apps::Processes::relayout): train.seq_shards may change too, to shards.size; the replicas
+  // and shards must hold as many processes as before, and every process must call it.
+  void reconfigure(Config const& config, DataParallel data_parallel, SequenceShards shards);
   static std::vector<std::string> const& reconfigurable_fields();  // "train.offload_ratio", ...
 
   // Trains until config.train.steps (or `max_steps` more steps, if >= 0), evaluating every
@@ -134,6 +138,7 @@ class Trainer {
   void start_gradient_sum(int group);  // bucket `group` is final on this process
   void finish_gradient_sums();         // waits for every bucket and hands it to the optimizer
   void stage_buffers();                // the host copies MPI sums, when it cannot read device memory
+  void regroup(Config const& config, DataParallel data_parallel, SequenceShards shards);  // reconfigure's work
   double learning_rate(int step) const;  // step: 0-based
 
   Config cfg_;
