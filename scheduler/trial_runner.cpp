@@ -265,7 +265,7 @@ std::string TrialRunner::unreachable_in_flight(Knobs const& k) const {
   return "";
 }
 
-TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live) {
+TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_trial) {
   TrialRecord r;
   r.knobs = k;
   r.warmup_steps = settings_.warmup_steps;
@@ -292,7 +292,7 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live) {
     double const t_measure = monitor_.sampler().now();
     std::vector<double> per_step_objective;
     for (r.repeats = 1;; ++r.repeats) {
-      auto const s = run_steps(*trainer, settings_.measured_steps, live != nullptr, live_.marking);
+      auto const s = run_steps(*trainer, settings_.measured_steps, live != nullptr, for_trial);
       if (int(s.seconds.size()) < settings_.measured_steps) ended();
       r.step_time_s.insert(r.step_time_s.end(), s.seconds.begin(), s.seconds.end());
       r.measured_on.insert(r.measured_on.end(), s.steps.begin(), s.steps.end());
@@ -341,12 +341,7 @@ double TrialRunner::quick_time_per_step(Knobs const& k) {
 }
 
 double TrialRunner::quick_time_per_step_on(Trainer& live, Knobs const& k) {
-  struct Unmarked {
-    bool& marking;
-    explicit Unmarked(bool& m) : marking(m) { marking = false; }
-    ~Unmarked() { marking = true; }
-  } unmarked(live_.marking);
-  return measure_with(k, &live).time_per_step_s;
+  return measure_with(k, &live, /*for_trial=*/false).time_per_step_s;
 }
 
 TrainRecord TrialRunner::train(Knobs const& k, std::ostream* log) { return train_with(k, nullptr, log); }

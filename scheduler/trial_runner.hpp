@@ -131,7 +131,9 @@ class TrialRunner {
   // one more is run; fewer when the run ends. live: the running trainer, whose steps are recorded
   // (`measured`: these are a trial's measurements, not its warm-up).
   Steps run_steps(Trainer& trainer, int n, bool live, bool measured);
-  TrialRecord measure_with(Knobs const& k, Trainer* live);  // live: nullptr for a trainer of its own
+  // live: nullptr for a trainer of its own; for_trial: in flight, its measured steps are marked as
+  // a trial's measurements (false: a drift check's)
+  TrialRecord measure_with(Knobs const& k, Trainer* live, bool for_trial = true);
   TrainRecord train_with(Knobs const& k, Trainer* live, std::ostream* log,
                          std::function<int(Knobs const&)> const& trial_of = {});
   void switch_in_flight(Trainer& live, Knobs const& k);  // its power limit, then reconfigure
@@ -159,7 +161,6 @@ class TrialRunner {
   struct LiveRun {
     bool started = false;
     Knobs now;  // the configuration it runs in
-    bool marking = true;  // its measured steps are a trial's (not a drift check's)
     TrainRecord record;
     std::vector<Knobs> knobs;  // per recorded step
     std::map<std::string, energy::RegionStats> regions_before;
