@@ -180,9 +180,12 @@ int run_bench(BenchOptions const& options) {
       for (int i = 0; i < n; ++i) h(i) = pick(rng);
       Kokkos::deep_copy(tokens, h);
     }
+    // The workspace is allocated once, as a training step does (Model owns one).
+    EmbeddingBackwardWorkspace<Mem> const work(s.vocab, n, "bench.embedding");
     results.push_back(time_op("embedding", "N,V,C=" + nk(n, s.vocab, c), 3.0 * n * c, options.repeats, [&] {
       embedding_forward(space, y, tokens, wte, wpe, s.seq);
-      embedding_backward(space, dwte, dwpe, dy, tokens, s.seq);
+      token_embedding_backward(space, dwte, dy, tokens, work);
+      position_embedding_backward(space, dwpe, dy, s.seq);
     }));
   }
   {  // Patch embedding of B images

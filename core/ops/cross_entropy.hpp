@@ -2,6 +2,7 @@
 // Softmax cross-entropy over logits[N, V] with integer targets[N]. Rows whose target equals
 // ignore_index (image positions, padding) contribute nothing; the loss is the mean over the rest,
 // as PyTorch's F.cross_entropy(reduction="mean", ignore_index=...).
+#include "core/ops/detail/row_kernels.hpp"
 #include "core/tensor.hpp"
 
 #include <limits>
@@ -24,53 +25,39 @@ CrossEntropyResult cross_entropy_forward(ExecutionSpace const& space, Lse const&
                                          Losses const& losses, Logits const& logits,
                                          Targets const& targets, int ignore_index = kIgnoreIndex) {
   using T = typename Lse::non_const_value_type;
-  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
-  using Member = typename Policy::member_type;
   int const n = logits.extent(0), vocab = logits.extent(1);
   require(int(targets.extent(0)) == n && int(lse.extent(0)) == n && int(losses.extent(0)) == n,
           "cross_entropy_forward", "logits " + shape_of(logits) + ", targets " +
                                        shape_of(targets) + ", lse " + shape_of(lse));
+  // A row whose target is out of range is counted in the final reduction (and its logits never
+  // indexed by it): the check costs no pass of its own.
+  detail::for_each_row(space, "cross_entropy_forward", n,
+                       KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
+    T const row_max = detail::vector_max<ExecutionSpace, T>(team, vocab, [&](int v) { return T(logits(r, v)); });
+    T const sum = detail::vector_sum<ExecutionSpace, T>(
+        team, vocab, [&](int v) { return detail::exp_of<ExecutionSpace>(T(logits(r, v) - row_max)); });
+    detail::once_per_row(team, [&]() {
+      T const l = row_max + math::log(sum);
+      lse(r) = l;
+      int const t = targets(r);
+      losses(r) = (t == ignore_index || t < 0 || t >= vocab) ? T(0) : l - logits(r, t);
+    });
+  });
+  CrossEntropyResult result;
+  double total = 0;
   int bad = 0;
   Kokkos::parallel_reduce(
-      label("cross_entropy_check_targets"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
-      KOKKOS_LAMBDA(int r, int& count) {
+      label("cross_entropy_sum"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
+      KOKKOS_LAMBDA(int r, double& s, int& counted, int& invalid) {
         int const t = targets(r);
-        count += (t != ignore_index && (t < 0 || t >= vocab)) ? 1 : 0;
+        s += losses(r);
+        counted += t != ignore_index ? 1 : 0;
+        invalid += (t != ignore_index && (t < 0 || t >= vocab)) ? 1 : 0;
       },
-      bad);
+      total, result.counted_rows, bad);
   require(bad == 0, "cross_entropy_forward",
           std::to_string(bad) + " target(s) neither ignore_index (" +
               std::to_string(ignore_index) + ") nor in [0, " + std::to_string(vocab) + ")");
-
-  Kokkos::parallel_for(
-      label("cross_entropy_forward"), Policy(space, n, Kokkos::AUTO),
-      KOKKOS_LAMBDA(Member const& team) {
-        int const r = team.league_rank();
-        T row_max = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, vocab),
-            [&](int v, T& m) { m = logits(r, v) > m ? logits(r, v) : m; },
-            Kokkos::Max<T>(row_max));
-        T sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, vocab),
-            [&](int v, T& s) { s += math::exp(logits(r, v) - row_max); }, sum);
-        Kokkos::single(Kokkos::PerTeam(team), [&]() {
-          T const l = row_max + math::log(sum);
-          lse(r) = l;
-          int const t = targets(r);
-          losses(r) = (t == ignore_index) ? T(0) : l - logits(r, t);
-        });
-      });
-  CrossEntropyResult result;
-  double total = 0;
-  Kokkos::parallel_reduce(
-      label("cross_entropy_sum"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
-      KOKKOS_LAMBDA(int r, double& s, int& c) {
-        s += losses(r);
-        c += targets(r) != ignore_index ? 1 : 0;
-      },
-      total, result.counted_rows);
   result.loss = result.counted_rows ? total / result.counted_rows : 0.0;
   return result;
 }
@@ -87,18 +74,15 @@ void cross_entropy_backward(ExecutionSpace const& space, DLogits const& d_logits
   require(d_logits.extent(0) == logits.extent(0) && d_logits.extent(1) == logits.extent(1),
           "cross_entropy_backward", "d_logits " + shape_of(d_logits) + ", logits " + shape_of(logits));
   T const scale = counted_rows ? T(d_loss / counted_rows) : T(0);
-  Kokkos::parallel_for(
-      label("cross_entropy_backward"),
-      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {n, vocab}),
-      KOKKOS_LAMBDA(int r, int v) {
-        int const t = targets(r);
-        if (t == ignore_index) {
-          d_logits(r, v) = 0;
-          return;
-        }
-        T const p = math::exp(logits(r, v) - lse(r));
-        d_logits(r, v) = scale * (p - (v == t ? T(1) : T(0)));
-      });
+  detail::for_each_row(space, "cross_entropy_backward", n,
+                       KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
+    int const t = targets(r);
+    T const row_scale = t == ignore_index ? T(0) : scale, row_lse = lse(r);
+    detail::vector_for(team, vocab, [&](int v) {
+      T const p = detail::exp_of<ExecutionSpace>(T(logits(r, v) - row_lse));
+      d_logits(r, v) = row_scale * (p - (v == t ? T(1) : T(0)));
+    });
+  });
 }
 
 }  // namespace joule

@@ -1,14 +1,11 @@
 #pragma once
 // Element-wise operators on [N, C] activations: GELU (tanh form) and the residual add.
+#include "core/ops/detail/row_kernels.hpp"
 #include "core/tensor.hpp"
 
 namespace joule {
 
 namespace detail {
-template <class ExecutionSpace>
-auto matrix_policy(ExecutionSpace const& space, int rows, int cols) {
-  return Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {rows, cols});
-}
 template <class A, class B>
 void require_same_shape(char const* op, A const& a, B const& b) {
   require(a.extent(0) == b.extent(0) && a.extent(1) == b.extent(1), op,
@@ -21,23 +18,22 @@ void require_same_shape(char const* op, A const& a, B const& b) {
 // computed as x * sigmoid(2u), the same function (0.5 (1 + tanh u) = sigmoid(2u)) with one exp
 // instead of one tanh: tanh is several times slower than exp in libm.
 namespace detail {
-template <class T>
+template <class ExecutionSpace, class T>
 struct GeluTanh {
   static constexpr T k = T(0.7978845608028654);  // sqrt(2/pi)
   static constexpr T c = T(0.044715);
   KOKKOS_INLINE_FUNCTION static T sigmoid_2u(T x) {
-    return T(1) / (T(1) + math::exp(T(-2) * k * (x + c * x * x * x)));
+    return T(1) / (T(1) + exp_of<ExecutionSpace>(T(-2) * k * (x + c * x * x * x)));
   }
 };
 }  // namespace detail
 
 template <class ExecutionSpace, class Out, class In>
 void gelu_forward(ExecutionSpace const& space, Out const& out, In const& x) {
-  using G = detail::GeluTanh<typename Out::non_const_value_type>;
+  using G = detail::GeluTanh<ExecutionSpace, typename Out::non_const_value_type>;
   detail::require_same_shape("gelu_forward", out, x);
-  Kokkos::parallel_for(
-      label("gelu_forward"), detail::matrix_policy(space, x.extent(0), x.extent(1)),
-      KOKKOS_LAMBDA(int r, int col) { out(r, col) = x(r, col) * G::sigmoid_2u(x(r, col)); });
+  detail::for_each_element(space, "gelu_forward", x.extent(0), x.extent(1),
+                           KOKKOS_LAMBDA(int r, int col) { out(r, col) = x(r, col) * G::sigmoid_2u(x(r, col)); });
 }
 
 // d_x = d_out * gelu'(x)   (overwritten; may alias d_out)
@@ -45,11 +41,10 @@ void gelu_forward(ExecutionSpace const& space, Out const& out, In const& x) {
 template <class ExecutionSpace, class DIn, class DOut, class In>
 void gelu_backward(ExecutionSpace const& space, DIn const& d_x, DOut const& d_out, In const& x) {
   using T = typename DIn::non_const_value_type;
-  using G = detail::GeluTanh<T>;
+  using G = detail::GeluTanh<ExecutionSpace, T>;
   detail::require_same_shape("gelu_backward", d_x, x);
   detail::require_same_shape("gelu_backward", d_out, x);
-  Kokkos::parallel_for(
-      label("gelu_backward"), detail::matrix_policy(space, x.extent(0), x.extent(1)),
+  detail::for_each_element(space, "gelu_backward", x.extent(0), x.extent(1),
       KOKKOS_LAMBDA(int r, int col) {
         T const v = x(r, col);
         T const s = G::sigmoid_2u(v);
@@ -63,9 +58,8 @@ template <class ExecutionSpace, class Out, class A, class B>
 void residual_forward(ExecutionSpace const& space, Out const& out, A const& a, B const& b) {
   detail::require_same_shape("residual_forward", out, a);
   detail::require_same_shape("residual_forward", out, b);
-  Kokkos::parallel_for(
-      label("residual_forward"), detail::matrix_policy(space, out.extent(0), out.extent(1)),
-      KOKKOS_LAMBDA(int r, int c) { out(r, c) = a(r, c) + b(r, c); });
+  detail::for_each_element(space, "residual_forward", out.extent(0), out.extent(1),
+                           KOKKOS_LAMBDA(int r, int c) { out(r, c) = a(r, c) + b(r, c); });
 }
 
 // A residual connection y = x + f(x) sends d_y both into f's backward and straight to x:
@@ -73,9 +67,8 @@ void residual_forward(ExecutionSpace const& space, Out const& out, A const& a, B
 template <class ExecutionSpace, class DIn, class DOut>
 void residual_backward(ExecutionSpace const& space, DIn const& d_x, DOut const& d_out) {
   detail::require_same_shape("residual_backward", d_x, d_out);
-  Kokkos::parallel_for(
-      label("residual_backward"), detail::matrix_policy(space, d_out.extent(0), d_out.extent(1)),
-      KOKKOS_LAMBDA(int r, int c) { d_x(r, c) += d_out(r, c); });
+  detail::for_each_element(space, "residual_backward", d_out.extent(0), d_out.extent(1),
+                           KOKKOS_LAMBDA(int r, int c) { d_x(r, c) += d_out(r, c); });
 }
 
 }  // namespace joule

@@ -7,6 +7,7 @@
 // sorted, and one thread per (token, channel) adds its rows in ascending order: race-free on every
 // backend and bitwise reproducible.
 #include "core/ops/detail/column_sum.hpp"
+#include "core/ops/detail/row_kernels.hpp"
 #include "core/tensor.hpp"
 
 #include <string>
@@ -27,10 +28,11 @@ void token_embedding_forward(ExecutionSpace const& space, Out const& out, Tokens
       bad);
   require(bad == 0, "token_embedding_forward",
           std::to_string(bad) + " token(s) outside the vocabulary [0, " + std::to_string(vocab) + ")");
-  Kokkos::parallel_for(
-      label("token_embedding_forward"),
-      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {n, c}),
-      KOKKOS_LAMBDA(int r, int i) { out(r, i) = wte(tokens(r), i); });
+  detail::for_each_row(space, "token_embedding_forward", n,
+                       KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
+    int const t = tokens(r);
+    detail::vector_for(team, c, [&](int i) { out(r, i) = wte(t, i); });
+  });
 }
 
 // x[r, c] += wpe[r % seq_len, c]   (image tokens: patch embedding plus position)
@@ -42,10 +44,11 @@ void position_embedding_forward(ExecutionSpace const& space, X const& x, Wpe con
               int(wpe.extent(0)) >= seq_len,
           "position_embedding_forward", "x " + shape_of(x) + ", wpe " + shape_of(wpe) +
                                             ", seq_len " + std::to_string(seq_len));
-  Kokkos::parallel_for(
-      label("position_embedding_forward"),
-      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {n, c}),
-      KOKKOS_LAMBDA(int r, int i) { x(r, i) += wpe(r % seq_len, i); });
+  detail::for_each_row(space, "position_embedding_forward", n,
+                       KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
+    int const t = r % seq_len;
+    detail::vector_for(team, c, [&](int i) { x(r, i) += wpe(t, i); });
+  });
 }
 
 // d_wpe[t, c] += sum_b d_out[b * seq_len + t, c]
@@ -55,14 +58,15 @@ void position_embedding_backward(ExecutionSpace const& space, DWpe const& d_wpe,
   int const n = d_out.extent(0), c = d_out.extent(1), batch = n / seq_len;
   require(int(d_wpe.extent(1)) == c && n % seq_len == 0 && int(d_wpe.extent(0)) >= seq_len,
           "position_embedding_backward", "d_out " + shape_of(d_out) + ", d_wpe " + shape_of(d_wpe));
-  Kokkos::parallel_for(
-      label("position_embedding_backward"),
-      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {seq_len, c}),
-      KOKKOS_LAMBDA(int t, int i) {
-        typename DWpe::non_const_value_type sum = 0;
-        for (int b = 0; b < batch; ++b) sum += d_out(b * seq_len + t, i);
-        d_wpe(t, i) += sum;
-      });
+  // One row of d_wpe per thread, its columns over vector lanes; samples added in order.
+  detail::for_each_row(space, "position_embedding_backward", seq_len,
+                       KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int t) {
+    detail::vector_for(team, c, [&](int i) {
+      typename DWpe::non_const_value_type sum = 0;
+      for (int b = 0; b < batch; ++b) sum += d_out(b * seq_len + t, i);
+      d_wpe(t, i) += sum;
+    });
+  });
 }
 
 namespace detail {
@@ -144,16 +148,17 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
         auto rows_ = rows;
         detail::heap_sort(rows_, offsets(v), offsets(v + 1) - offsets(v));
       });
-  Kokkos::parallel_for(
-      label("embedding_backward_wte"),
-      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {vocab, c}),
-      KOKKOS_LAMBDA(int v, int i) {
-        int const begin = offsets(v), end = offsets(v + 1);
-        if (begin == end) return;
-        typename DWte::non_const_value_type sum = 0;
-        for (int k = begin; k < end; ++k) sum += d_out(rows(k), i);
-        d_wte(v, i) += sum;
-      });
+  // One token's row of d_wte per thread, its columns over vector lanes, its rows added in order.
+  detail::for_each_row(space, "embedding_backward_wte", vocab,
+                       KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int v) {
+    int const begin = offsets(v), end = offsets(v + 1);
+    if (begin == end) return;
+    detail::vector_for(team, c, [&](int i) {
+      typename DWte::non_const_value_type sum = 0;
+      for (int k = begin; k < end; ++k) sum += d_out(rows(k), i);
+      d_wte(v, i) += sum;
+    });
+  });
 }
 
 // The same with a workspace of its own (tests, benchmarks; a training step passes its own).
@@ -194,13 +199,14 @@ void sequence_concat_forward(ExecutionSpace const& space, X const& x, Image cons
               int(image.extent(1)) == c && int(text.extent(1)) == c && int(wpe.extent(1)) == c,
           "sequence_concat_forward", "x " + shape_of(x) + ", image " + shape_of(image) +
                                          ", text " + shape_of(text) + ", wpe " + shape_of(wpe));
-  Kokkos::parallel_for(
-      label("sequence_concat_forward"),
-      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {batch * seq, c}),
-      KOKKOS_LAMBDA(int r, int i) {
-        int const b = r / seq, t = r % seq;
-        x(r, i) = (t < n_image ? image(b * n_image + t, i) : text(b * text_len + t - n_image, i)) + wpe(t, i);
-      });
+  detail::for_each_row(space, "sequence_concat_forward", batch * seq,
+                       KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
+    int const b = r / seq, t = r % seq;
+    if (t < n_image)
+      detail::vector_for(team, c, [&](int i) { x(r, i) = image(b * n_image + t, i) + wpe(t, i); });
+    else
+      detail::vector_for(team, c, [&](int i) { x(r, i) = text(b * text_len + t - n_image, i) + wpe(t, i); });
+  });
 }
 
 // d_image, d_text overwritten; d_wpe accumulated.
@@ -213,16 +219,14 @@ void sequence_concat_backward(ExecutionSpace const& space, DImage const& d_image
   require(int(d_image.extent(0)) == batch * n_image && int(d_text.extent(0)) == batch * text_len,
           "sequence_concat_backward", "d_x " + shape_of(d_x) + ", d_image " + shape_of(d_image) +
                                           ", d_text " + shape_of(d_text));
-  Kokkos::parallel_for(
-      label("sequence_concat_backward"),
-      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {batch * seq, c}),
-      KOKKOS_LAMBDA(int r, int i) {
-        int const b = r / seq, t = r % seq;
-        if (t < n_image)
-          d_image(b * n_image + t, i) = d_x(r, i);
-        else
-          d_text(b * text_len + t - n_image, i) = d_x(r, i);
-      });
+  detail::for_each_row(space, "sequence_concat_backward", batch * seq,
+                       KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
+    int const b = r / seq, t = r % seq;
+    if (t < n_image)
+      detail::vector_for(team, c, [&](int i) { d_image(b * n_image + t, i) = d_x(r, i); });
+    else
+      detail::vector_for(team, c, [&](int i) { d_text(b * text_len + t - n_image, i) = d_x(r, i); });
+  });
   position_embedding_backward(space, d_wpe, d_x, seq);
 }
 

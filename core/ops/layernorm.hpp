@@ -2,6 +2,7 @@
 // LayerNorm over the last dimension: out = (x - mean) * rstd * weight + bias, per row.
 // The forward pass saves mean[N] and rstd[N] for the backward pass.
 #include "core/ops/detail/column_sum.hpp"
+#include "core/ops/detail/row_kernels.hpp"
 #include "core/tensor.hpp"
 
 namespace joule {
@@ -12,39 +13,27 @@ void layernorm_forward(ExecutionSpace const& space, Out const& out, Mean const& 
                        Rstd const& rstd, In const& x, Weight const& weight, Bias const& bias,
                        double eps = 1e-5) {
   using T = typename Out::non_const_value_type;
-  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
-  using Member = typename Policy::member_type;
   int const n = x.extent(0), c = x.extent(1);
   require(out.extent(0) == x.extent(0) && out.extent(1) == x.extent(1) && int(mean.extent(0)) == n &&
               int(rstd.extent(0)) == n && int(weight.extent(0)) == c && int(bias.extent(0)) == c,
           "layernorm_forward", "x " + shape_of(x) + ", out " + shape_of(out) + ", weight " +
                                    shape_of(weight) + ", mean " + shape_of(mean));
   T const epsilon = eps;
-  Kokkos::parallel_for(
-      label("layernorm_forward"), Policy(space, n, Kokkos::AUTO),
-      KOKKOS_LAMBDA(Member const& team) {
-        int const r = team.league_rank();
-        T sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, c), [&](int i, T& s) { s += x(r, i); }, sum);
-        T const m = sum / c;
-        T sq = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, c),
-            [&](int i, T& s) {
-              T const d = x(r, i) - m;
-              s += d * d;
-            },
-            sq);
-        T const rs = T(1) / math::sqrt(sq / c + epsilon);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](int i) {
-          out(r, i) = (x(r, i) - m) * rs * weight(i) + bias(i);
-        });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() {
-          mean(r) = m;
-          rstd(r) = rs;
-        });
-      });
+  // Two sweeps for the statistics (mean, then squared deviations: no cancellation), one for the
+  // output; the row stays in L1 between them.
+  detail::for_each_row(space, "layernorm_forward", n, KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
+    T const m = detail::vector_sum<ExecutionSpace, T>(team, c, [&](int i) { return T(x(r, i)); }) / c;
+    T const var = detail::vector_sum<ExecutionSpace, T>(team, c, [&](int i) {
+                    T const d = x(r, i) - m;
+                    return d * d;
+                  }) / c;
+    T const rs = T(1) / math::sqrt(var + epsilon);
+    detail::vector_for(team, c, [&](int i) { out(r, i) = (x(r, i) - m) * rs * weight(i) + bias(i); });
+    detail::once_per_row(team, [&]() {
+      mean(r) = m;
+      rstd(r) = rs;
+    });
+  });
 }
 
 // d_x = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = d_out * weight   (overwritten)
@@ -55,32 +44,30 @@ void layernorm_backward(ExecutionSpace const& space, DIn const& d_x, DWeight con
                         DBias const& d_bias, DOut const& d_out, In const& x, Weight const& weight,
                         Mean const& mean, Rstd const& rstd) {
   using T = typename DIn::non_const_value_type;
-  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
-  using Member = typename Policy::member_type;
   int const n = x.extent(0), c = x.extent(1);
   require(d_x.extent(0) == x.extent(0) && d_x.extent(1) == x.extent(1) &&
               d_out.extent(0) == x.extent(0) && d_out.extent(1) == x.extent(1) &&
               int(d_weight.extent(0)) == c && int(d_bias.extent(0)) == c,
           "layernorm_backward", "x " + shape_of(x) + ", d_out " + shape_of(d_out) + ", d_x " +
                                     shape_of(d_x) + ", d_weight " + shape_of(d_weight));
-  Kokkos::parallel_for(
-      label("layernorm_backward_input"), Policy(space, n, Kokkos::AUTO),
-      KOKKOS_LAMBDA(Member const& team) {
-        int const r = team.league_rank();
-        T const m = mean(r), rs = rstd(r);
-        T g_sum = 0, g_xhat_sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, c), [&](int i, T& s) { s += d_out(r, i) * weight(i); },
-            g_sum);
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, c),
-            [&](int i, T& s) { s += d_out(r, i) * weight(i) * (x(r, i) - m) * rs; }, g_xhat_sum);
-        T const g_mean = g_sum / c, g_xhat_mean = g_xhat_sum / c;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](int i) {
-          T const xhat = (x(r, i) - m) * rs;
-          d_x(r, i) = rs * (d_out(r, i) * weight(i) - g_mean - xhat * g_xhat_mean);
-        });
-      });
+  // Both row sums in one sweep, d_x in a second.
+  detail::for_each_row(space, "layernorm_backward_input", n, KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
+    T const m = mean(r), rs = rstd(r);
+    T g_sum = 0, g_xhat_sum = 0;
+    detail::vector_sum2<ExecutionSpace, T>(
+        team, c,
+        [&](int i, T& a, T& b) {
+          T const g = d_out(r, i) * weight(i);
+          a += g;
+          b += g * ((x(r, i) - m) * rs);
+        },
+        g_sum, g_xhat_sum);
+    T const g_mean = g_sum / c, g_xhat_mean = g_xhat_sum / c;
+    detail::vector_for(team, c, [&](int i) {
+      T const xhat = (x(r, i) - m) * rs;
+      d_x(r, i) = rs * (d_out(r, i) * weight(i) - g_mean - xhat * g_xhat_mean);
+    });
+  });
   detail::accumulate_column_sums_of(
       space, "layernorm_backward_weight", d_weight, n,
       KOKKOS_LAMBDA(int r, int i) { return d_out(r, i) * (x(r, i) - mean(r)) * rstd(r); });

@@ -3,6 +3,7 @@
 // The matrix products go through KokkosBlas::gemm, so they run on OpenBLAS (host) or cuBLAS
 // (CUDA) where Kokkos-Kernels has those TPLs, and on Kokkos-Kernels' own kernels otherwise.
 #include "core/ops/detail/column_sum.hpp"
+#include "core/ops/detail/row_kernels.hpp"
 #include "core/compat_kernels.hpp"
 #include "core/tensor.hpp"
 
@@ -24,10 +25,8 @@ void linear_forward(ExecutionSpace const& space, Out const& out, In const& in,
     compat::gemm(space, "N", "T", T(1), in, weight, T(0), out);
     return;
   }
-  Kokkos::parallel_for(
-      label("linear_forward_bias"),
-      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {n, n_out}),
-      KOKKOS_LAMBDA(int r, int o) { out(r, o) = bias(o); });
+  detail::for_each_element(space, "linear_forward_bias", n, n_out,
+                           KOKKOS_LAMBDA(int r, int o) { out(r, o) = bias(o); });
   compat::gemm(space, "N", "T", T(1), in, weight, T(1), out);
 }
 

@@ -24,15 +24,11 @@ void patchify(ExecutionSpace const& space, Patches const& patches, Images const&
   int const gh = h / patch, gw = w / patch, feat = cin * patch * patch;
   require(int(patches.extent(0)) == frames * gh * gw && int(patches.extent(1)) == feat, "patchify",
           "patches " + shape_of(patches) + " for images " + shape_of(images));
-  Kokkos::parallel_for(
-      label("patchify"),
-      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0},
-                                                             {frames * gh * gw, feat}),
-      KOKKOS_LAMBDA(int row, int f) {
-        int const frame = row / (gh * gw), p = row % (gh * gw), gy = p / gw, gx = p % gw;
-        int const ch = f / (patch * patch), py = (f / patch) % patch, px = f % patch;
-        patches(row, f) = images(frame, ch, gy * patch + py, gx * patch + px);
-      });
+  detail::for_each_element(space, "patchify", frames * gh * gw, feat, KOKKOS_LAMBDA(int row, int f) {
+    int const frame = row / (gh * gw), p = row % (gh * gw), gy = p / gw, gx = p % gw;
+    int const ch = f / (patch * patch), py = (f / patch) % patch, px = f % patch;
+    patches(row, f) = images(frame, ch, gy * patch + py, gx * patch + px);
+  });
 }
 
 // The adjoint of patchify: d_images (overwritten) from d_patches. Patches do not overlap, so this
@@ -73,8 +69,12 @@ void patch_embed_backward(ExecutionSpace const& space, DImages const& d_images,
                           DPatches const& d_patches, DWeight const& d_weight, DBias const& d_bias,
                           DOut const& d_out, Patches const& patches, Weight const& weight,
                           int patch) {
+  if (d_images.data() == nullptr) {  // no pixel gradient: skip the d_patches product too
+    linear_backward(space, DPatches(), d_weight, d_bias, d_out, patches, weight);
+    return;
+  }
   linear_backward(space, d_patches, d_weight, d_bias, d_out, patches, weight);
-  if (d_images.data() != nullptr) unpatchify(space, d_images, d_patches, patch);
+  unpatchify(space, d_images, d_patches, patch);
 }
 
 }  // namespace joule

@@ -11,6 +11,7 @@
 // a transposed copy of the tile: the inner loop has independent accumulators, so CPU compilers
 // vectorise it without reassociating a reduction (no -ffast-math), and the result is the same
 // on every backend.
+#include "core/ops/detail/row_kernels.hpp"
 #include "core/tensor.hpp"
 
 #include <cmath>
@@ -58,11 +59,6 @@ constexpr int attention_tile() {
   int t = 64;
   while (t > 4 && std::size_t(NTiles) * t * HD * sizeof(T) > 32768) t /= 2;
   return t;
-}
-
-template <class ExecutionSpace>
-constexpr bool is_host_space() {
-  return Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
 }
 
 template <class T, class ExecutionSpace>
