@@ -4,7 +4,7 @@
 #   make test    build and run the test suite (what CI runs)
 #   make test-catch2-v3  the same suite against Catch2 v3 (CI runs it too)
 #   make test-sanitize   the suite with AddressSanitizer + UBSan (CI runs it too)
-#   make bench-torch   the benchmark next to PyTorch (installs Debian's python3-torch)
+#   make bench-torch   operators and whole training steps next to PyTorch (installs Debian's python3-torch)
 #   make compile-check the GPU build checked without a GPU (nvcc for sm_90 against Kokkos 5.x)
 # Use your own Kokkos install (e.g. CUDA on a GH200 node):
 #   make test Kokkos_ROOT=/path/to/kokkos [PRESET=gh200]
@@ -91,7 +91,7 @@ bench: build
 
 bench-torch: build
 	JOULE_WITH_TORCH=1 $(DEPS_ENV) bash apps/scripts/install-deps.sh
-	./$(BUILD)/apps/joule bench --json $(BUILD)/bench.json
+	./$(BUILD)/apps/joule bench --suite all --json $(BUILD)/bench.json
 	/usr/bin/python3 apps/scripts/bench_torch.py $(BUILD)/bench.json
 
 # Every translation unit compiled for CUDA sm_90 (nvcc) and with g++ in C++20 against Kokkos 5.x

@@ -2,6 +2,7 @@
 #include "bench/bench_energy.hpp"
 #include "bench/bench_offload.hpp"
 #include "bench/bench_ops.hpp"
+#include "bench/bench_step.hpp"
 #include "commands.hpp"
 #include "core/compat.hpp"
 #include "core/train/host_cores.hpp"
@@ -67,11 +68,14 @@ int main(int argc, char** argv) {
   joule::apps::BenchOptions bench;
   std::string suite = "ops";
   auto* bench_cmd = app.add_subcommand(
-      "bench", "benchmarks: operators (GFLOP/s), host AdamW bandwidth, offload overlap, energy measurement overhead");
+      "bench",
+      "benchmarks: operators (GFLOP/s), whole training steps against their GEMM-bound limit, host AdamW "
+      "bandwidth, offload overlap, energy measurement overhead");
   bench_cmd->add_option("--suite", suite,
-                        "ops: operator GFLOP/s; adamw: host AdamW vs STREAM triad; offload: overlap; energy: the "
-                        "cost of measuring energy")
-      ->check(CLI::IsMember({"ops", "adamw", "offload", "energy"}));
+                        "ops: operator GFLOP/s; step: whole training steps (forward, backward, AdamW) and their "
+                        "GEMM-bound limit; all: ops then step (one JSON); adamw: host AdamW vs STREAM triad; "
+                        "offload: overlap; energy: the cost of measuring energy")
+      ->check(CLI::IsMember({"ops", "step", "all", "adamw", "offload", "energy"}));
   std::string preset_help = "operator shapes:";
   std::vector<std::string> preset_names;
   for (auto const& p : joule::apps::bench_presets()) {
@@ -79,7 +83,16 @@ int main(int argc, char** argv) {
     preset_names.push_back(p.substr(0, p.find(':')));
   }
   bench_cmd->add_option("--preset", bench.preset, preset_help)->check(CLI::IsMember(preset_names));
-  bench_cmd->add_option("--repeats", bench.repeats, "timed runs per operator (median reported)")
+  std::string step_help = "whole-step shapes for --suite step/all, comma-separated (default: small,medium,wide):";
+  std::vector<std::string> step_names;
+  for (auto const& s : joule::apps::step_shapes()) {
+    step_help += fmt::format("\n  {}: {}", s.name, joule::apps::describe(s));
+    step_names.emplace_back(s.name);
+  }
+  bench_cmd->add_option("--step-shapes", bench.step_shapes, step_help)
+      ->delimiter(',')
+      ->check(CLI::IsMember(step_names));
+  bench_cmd->add_option("--repeats", bench.repeats, "timed runs per operator or step (median reported)")
       ->check(CLI::Range(1, 1000));
   bench_cmd->add_option("--json", bench.json_path, "also write the results as JSON (for bench_torch.py)");
 
@@ -111,6 +124,8 @@ int main(int argc, char** argv) {
         energy.repeats = bench.repeats;
         return joule::apps::run_energy_overhead_bench(energy);
       }
+      bench.ops = suite == "ops" || suite == "all";
+      bench.steps = suite == "step" || suite == "all";
       return joule::apps::run_bench(bench);
     }
     if (*info_cmd) print_version();

@@ -3,6 +3,7 @@
 // GFLOP/s from the stated FLOP counts (memory-bound operators get their count too, so that
 // GFLOP/s and the PyTorch ratio stay comparable).
 #include "bench/bench_ops.hpp"
+#include "bench/bench_step.hpp"
 
 #include "core/model/block.hpp"
 #include "core/ops/adamw.hpp"
@@ -96,8 +97,10 @@ std::vector<std::string> bench_presets() {
   return out;
 }
 
-int run_bench(BenchOptions const& options) {
-  if (options.repeats < 1) throw std::invalid_argument("--repeats must be >= 1");
+namespace {
+
+// Runs the operator suite, prints its table and adds preset, shapes and results to `report`.
+void run_ops_bench(BenchOptions const& options, nlohmann::json& report) {
   Shapes const s = shapes_for(options.preset);
   Space space;
   std::mt19937 rng(7);
@@ -249,21 +252,32 @@ int run_bench(BenchOptions const& options) {
   }
 
   fmt::print("{:<20} {:<36} {:>10} {:>11} {:>9}\n", "operator", "shape", "GFLOP", "median ms", "GFLOP/s");
-  nlohmann::json out;
-  out["preset"] = options.preset;
-  out["execution_space"] = Space::name();
-  out["concurrency"] = Space().concurrency();
-  out["repeats"] = options.repeats;
-  out["shapes"] = {{"batch", s.batch}, {"seq", s.seq}, {"channels", c}, {"heads", s.heads},
-                   {"mlp", m}, {"vocab", s.vocab}, {"image", s.image}, {"patch", s.patch},
-                   {"adamw_params", s.adamw_params}};
+  report["preset"] = options.preset;
+  report["shapes"] = {{"batch", s.batch}, {"seq", s.seq}, {"channels", c}, {"heads", s.heads},
+                      {"mlp", m}, {"vocab", s.vocab}, {"image", s.image}, {"patch", s.patch},
+                      {"adamw_params", s.adamw_params}};
   for (auto const& r : results) {
     fmt::print("{:<20} {:<36} {:>10.3f} {:>11.2f} {:>9.1f}\n", r.op, r.shape, r.flops * 1e-9,
                r.median_s * 1e3, r.flops * 1e-9 / r.median_s);
-    out["results"].push_back({{"op", r.op}, {"shape", r.shape}, {"flops", r.flops},
-                              {"median_s", r.median_s}, {"min_s", r.min_s},
-                              {"gflops", r.flops * 1e-9 / r.median_s}});
+    report["results"].push_back({{"op", r.op}, {"shape", r.shape}, {"flops", r.flops},
+                                 {"median_s", r.median_s}, {"min_s", r.min_s},
+                                 {"gflops", r.flops * 1e-9 / r.median_s}});
   }
+}
+
+}  // namespace
+
+int run_bench(BenchOptions const& options) {
+  if (options.repeats < 1) throw std::invalid_argument("--repeats must be >= 1");
+  nlohmann::json out;
+  out["execution_space"] = Space::name();
+  out["concurrency"] = Space().concurrency();
+  out["repeats"] = options.repeats;
+  if (options.ops) run_ops_bench(options, out);
+  if (options.ops && options.steps) fmt::print("\n");
+  if (options.steps)
+    run_step_bench(options.step_shapes.empty() ? default_step_shape_names() : options.step_shapes,
+                   options.repeats, out);
   if (!options.json_path.empty()) {
     std::ofstream f(options.json_path);
     if (!f) throw std::runtime_error("cannot write " + options.json_path);

@@ -1,5 +1,6 @@
 #pragma once
-// `joule bench`: forward+backward time of each operator at stated shapes, as GFLOP/s.
+// `joule bench`: forward+backward time of each operator at stated shapes, as GFLOP/s (suite
+// ops), and whole training steps next to their GEMM-bound limit (suite step, bench_step.hpp).
 #include <string>
 #include <vector>
 
@@ -9,6 +10,9 @@ struct BenchOptions {
   std::string preset = "vit-base";  // one of bench_presets()
   int repeats = 5;                  // timed runs per operator; the median is reported
   std::string json_path;            // if set, results are written there (for bench_torch.py)
+  bool ops = true;                  // the operator suite (preset)
+  bool steps = false;               // the whole-step suite (step_shapes)
+  std::vector<std::string> step_shapes;  // names from bench_step.hpp; empty: the default three
 };
 
 int run_bench(BenchOptions const& options);
