@@ -117,6 +117,21 @@ TEMPLATE_TEST_CASE("attention: float kernels (other tile sizes) agree with the d
   }
 }
 
+TEMPLATE_TEST_CASE("attention: awkward sizes for the CPU tiling (64-row tiles, 4-row groups)",
+                   "[ops][attention]", JOULE_TEST_SPACES) {
+  // Sequences that end mid-tile and mid row group, prefixes that end inside a tile and inside a
+  // row group, and head size 128 (whose backward tiles are narrower than the forward's).
+  TestType space;
+  Rng rng(45);
+  auto const hd = GENERATE(32, 128);
+  auto const seq = GENERATE(5, 63, 66, 150);
+  for (auto const& mask : {AttentionMask::causal(), AttentionMask::prefix(seq / 2 + 3),
+                           AttentionMask::prefix(seq - 1)}) {
+    compare_with_naive<double>(space, 2, seq, 1, hd, mask, rng, 1e-10, 1e-12);
+    compare_with_naive<float>(space, 1, seq, 2, hd, mask, rng, 2e-4, 2e-5);
+  }
+}
+
 TEMPLATE_TEST_CASE("attention: backward against finite differences of the forward pass",
                    "[ops][attention][gradcheck]", JOULE_TEST_SPACES) {
   using Mem = typename TestType::memory_space;

@@ -2,20 +2,27 @@
 // Kernels behind joule::attention_forward / attention_backward (see core/ops/attention.hpp).
 //
 // Work decomposition: one team per (batch, head, tile of rows). A tile's K/V (or Q/dO) rows are
-// staged in team scratch and reused by every row of the other side. On GPUs a team has one
-// thread per row; on CPUs a team is one thread that walks its tile (the scratch tile then acts
-// as an L1/L2 cache block). Tile sizes are compile-time, from the head size and the scalar size,
-// so per-thread arrays have static bounds and team scratch stays under 32 KiB.
+// staged in team scratch and reused by every row of the other side. Each thread owns kR rows
+// of its tile: on GPUs kR = 1 (a team has one thread per row, scratch in shared memory, at most
+// 32 KiB); on CPUs a team is one thread that walks its tile in groups of kR = 4 rows (scratch is
+// an L2-resident cache block, up to 160 KiB, so tiles are 64 rows). Tile sizes are compile-time,
+// from the head size, the scalar size and the scratch budget, so per-thread arrays have static
+// bounds.
 //
-// Dot products against a whole tile are written as "for d: for j: s[j] += a[d] * bt(d, j)" over
-// a transposed copy of the tile: the inner loop has independent accumulators, so CPU compilers
-// vectorise it without reassociating a reduction (no -ffast-math), and the result is the same
-// on every backend.
-#include "core/ops/detail/row_kernels.hpp"
+// Dot products against a tile are register-blocked micro-tiles (kR rows x 8 columns of
+// accumulators, attention_tile_dot / attention_tile_axpy): the inner loop runs over a contiguous
+// dimension with independent accumulators, so CPU compilers vectorise it without reassociating a
+// reduction (no -ffast-math), and each result is summed in the same order on every backend and
+// every run. Masks cost nothing outside the diagonal tiles: key (query) ranges stop at the
+// tile's last visible key, and column chunks no row of a group sees are skipped.
+#include "core/ops/detail/vector_math.hpp"
 #include "core/tensor.hpp"
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 namespace joule::detail {
 
@@ -53,12 +60,20 @@ struct AttentionTeamTile {
   }
 };
 
-// Rows per tile so that `n_tiles` tiles of [tile, HD] scalars fit in 32 KiB, between 4 and 64.
-template <class T, int HD, int NTiles>
+// Rows per tile so that `NTiles` tiles of [tile, HD] scalars fit in `Bytes`, between 4 and 64.
+template <class T, int HD, int NTiles, std::size_t Bytes = 32768>
 constexpr int attention_tile() {
   int t = 64;
-  while (t > 4 && std::size_t(NTiles) * t * HD * sizeof(T) > 32768) t /= 2;
+  while (t > 4 && std::size_t(NTiles) * t * HD * sizeof(T) > Bytes) t /= 2;
   return t;
+}
+
+// Team scratch per kernel: GPUs keep it within 32 KiB of shared memory; on CPUs scratch is
+// ordinary memory that stays in L2 (a team is one thread), and larger tiles load each K/V (or
+// Q/dO) tile fewer times, so the budget there is 160 KiB (64-row tiles up to hd = 64).
+template <class ExecutionSpace>
+constexpr std::size_t attention_scratch_budget() {
+  return is_host_space<ExecutionSpace>() ? 163840 : 32768;
 }
 
 template <class T, class ExecutionSpace>
@@ -69,13 +84,155 @@ template <class T, class ExecutionSpace>
 using ScratchVector = Kokkos::View<T*, typename ExecutionSpace::scratch_memory_space,
                                    Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
+// Rows of a tile that one thread owns: on CPUs a team is one thread, and a block of 4 rows lets
+// every key (or query) row loaded from the tile serve 4 dot products from registers; on GPUs a
+// thread owns one row (a team has one thread per row).
+template <class ExecutionSpace>
+constexpr int attention_rows_per_thread() {
+  return is_host_space<ExecutionSpace>() ? 4 : 1;
+}
+
+// keep ? x : 0, written so that a loop over a score row vectorises on CPUs without
+// -ffast-math: GCC (with the default -ftrapping-math) may not if-convert a float select, so on
+// the host the bit pattern is masked as an integer. (exp: exp_of, vector_math.hpp.) Double, and
+// every device, use a plain select.
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__) || defined(__SYCL_DEVICE_ONLY__)
+#define JOULE_ATTENTION_DEVICE_PASS 1
+#else
+#define JOULE_ATTENTION_DEVICE_PASS 0
+#endif
+
+template <class T>
+KOKKOS_INLINE_FUNCTION T attention_keep(bool keep, T x) {
+#if JOULE_ATTENTION_DEVICE_PASS
+  return keep ? x : T(0);
+#else
+  if constexpr (!std::is_same_v<T, float>) {
+    return keep ? x : T(0);
+  } else {
+    std::int32_t b;
+    std::memcpy(&b, &x, sizeof b);
+    b &= -std::int32_t(keep);
+    std::memcpy(&x, &b, sizeof x);
+    return x;
+  }
+#endif
+}
+
+// Keeps GCC from unrolling the innermost loop of a micro-tile before vectorising it: unrolled,
+// the loop over the head dimension becomes the innermost one and is vectorised (strided, with
+// shuffles) instead of the contiguous loop over columns. Only where GCC compiles host code.
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && !defined(__INTEL_LLVM_COMPILER)
+#define JOULE_ATTENTION_VECTOR_LOOP _Pragma("GCC unroll 0")
+#else
+#define JOULE_ATTENTION_VECTOR_LOOP
+#endif
+
+// Chunk of a micro-tile's columns kept in registers: 8 floats / 4 doubles (two SSE/NEON
+// vectors per row), fewer when the tile is narrower.
+template <class T, int N>
+constexpr int attention_chunk() {
+  int const c = sizeof(T) == 4 ? 8 : 4;
+  return N < c ? N : c;
+}
+
+// s[r][j] = sum_d a[r*HD + d] * bt[d*N + j] for R rows of a (row-major, HD columns) against a
+// transposed tile bt [HD, N]. Register-blocked: R x C accumulators, independent along j, so
+// the inner loop vectorises without reassociating any sum (no -ffast-math needed). Only chunks
+// of C columns that meet [j_begin, j_end) are computed; the others are set to 0 (masked tiles).
+template <int R, int N, int HD, class T>
+KOKKOS_INLINE_FUNCTION void attention_tile_dot(T const* a, T const* bt, T (&s)[R][N],
+                                               int j_begin = 0, int j_end = N) {
+  constexpr int C = attention_chunk<T, N>();
+  static_assert(N % C == 0, "tile width must be a multiple of the register chunk");
+  for (int j0 = 0; j0 < N; j0 += C) {
+    T acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < C; ++j) acc[r][j] = 0;
+    if (j0 + C > j_begin && j0 < j_end) {
+      for (int d = 0; d < HD; ++d) {
+        T const* b = bt + d * N + j0;
+        for (int r = 0; r < R; ++r) {
+          T const ar = a[r * HD + d];
+          JOULE_ATTENTION_VECTOR_LOOP
+          for (int j = 0; j < C; ++j) acc[r][j] += ar * b[j];
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < C; ++j) s[r][j0 + j] = acc[r][j];
+  }
+}
+
+// o[r*HD + d] = o[r*HD + d] * scale[r] + sum_{j0 <= j < n} p[r][j] * b[j*HD + d] for R rows
+// of o (row-major, HD columns) and a row-major tile b [N, HD]; R x C accumulators as above.
+template <int R, int N, int HD, class T>
+KOKKOS_INLINE_FUNCTION void attention_tile_axpy_from(T const (&p)[R][N], int j_begin, int n,
+                                                     T const* b, T* o, T const (&scale)[R]) {
+  constexpr int C = attention_chunk<T, HD>();
+  for (int d0 = 0; d0 < HD; d0 += C) {
+    T acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int d = 0; d < C; ++d) acc[r][d] = o[r * HD + d0 + d] * scale[r];
+    for (int j = j_begin; j < n; ++j) {
+      T const* bj = b + j * HD + d0;
+      for (int r = 0; r < R; ++r) {
+        T const pr = p[r][j];
+        JOULE_ATTENTION_VECTOR_LOOP
+        for (int d = 0; d < C; ++d) acc[r][d] += pr * bj[d];
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int d = 0; d < C; ++d) o[r * HD + d0 + d] = acc[r][d];
+  }
+}
+template <int R, int N, int HD, class T>
+KOKKOS_INLINE_FUNCTION void attention_tile_axpy(T const (&p)[R][N], int n, T const* b, T* o,
+                                                T const (&scale)[R]) {
+  attention_tile_axpy_from<R, N, HD>(p, 0, n, b, o, scale);
+}
+
+// Max and sum over a row in a fixed order of C partial lanes (vectorisable, same bits on every
+// run); entries at j >= n are left out of the max.
+template <int N, class T>
+KOKKOS_INLINE_FUNCTION T attention_row_max(T const (&s)[N], int n, T init) {
+  constexpr int C = attention_chunk<T, N>();
+  T part[C];
+  for (int c = 0; c < C; ++c) part[c] = init;
+  for (int j0 = 0; j0 < N; j0 += C)
+    for (int c = 0; c < C; ++c) {
+      T const x = s[j0 + c];
+      part[c] = (j0 + c < n && x > part[c]) ? x : part[c];
+    }
+  T m = part[0];
+  for (int c = 1; c < C; ++c) m = part[c] > m ? part[c] : m;
+  return m;
+}
+template <int N, class T>
+KOKKOS_INLINE_FUNCTION T attention_row_sum(T const (&s)[N]) {
+  constexpr int C = attention_chunk<T, N>();
+  T part[C];
+  for (int c = 0; c < C; ++c) part[c] = 0;
+  for (int j0 = 0; j0 < N; j0 += C)
+    for (int c = 0; c < C; ++c) part[c] += s[j0 + c];
+  T sum = 0;
+  for (int c = 0; c < C; ++c) sum += part[c];
+  return sum;
+}
+
+// Forward: one team per (batch, head, tile of kTile query rows); each thread owns kR rows and
+// walks the key tiles (K transposed and V staged in scratch) with an online softmax.
 template <class ExecutionSpace, int HD, class Out, class Lse, class Qkv>
 struct AttentionForwardKernel {
   using T = typename Out::non_const_value_type;
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   using Tile2 = ScratchMatrix<T, ExecutionSpace>;
   using Tile1 = ScratchVector<T, ExecutionSpace>;
-  static constexpr int kTile = attention_tile<T, HD, 4>();
+  static constexpr int kTile = attention_tile<T, HD, 4, attention_scratch_budget<ExecutionSpace>()>();
+  static constexpr int kR = attention_rows_per_thread<ExecutionSpace>();
+  static_assert(kTile % kR == 0, "tile rows must split evenly over threads");
+  // GPUs: one thread per kR rows; CPUs: a team is one thread that walks the tile.
+  static constexpr int team_size() { return is_host_space<ExecutionSpace>() ? 1 : kTile / kR; }
 
   AttentionShape s;
   Out out;
@@ -98,9 +255,10 @@ struct AttentionForwardKernel {
     Tile2 kt(team.team_scratch(0), HD, kTile), v(team.team_scratch(0), kTile, HD);
     Tile1 m(team.team_scratch(0), kTile), l(team.team_scratch(0), kTile);
 
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_rows), [&](int i) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](int i) {
+      bool const in = i < n_rows;  // rows past the end are zero, computed but never stored
       for (int d = 0; d < HD; ++d) {
-        q(i, d) = scale * qkv(token0 + row0 + i, q_col + d);  // pre-scaled query
+        q(i, d) = in ? scale * qkv(token0 + row0 + i, q_col + d) : T(0);  // pre-scaled query
         o(i, d) = 0;
       }
       m(i) = T(-1e30);
@@ -118,29 +276,29 @@ struct AttentionForwardKernel {
         }
       });
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_rows), [&](int i) {
-        int const end = attention_key_end(row0 + i, s.seq, s.open_prefix) - key0;
-        int const n_valid = end < n_keys ? end : n_keys;
-        if (n_valid <= 0) return;
-        T score[kTile] = {};
-        for (int d = 0; d < HD; ++d) {
-          T const qd = q(i, d);
-          for (int j = 0; j < kTile; ++j) score[j] += qd * kt(d, j);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile / kR), [&](int g) {
+        int const i0 = g * kR;
+        if (i0 >= n_rows) return;
+        T p[kR][kTile], correction[kR];
+        int n_valid[kR], n_used = 0;  // keys each row sees; keys any of the rows sees
+        for (int r = 0; r < kR; ++r) {
+          int const end = i0 + r < n_rows
+                              ? attention_key_end(row0 + i0 + r, s.seq, s.open_prefix) - key0
+                              : 0;
+          n_valid[r] = end < 0 ? 0 : end < n_keys ? end : n_keys;
+          n_used = n_valid[r] > n_used ? n_valid[r] : n_used;
         }
-        T tile_max = m(i);
-        for (int j = 0; j < n_valid; ++j) tile_max = score[j] > tile_max ? score[j] : tile_max;
-        T const correction = math::exp(m(i) - tile_max);
-        T row_sum = l(i) * correction;
-        T acc[HD];
-        for (int d = 0; d < HD; ++d) acc[d] = o(i, d) * correction;
-        for (int j = 0; j < n_valid; ++j) {
-          T const p = math::exp(score[j] - tile_max);
-          row_sum += p;
-          for (int d = 0; d < HD; ++d) acc[d] += p * v(j, d);
+        attention_tile_dot<kR, kTile, HD>(q.data() + i0 * HD, kt.data(), p, 0, n_used);
+        for (int r = 0; r < kR; ++r) {
+          T const m_old = m(i0 + r);
+          T const tile_max = attention_row_max(p[r], n_valid[r], m_old);
+          correction[r] = exp_of<ExecutionSpace>(m_old - tile_max);
+          for (int j = 0; j < kTile; ++j)
+            p[r][j] = attention_keep(j < n_valid[r], exp_of<ExecutionSpace>(p[r][j] - tile_max));
+          l(i0 + r) = l(i0 + r) * correction[r] + attention_row_sum(p[r]);
+          m(i0 + r) = tile_max;
         }
-        for (int d = 0; d < HD; ++d) o(i, d) = acc[d];
-        m(i) = tile_max;
-        l(i) = row_sum;
+        attention_tile_axpy<kR, kTile, HD>(p, n_used, v.data(), o.data() + i0 * HD, correction);
       });
     }
     team.team_barrier();
@@ -159,8 +317,8 @@ void launch_attention_forward(ExecutionSpace const& space, AttentionShape const&
   using T = typename Kernel::T;
   int const row_tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
   Kernel kernel{s, out, lse, qkv, T(1.0 / std::sqrt(double(HD))), row_tiles};
-  int const team_size = is_host_space<ExecutionSpace>() ? 1 : Kernel::kTile;
-  Kokkos::TeamPolicy<ExecutionSpace> policy(space, s.batch * s.heads * row_tiles, team_size);
+  Kokkos::TeamPolicy<ExecutionSpace> policy(space, s.batch * s.heads * row_tiles,
+                                            Kernel::team_size());
   Kokkos::parallel_for(label("attention_forward"),
                        policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())), kernel);
 }
@@ -183,15 +341,19 @@ void attention_delta(ExecutionSpace const& space, AttentionShape const& s, Delta
 }
 
 // One team per (batch, head, key tile): accumulates dK and dV of its keys over all queries.
-// Per key j and query tile: s_i = q_i.k_j and dp_i = dO_i.v_j for all i (over transposed Q and
-// dO tiles), then dV_j += p_i dO_i and dK_j += ds_i q_i (over the row-major tiles).
+// Each thread owns kR keys. Per query tile: s = k q^T and dp = v dO^T against transposed Q and
+// dO tiles, p = exp(s - lse), ds = p (dp - delta), then dV += p dO and dK += ds Q against the
+// row-major tiles (register-blocked micro-tiles, see attention_tile_dot / attention_tile_axpy).
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
 struct AttentionBackwardKeyValueKernel {
   using T = typename DQkv::non_const_value_type;
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   using Tile2 = ScratchMatrix<T, ExecutionSpace>;
   using Tile1 = ScratchVector<T, ExecutionSpace>;
-  static constexpr int kTile = attention_tile<T, HD, 8>();
+  static constexpr int kTile = attention_tile<T, HD, 8, attention_scratch_budget<ExecutionSpace>()>();
+  static constexpr int kR = attention_rows_per_thread<ExecutionSpace>();
+  static_assert(kTile % kR == 0, "tile rows must split evenly over threads");
+  static constexpr int team_size() { return is_host_space<ExecutionSpace>() ? 1 : kTile / kR; }
 
   AttentionShape s;
   DQkv d_qkv;
@@ -217,10 +379,11 @@ struct AttentionBackwardKeyValueKernel {
     Tile2 dout(team.team_scratch(0), kTile, HD), doutt(team.team_scratch(0), HD, kTile);
     Tile1 row_lse(team.team_scratch(0), kTile), row_delta(team.team_scratch(0), kTile);
 
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_keys), [&](int j) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](int j) {
+      bool const in = j < n_keys;  // keys past the end are zero, computed but never stored
       for (int d = 0; d < HD; ++d) {
-        k(j, d) = qkv(token0 + key0 + j, k_col + d);
-        v(j, d) = qkv(token0 + key0 + j, v_col + d);
+        k(j, d) = in ? qkv(token0 + key0 + j, k_col + d) : T(0);
+        v(j, d) = in ? qkv(token0 + key0 + j, v_col + d) : T(0);
         dk(j, d) = 0;
         dv(j, d) = 0;
       }
@@ -241,35 +404,31 @@ struct AttentionBackwardKeyValueKernel {
         row_delta(i) = in ? delta(bh, query0 + i) : T(0);
       });
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_keys), [&](int j) {
-        int const first = attention_query_begin(key0 + j, s.open_prefix) - query0;
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile / kR), [&](int g) {
+        int const j0 = g * kR;
+        if (j0 >= n_keys) return;
+        // Queries [begin, n_queries) of the tile see key j0 (and every later key of the group
+        // sees a subset of those).
+        int const first = attention_query_begin(key0 + j0, s.open_prefix) - query0;
         int const begin = first > 0 ? first : 0;
         if (begin >= n_queries) return;
-        T score[kTile] = {}, dp[kTile] = {};
-        for (int d = 0; d < HD; ++d) {
-          T const kd = k(j, d), vd = v(j, d);
+        T p[kR][kTile], ds[kR][kTile], one[kR];
+        attention_tile_dot<kR, kTile, HD>(k.data() + j0 * HD, qt.data(), p, begin, n_queries);
+        attention_tile_dot<kR, kTile, HD>(v.data() + j0 * HD, doutt.data(), ds, begin, n_queries);
+        for (int r = 0; r < kR; ++r) {
+          int const f = attention_query_begin(key0 + j0 + r, s.open_prefix) - query0;
+          int const b = j0 + r < n_keys ? (f > 0 ? f : 0) : kTile;
           for (int i = 0; i < kTile; ++i) {
-            score[i] += qt(d, i) * kd;
-            dp[i] += doutt(d, i) * vd;
+            bool const keep = i >= b && i < n_queries;
+            T const e = attention_keep(keep, exp_of<ExecutionSpace>(p[r][i] - row_lse(i)));
+            p[r][i] = e;
+            ds[r][i] = e * (ds[r][i] - row_delta(i));
           }
+          one[r] = 1;
         }
-        T acc_k[HD], acc_v[HD];
-        for (int d = 0; d < HD; ++d) {
-          acc_k[d] = dk(j, d);
-          acc_v[d] = dv(j, d);
-        }
-        for (int i = begin; i < n_queries; ++i) {
-          T const p = math::exp(score[i] - row_lse(i));
-          T const ds = p * (dp[i] - row_delta(i));
-          for (int d = 0; d < HD; ++d) {
-            acc_v[d] += p * dout(i, d);
-            acc_k[d] += ds * q(i, d);
-          }
-        }
-        for (int d = 0; d < HD; ++d) {
-          dk(j, d) = acc_k[d];
-          dv(j, d) = acc_v[d];
-        }
+        // Rows before `begin` have p = ds = 0 for every key of the group: start the sums there.
+        attention_tile_axpy_from<kR, kTile, HD>(p, begin, n_queries, dout.data(), dv.data() + j0 * HD, one);
+        attention_tile_axpy_from<kR, kTile, HD>(ds, begin, n_queries, q.data(), dk.data() + j0 * HD, one);
       });
     }
     team.team_barrier();
@@ -283,14 +442,18 @@ struct AttentionBackwardKeyValueKernel {
 };
 
 // One team per (batch, head, query tile): accumulates dQ of its queries over the keys they see.
-// Per query i and key tile: s_j and dp_j over transposed K and V tiles, then dQ_i += ds_j k_j.
+// Each thread owns kR queries. Per key tile: s = q k^T and dp = dO v^T against transposed K and
+// V tiles, ds = exp(s - lse) (dp - delta), then dQ += ds K against the row-major K tile.
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
 struct AttentionBackwardQueryKernel {
   using T = typename DQkv::non_const_value_type;
   using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   using Tile2 = ScratchMatrix<T, ExecutionSpace>;
   using Tile1 = ScratchVector<T, ExecutionSpace>;
-  static constexpr int kTile = attention_tile<T, HD, 6>();
+  static constexpr int kTile = attention_tile<T, HD, 6, attention_scratch_budget<ExecutionSpace>()>();
+  static constexpr int kR = attention_rows_per_thread<ExecutionSpace>();
+  static_assert(kTile % kR == 0, "tile rows must split evenly over threads");
+  static constexpr int team_size() { return is_host_space<ExecutionSpace>() ? 1 : kTile / kR; }
 
   AttentionShape s;
   DQkv d_qkv;
@@ -316,14 +479,15 @@ struct AttentionBackwardQueryKernel {
     Tile2 kt(team.team_scratch(0), HD, kTile), vt(team.team_scratch(0), HD, kTile);
     Tile1 row_lse(team.team_scratch(0), kTile), row_delta(team.team_scratch(0), kTile);
 
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_rows), [&](int i) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](int i) {
+      bool const in = i < n_rows;  // rows past the end are zero, computed but never stored
       for (int d = 0; d < HD; ++d) {
-        q(i, d) = scale * qkv(token0 + row0 + i, q_col + d);
-        dout(i, d) = d_out(token0 + row0 + i, q_col + d);
+        q(i, d) = in ? scale * qkv(token0 + row0 + i, q_col + d) : T(0);
+        dout(i, d) = in ? d_out(token0 + row0 + i, q_col + d) : T(0);
         dq(i, d) = 0;
       }
-      row_lse(i) = lse(bh, row0 + i);
-      row_delta(i) = delta(bh, row0 + i);
+      row_lse(i) = in ? lse(bh, row0 + i) : T(0);
+      row_delta(i) = in ? delta(bh, row0 + i) : T(0);
     });
     int const key_limit = attention_key_end(row0 + n_rows - 1, s.seq, s.open_prefix);
     for (int key0 = 0; key0 < key_limit; key0 += kTile) {
@@ -338,25 +502,27 @@ struct AttentionBackwardQueryKernel {
         }
       });
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_rows), [&](int i) {
-        int const end = attention_key_end(row0 + i, s.seq, s.open_prefix) - key0;
-        int const n_valid = end < n_keys ? end : n_keys;
-        if (n_valid <= 0) return;
-        T score[kTile] = {}, dp[kTile] = {};
-        for (int d = 0; d < HD; ++d) {
-          T const qd = q(i, d), gd = dout(i, d);
-          for (int j = 0; j < kTile; ++j) {
-            score[j] += qd * kt(d, j);
-            dp[j] += gd * vt(d, j);
-          }
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile / kR), [&](int g) {
+        int const i0 = g * kR;
+        if (i0 >= n_rows) return;
+        T ds[kR][kTile], dp[kR][kTile], one[kR];
+        int n_valid[kR], n_used = 0;
+        for (int r = 0; r < kR; ++r) {
+          int const end = i0 + r < n_rows
+                              ? attention_key_end(row0 + i0 + r, s.seq, s.open_prefix) - key0
+                              : 0;
+          n_valid[r] = end < 0 ? 0 : end < n_keys ? end : n_keys;
+          n_used = n_valid[r] > n_used ? n_valid[r] : n_used;
+          one[r] = 1;
         }
-        T acc[HD];
-        for (int d = 0; d < HD; ++d) acc[d] = dq(i, d);
-        for (int j = 0; j < n_valid; ++j) {
-          T const ds = math::exp(score[j] - row_lse(i)) * (dp[j] - row_delta(i));
-          for (int d = 0; d < HD; ++d) acc[d] += ds * k(j, d);
+        attention_tile_dot<kR, kTile, HD>(q.data() + i0 * HD, kt.data(), ds, 0, n_used);
+        attention_tile_dot<kR, kTile, HD>(dout.data() + i0 * HD, vt.data(), dp, 0, n_used);
+        for (int r = 0; r < kR; ++r) {
+          T const m = row_lse(i0 + r), dl = row_delta(i0 + r);
+          for (int j = 0; j < kTile; ++j)
+            ds[r][j] = attention_keep(j < n_valid[r], exp_of<ExecutionSpace>(ds[r][j] - m)) * (dp[r][j] - dl);
         }
-        for (int d = 0; d < HD; ++d) dq(i, d) = acc[d];
+        attention_tile_axpy<kR, kTile, HD>(ds, n_used, k.data(), dq.data() + i0 * HD, one);
       });
     }
     team.team_barrier();
@@ -378,8 +544,7 @@ void launch_attention_backward(ExecutionSpace const& space, AttentionShape const
     using Kernel = AttentionBackwardKeyValueKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>;
     int const tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
     Kernel kernel{s, d_qkv, delta, d_out, qkv, lse, scale, tiles};
-    int const team_size = is_host_space<ExecutionSpace>() ? 1 : Kernel::kTile;
-    Kokkos::TeamPolicy<ExecutionSpace> policy(space, s.batch * s.heads * tiles, team_size);
+    Kokkos::TeamPolicy<ExecutionSpace> policy(space, s.batch * s.heads * tiles, Kernel::team_size());
     Kokkos::parallel_for(label("attention_backward_key_value"),
                          policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())),
                          kernel);
@@ -388,8 +553,7 @@ void launch_attention_backward(ExecutionSpace const& space, AttentionShape const
     using Kernel = AttentionBackwardQueryKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>;
     int const tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
     Kernel kernel{s, d_qkv, delta, d_out, qkv, lse, scale, tiles};
-    int const team_size = is_host_space<ExecutionSpace>() ? 1 : Kernel::kTile;
-    Kokkos::TeamPolicy<ExecutionSpace> policy(space, s.batch * s.heads * tiles, team_size);
+    Kokkos::TeamPolicy<ExecutionSpace> policy(space, s.batch * s.heads * tiles, Kernel::team_size());
     Kokkos::parallel_for(label("attention_backward_query"),
                          policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())),
                          kernel);
