@@ -155,27 +155,12 @@ def make_benchmarks(s):
     opt = torch.optim.AdamW([params], lr=1e-3, weight_decay=0.01)
     benches["adamw"] = lambda: opt.step()
 
-    blk = {
-        "ln1": torch.nn.LayerNorm(c), "qkv": torch.nn.Linear(c, 3 * c), "proj": torch.nn.Linear(c, c),
-        "ln2": torch.nn.LayerNorm(c), "fc": torch.nn.Linear(c, m), "fc_proj": torch.nn.Linear(m, c),
-    }
-    blk = {name: mod.to(DEVICE) for name, mod in blk.items()}
+    blk = StepBlock(c, h, m, layers=1).to(DEVICE)  # the block of the whole-step model
     bx, bdy = rand(b, seq, c, grad=True), rand(b, seq, c)
     bmask = allowed(seq, n_image)
 
     def block():
-        y = blk["ln1"](bx)
-        q, k, vv = blk["qkv"](y).split(c, dim=-1)
-        q = q.view(b, seq, h, hd).transpose(1, 2)
-        k = k.view(b, seq, h, hd).transpose(1, 2)
-        vv = vv.view(b, seq, h, hd).transpose(1, 2)
-        if HAS_SDPA:
-            y = F.scaled_dot_product_attention(q, k, vv, attn_mask=bmask)
-        else:
-            y = ((q @ k.transpose(-2, -1)) / math.sqrt(hd)).masked_fill(~bmask, float("-inf")).softmax(-1) @ vv
-        x2 = bx + blk["proj"](y.transpose(1, 2).reshape(b, seq, c))
-        out = x2 + blk["fc_proj"](F.gelu(blk["fc"](blk["ln2"](x2)), approximate="tanh"))
-        out.backward(bdy)
+        blk(bx, bmask).backward(bdy)
 
     benches["block"] = block
     return benches

@@ -40,6 +40,21 @@ KOKKOS_INLINE_FUNCTION int attention_query_begin(int key, int open_prefix) {
   return key < open_prefix ? 0 : key;
 }
 
+// For a group of kR query rows starting at `query0` (`rows_left` of them exist) and the key tile
+// [key0, key0 + n_keys): how many of the tile's keys each row sees (n_valid), and the most any
+// row of the group sees (returned; the products stop there).
+template <int kR>
+KOKKOS_INLINE_FUNCTION int attention_group_keys(AttentionShape const& s, int query0, int rows_left,
+                                                int key0, int n_keys, int (&n_valid)[kR]) {
+  int n_used = 0;
+  for (int r = 0; r < kR; ++r) {
+    int const end = r < rows_left ? attention_key_end(query0 + r, s.seq, s.open_prefix) - key0 : 0;
+    n_valid[r] = end < 0 ? 0 : end < n_keys ? end : n_keys;
+    n_used = n_valid[r] > n_used ? n_valid[r] : n_used;
+  }
+  return n_used;
+}
+
 // Which (batch, head, tile of rows) a team owns, and where that head's q/k/v columns are.
 struct AttentionTeamTile {
   int bh, row0, n_rows, token0, q_col, k_col, v_col;
@@ -280,14 +295,8 @@ struct AttentionForwardKernel {
         int const i0 = g * kR;
         if (i0 >= n_rows) return;
         T p[kR][kTile], correction[kR];
-        int n_valid[kR], n_used = 0;  // keys each row sees; keys any of the rows sees
-        for (int r = 0; r < kR; ++r) {
-          int const end = i0 + r < n_rows
-                              ? attention_key_end(row0 + i0 + r, s.seq, s.open_prefix) - key0
-                              : 0;
-          n_valid[r] = end < 0 ? 0 : end < n_keys ? end : n_keys;
-          n_used = n_valid[r] > n_used ? n_valid[r] : n_used;
-        }
+        int n_valid[kR];  // keys each row sees
+        int const n_used = attention_group_keys<kR>(s, row0 + i0, n_rows - i0, key0, n_keys, n_valid);
         attention_tile_dot<kR, kTile, HD>(q.data() + i0 * HD, kt.data(), p, 0, n_used);
         for (int r = 0; r < kR; ++r) {
           T const m_old = m(i0 + r);
@@ -506,15 +515,9 @@ struct AttentionBackwardQueryKernel {
         int const i0 = g * kR;
         if (i0 >= n_rows) return;
         T ds[kR][kTile], dp[kR][kTile], one[kR];
-        int n_valid[kR], n_used = 0;
-        for (int r = 0; r < kR; ++r) {
-          int const end = i0 + r < n_rows
-                              ? attention_key_end(row0 + i0 + r, s.seq, s.open_prefix) - key0
-                              : 0;
-          n_valid[r] = end < 0 ? 0 : end < n_keys ? end : n_keys;
-          n_used = n_valid[r] > n_used ? n_valid[r] : n_used;
-          one[r] = 1;
-        }
+        int n_valid[kR];
+        int const n_used = attention_group_keys<kR>(s, row0 + i0, n_rows - i0, key0, n_keys, n_valid);
+        for (int r = 0; r < kR; ++r) one[r] = 1;
         attention_tile_dot<kR, kTile, HD>(q.data() + i0 * HD, kt.data(), ds, 0, n_used);
         attention_tile_dot<kR, kTile, HD>(dout.data() + i0 * HD, vt.data(), dp, 0, n_used);
         for (int r = 0; r < kR; ++r) {
