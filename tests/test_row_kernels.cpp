@@ -35,6 +35,11 @@ TEST_CASE("exp_polynomial: within 3 ulp of exp on [-87, 88], clamped outside", "
   REQUIRE(detail::exp_polynomial(-1000.0f) == detail::exp_polynomial(-87.0f));
   REQUIRE(detail::exp_polynomial(-1000.0f) < 1e-37f);
   REQUIRE(std::isfinite(detail::exp_polynomial(1000.0f)));
+  REQUIRE(detail::exp_polynomial(1000.0f) == detail::exp_polynomial(88.0f));
+  REQUIRE(detail::exp_polynomial(INFINITY) == detail::exp_polynomial(88.0f));
+  REQUIRE(detail::exp_polynomial(-INFINITY) == detail::exp_polynomial(-87.0f));
+  REQUIRE(std::isnan(detail::exp_polynomial(NAN)));
+  REQUIRE(std::isnan(detail::exp_polynomial(-NAN)));
 }
 
 TEMPLATE_TEST_CASE("row reductions: sums and maxima of rows of awkward lengths", "[ops][row_kernels]",

@@ -21,10 +21,18 @@ constexpr bool is_host_space() {
 // expf as a polynomial (Cephes): n = round(x log2 e), r = x - n ln 2 in two parts, then
 // 2^n * (1 + r + r^2 p(r)). Round-to-nearest by adding 1.5 * 2^23 (the integer then sits in the
 // low mantissa bits, read back without a float-to-int conversion). Inputs are clamped to
-// [-87, 88], where 2^n stays a normal number; joule's arguments (shifted logits and scores,
-// GELU's -2u) below -87 give 2^-126 * (1 + r...) ~ 1e-38 instead of a denormal or 0.
+// [-87, 88], where 2^n stays a normal number: below, ~1.6e-38 instead of a denormal or 0; above
+// (and +inf), ~1.7e38 instead of inf. NaN stays NaN. The clamp works on the bit pattern as
+// integers: GCC (with the default -ftrapping-math) does not if-convert float comparisons, and a
+// loop with one is not vectorised; integer selects vectorise even on SSE2.
 KOKKOS_INLINE_FUNCTION float exp_polynomial(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  std::int32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  std::int32_t const magnitude = bits & 0x7fffffff;
+  std::int32_t const limit = bits < 0 ? 0x42AE0000 : 0x42B00000;  // 87.0f, 88.0f
+  std::int32_t const clamped = (magnitude > limit && magnitude <= 0x7f800000) ? limit : magnitude;
+  std::int32_t const signed_clamped = clamped | (bits & std::int32_t(0x80000000u));
+  std::memcpy(&x, &signed_clamped, sizeof x);
   float const shifter = 12582912.0f;  // 1.5 * 2^23
   float const t = x * 1.44269504088896341f + shifter;
   float const n = t - shifter;
@@ -37,9 +45,9 @@ KOKKOS_INLINE_FUNCTION float exp_polynomial(float x) {
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
   y = y * (r * r) + r + 1.0f;
-  std::int32_t bits;
-  std::memcpy(&bits, &t, sizeof bits);
-  std::int32_t const e = (bits - 0x4B400000 + 127) << 23;
+  std::int32_t t_bits;
+  std::memcpy(&t_bits, &t, sizeof t_bits);
+  std::int32_t const e = (t_bits - 0x4B400000 + 127) << 23;
   float scale;
   std::memcpy(&scale, &e, sizeof scale);
   return y * scale;
