@@ -143,11 +143,18 @@ KOKKOS_INLINE_FUNCTION T attention_keep(bool keep, T x) {
 #define JOULE_ATTENTION_VECTOR_LOOP
 #endif
 
-// Chunk of a micro-tile's columns kept in registers: 8 floats / 4 doubles (two SSE/NEON
-// vectors per row), fewer when the tile is narrower.
+// Chunk of a micro-tile's columns kept in registers, per row: two vectors of the host's SIMD
+// width where it has 256-bit or wider vectors (16 floats: 4 rows x 16 = 8 AVX registers or 4
+// AVX-512 ones), else two SSE/NEON vectors (8 floats); fewer when the tile is narrower. Each
+// result still sums over the head dimension in order: the chunk changes no result of a product.
+#if defined(__AVX2__) || defined(__AVX512F__)
+inline constexpr int kAttentionChunkBytes = 64;
+#else
+inline constexpr int kAttentionChunkBytes = 32;
+#endif
 template <class T, int N>
 constexpr int attention_chunk() {
-  int const c = sizeof(T) == 4 ? 8 : 4;
+  int const c = kAttentionChunkBytes / int(sizeof(T));
   return N < c ? N : c;
 }
 
