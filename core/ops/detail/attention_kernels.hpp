@@ -9,7 +9,7 @@
 // from the head size, the scalar size and the scratch budget, so per-thread arrays have static
 // bounds.
 //
-// Dot products against a tile are register-blocked micro-tiles (kR rows x 8 columns of
+// Dot products against a tile are register-blocked micro-tiles (kR rows x a chunk of columns of
 // accumulators, attention_tile_dot / attention_tile_axpy): the inner loop runs over a contiguous
 // dimension with independent accumulators, so CPU compilers vectorise it without reassociating a
 // reduction (no -ffast-math), and each result is summed in the same order on every backend and
