@@ -9,6 +9,7 @@
 #include <cmath>
 
 using joule::apps::StepShape;
+using joule::test::Approx;
 
 TEST_CASE("bench step: FLOPs of a step by hand", "[bench][step]") {
   // 1 layer, C = 8, 2 heads (hd 4), 8x8 images in 4x4 patches (4 image tokens, 48 features),

@@ -45,9 +45,9 @@ KOKKOS_INLINE_FUNCTION float exp_polynomial(float x) {
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
   y = y * (r * r) + r + 1.0f;
-  std::int32_t t_bits;
+  std::uint32_t t_bits;  // unsigned: the shift below must not overflow a signed int (NaN inputs)
   std::memcpy(&t_bits, &t, sizeof t_bits);
-  std::int32_t const e = (t_bits - 0x4B400000 + 127) << 23;
+  std::uint32_t const e = (t_bits - 0x4B400000u + 127u) << 23;
   float scale;
   std::memcpy(&scale, &e, sizeof scale);
   return y * scale;
