@@ -113,23 +113,16 @@ KOKKOS_INLINE_FUNCTION void vector_sum2(Member const& team, int n, F const& f, T
       for (int l = 0; l < w; ++l) a[l] += a[l + w], b[l] += b[l + w];
     sum_a = a[0], sum_b = b[0];
   } else {
-    sum_a = 0, sum_b = 0;
-    Kokkos::parallel_reduce(
-        Kokkos::ThreadVectorRange(team, n),
-        [&](int i, T& s) {
-          T x = 0, y = 0;
-          f(i, x, y);
-          s += x;
-        },
-        sum_a);
-    Kokkos::parallel_reduce(
-        Kokkos::ThreadVectorRange(team, n),
-        [&](int i, T& s) {
-          T x = 0, y = 0;
-          f(i, x, y);
-          s += y;
-        },
-        sum_b);
+    sum_a = vector_sum<ExecutionSpace, T>(team, n, [&](int i) {
+      T x = 0, y = 0;
+      f(i, x, y);
+      return x;
+    });
+    sum_b = vector_sum<ExecutionSpace, T>(team, n, [&](int i) {
+      T x = 0, y = 0;
+      f(i, x, y);
+      return y;
+    });
   }
 }
 
