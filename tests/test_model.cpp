@@ -1,8 +1,10 @@
 // The whole model: recompute depth changes no gradient bit, the gradient agrees with a
-// directional finite difference per parameter group, and the memory model matches what is
-// actually allocated (Kokkos' allocation callbacks) for every recompute depth.
+// directional finite difference per parameter group, the memory model matches what is
+// actually allocated (Kokkos' allocation callbacks) for every recompute depth, and greedy
+// captioning agrees with a plain host-side decoder and with the one-pass exact-caption check.
 #include "core/data/synth.hpp"
 #include "core/model/model.hpp"
+#include "core/train/captioning.hpp"
 #include "support/test_support.hpp"
 #include "support/tiny_config.hpp"
 
@@ -147,4 +149,67 @@ TEST_CASE("model: the memory model predicts the bytes allocated, for every recom
     if (k >= 2) REQUIRE(measured["joule::act."] < previous_activations);
     previous_activations = measured["joule::act."];
   }
+}
+
+namespace {
+// Greedy decoding the plain way: the whole batch set again for every position, every logit brought
+// to the host, the argmax taken there.
+std::vector<std::int32_t> host_greedy(ExecSpace const& space, Model& model, HostBatch batch) {
+  int const B = model.batch(), T = model.config().text_len, V = model.config().vocab(),
+            n_img = model.config().image_tokens();
+  std::fill(batch.tokens.begin(), batch.tokens.end(), kTokenPad);
+  std::vector<bool> done(B, false);
+  for (int b = 0; b < B; ++b) batch.tokens[b * T] = kTokenBos;
+  for (int j = 0; j + 1 < T; ++j) {
+    model.set_batch(space, batch, 0);
+    model.forward(space);
+    auto logits = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), model.logits());
+    for (int b = 0; b < B; ++b) {
+      if (done[b]) continue;
+      int const row = model.logits_row(b, n_img + j);
+      int best = 0;
+      for (int v = 1; v < V; ++v)
+        if (logits(row, v) > logits(row, best)) best = v;
+      batch.tokens[b * T + j + 1] = best;
+      done[b] = best == kTokenEos || best == kTokenPad;
+    }
+  }
+  return batch.tokens;
+}
+}  // namespace
+
+TEST_CASE("model: greedy captions match a host decoder, and caption_misses is 0 exactly for them",
+          "[model][captioning]") {
+  auto const cfg = tiny_config();
+  int const batch = 3, T = cfg.model.text_len;
+  auto const images = synthetic_batch(cfg.model, batch, 23);
+  ExecSpace space;
+  Model model(cfg.model, batch, 1);
+  model.init_parameters(GENERATE(3, 8));
+  std::vector<std::int32_t> tokens;
+  std::vector<char> done;
+  greedy_captions(space, model, images, tokens, done);
+  REQUIRE(tokens == host_greedy(space, model, images));
+
+  // The greedy captions as references: teacher forcing finds no position where they differ.
+  HostBatch reference = images;
+  reference.tokens = tokens;
+  model.set_batch(space, reference, batch);
+  REQUIRE(model.forward(space).counted_rows >= 2 * batch);  // the captions have text to check
+  auto const& misses = model.caption_misses(space);
+  for (int b = 0; b < batch; ++b) CHECK(misses(b) == 0);
+
+  // One changed token in sample 1's reference: a miss there, none elsewhere.
+  std::int32_t& changed = reference.tokens[1 * T + 2];
+  changed = changed == 'q' ? 'z' : 'q';
+  model.set_batch(space, reference, batch);
+  model.forward(space);
+  auto const& after = model.caption_misses(space);
+  CHECK(after(0) == 0);
+  CHECK(after(1) >= 1);
+  CHECK(after(2) == 0);
+  // Samples past n_valid have no targets, so no misses.
+  model.set_batch(space, reference, 1);
+  model.forward(space);
+  CHECK(model.caption_misses(space)(1) == 0);
 }

@@ -3,6 +3,7 @@
 #include "core/io/h5file.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace joule {
@@ -137,27 +138,39 @@ void Dataset::check_contents() const {
 
 HostBatch Dataset::read(std::vector<std::size_t> const& samples) const {
   HostBatch b;
+  read(samples, b);
+  return b;
+}
+
+void Dataset::read(std::vector<std::size_t> const& samples, HostBatch& b) const {
   b.samples = samples;
-  std::size_t const px = shape_.pixels_per_sample();
+  std::size_t const px = shape_.pixels_per_sample(), tl = std::size_t(shape_.text_len);
   b.images.resize(samples.size() * px);
-  b.tokens.resize(samples.size() * shape_.text_len);
+  b.tokens.resize(samples.size() * tl);
   try {
     io::H5File f(path_, io::H5File::Mode::read);
-    for (std::size_t i = 0; i < samples.size(); ++i) {
+    for (std::size_t i = 0; i < samples.size();) {
       if (samples[i] >= shape_.count) fail(path_, "sample " + std::to_string(samples[i]) + " out of range");
-      auto const im = f.read_rows<std::uint8_t>("/images", samples[i], 1);
-      auto const tk = f.read_rows<std::int32_t>("/tokens", samples[i], 1);
+      std::size_t run = 1;  // samples[i], samples[i] + 1, ... read as one block
+      while (i + run < samples.size() && samples[i + run] == samples[i] + run && samples[i + run] < shape_.count) ++run;
+      auto const im = f.read_rows<std::uint8_t>("/images", samples[i], run);
+      auto const tk = f.read_rows<std::int32_t>("/tokens", samples[i], run);
       std::copy(im.begin(), im.end(), b.images.begin() + i * px);
-      std::copy(tk.begin(), tk.end(), b.tokens.begin() + i * shape_.text_len);
+      std::copy(tk.begin(), tk.end(), b.tokens.begin() + i * tl);
+      i += run;
     }
   } catch (io::H5Error const& e) {
     throw DatasetError(e.what());
   }
   for (std::size_t i = 0; i < b.tokens.size(); ++i)
     if (b.tokens[i] < 0 || b.tokens[i] >= kVocabSize)
-      fail(path_, "/tokens[" + std::to_string(samples[i / shape_.text_len]) + "] holds id " +
-                      std::to_string(b.tokens[i]) + "; " + token_rule());
-  return b;
+      fail(path_, "/tokens[" + std::to_string(samples[i / tl]) + "] holds id " + std::to_string(b.tokens[i]) +
+                      "; " + token_rule());
+}
+
+std::size_t held_out_count(std::size_t n, double fraction) {
+  auto const k = std::size_t(std::llround(double(n) * fraction));
+  return std::clamp<std::size_t>(k, 1, n > 1 ? n - 1 : 1);
 }
 
 void write_dataset(std::string const& path, DatasetShape const& s,

@@ -54,6 +54,9 @@ class Dataset {
   DatasetShape const& shape() const { return shape_; }
   // Reads the given samples (in this order).
   HostBatch read(std::vector<std::size_t> const& samples) const;
+  // The same into `into`, reusing its buffers (no allocation once they have grown), reading each
+  // run of consecutive samples at once.
+  void read(std::vector<std::size_t> const& samples, HostBatch& into) const;
 
  private:
   static Dataset open_checked(std::string const& path, ModelConfig const* model, bool check_contents);
@@ -61,6 +64,10 @@ class Dataset {
   std::string path_;
   DatasetShape shape_;
 };
+
+// How many samples of n form the held-out set (the last ones): round(n * fraction), at least 1 and,
+// with n > 1, at most n - 1. The trainer, `joule caption --held-out` and images_to_h5.py use it.
+std::size_t held_out_count(std::size_t n, double fraction);
 
 void write_dataset(std::string const& path, DatasetShape const& shape,
                    std::vector<std::uint8_t> const& images, std::vector<std::int32_t> const& tokens);

@@ -1,5 +1,6 @@
 #include "core/model/model.hpp"
 
+#include "core/ops/argmax.hpp"
 #include "core/ops/embedding.hpp"
 #include "core/ops/patch_embed.hpp"
 
@@ -104,6 +105,10 @@ Model::Model(ModelConfig const& config, int batch, int recompute_depth, Sequence
   d_x0_ = P > 1 ? alloc<Tensor2<T, DeviceMemory>>("work.d_x0", B * S, C) : d_residual_[0];
   if (P > 1) exchange_ = SequenceExchange<T, DeviceMemory>(shards_, B, S / P, C);
   embedding_work_ = EmbeddingBackwardWorkspace<DeviceMemory>(cfg_.vocab(), Nt, "work.embedding");
+  picks_ = Kokkos::View<int*, DeviceMemory>(label("work.picks"), N);
+  sample_result_ = Kokkos::View<int*, DeviceMemory>(label("work.sample_result"), B);
+  sample_result_host_ = Kokkos::create_mirror_view(sample_result_);
+  shard_sum_.resize(std::size_t(B));
 }
 
 BlockActivations<Model::T, DeviceMemory> const& Model::acts_for(int layer) const {
@@ -171,6 +176,52 @@ void Model::set_batch(ExecSpace const& space, HostBatch const& batch, int n_vali
 int Model::logits_row(int b, int position) const {
   int const held = cfg_.seq_len() / shards_.size, shard = position / held;
   return shard == shards_.rank ? b * held + position % held : -1;
+}
+
+void Model::set_tokens(ExecSpace const& space, std::int32_t const* tokens) {
+  staged_.synchronize();  // the previous copy has read the staging
+  auto const& h_tokens = tokens_host_;
+  for (std::size_t i = 0; i < h_tokens.span(); ++i) h_tokens.data()[i] = tokens[i];
+  Kokkos::deep_copy(space, tokens_, h_tokens);
+  staged_.record(space);
+}
+
+Model::HostInts const& Model::caption_misses(ExecSpace const& space) {
+  row_argmax(space, picks_, logits_);
+  Kokkos::deep_copy(space, sample_result_, 0);
+  auto const picks = picks_, targets = targets_, misses = sample_result_;  // by value into the kernel
+  int const held = cfg_.seq_len() / shards_.size;
+  Kokkos::parallel_for(
+      label("caption_misses"), Kokkos::RangePolicy<ExecSpace>(space, 0, int(picks.extent(0))), KOKKOS_LAMBDA(int r) {
+        int const t = targets(r), p = picks(r);
+        bool const miss = t != kIgnoreIndex && p != t && !(t == kTokenEos && p == kTokenPad);
+        if (miss) Kokkos::atomic_add(&misses(r / held), 1);
+      });
+  return sample_result_to_host(space);
+}
+
+Model::HostInts const& Model::next_tokens(ExecSpace const& space, int position) {
+  require(position >= 0 && position < cfg_.text_len, "Model::next_tokens",
+          "text position " + std::to_string(position) + " outside [0, " + std::to_string(cfg_.text_len) + ")");
+  int const held = cfg_.seq_len() / shards_.size, at = cfg_.image_tokens() + position;
+  bool const here = at / held == shards_.rank;  // the shard holding the position picks; the others add 0
+  auto const logits = logits_;
+  auto const picks = sample_result_;
+  Kokkos::parallel_for(
+      label("next_tokens"), Kokkos::RangePolicy<ExecSpace>(space, 0, batch_),
+      KOKKOS_LAMBDA(int b) { picks(b) = here ? argmax_of_row(logits, b * held + at % held) : 0; });
+  return sample_result_to_host(space);
+}
+
+Model::HostInts const& Model::sample_result_to_host(ExecSpace const& space) {
+  Kokkos::deep_copy(space, sample_result_host_, sample_result_);
+  space.fence();  // the host reads batch() ints: the one wait of a captioning step
+  if (shards_.size > 1) {
+    for (int b = 0; b < batch_; ++b) shard_sum_[b] = sample_result_host_(b);
+    shards_.allreduce_sum(shard_sum_.data(), shard_sum_.size());
+    for (int b = 0; b < batch_; ++b) sample_result_host_(b) = int(std::llround(shard_sum_[b]));
+  }
+  return sample_result_host_;
 }
 
 namespace detail {

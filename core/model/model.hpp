@@ -162,6 +162,20 @@ class Model {
   // Sets text token `position` of every sample (for greedy decoding).
   Kokkos::View<int*, DeviceMemory> const& tokens() const { return tokens_; }
 
+  // Captioning (evaluation, `joule caption`). Each reads the logits of the last forward() on the
+  // device and brings batch() integers to the host; all shards return the same values.
+  using HostInts = compat::host_mirror_t<Kokkos::View<int*, DeviceMemory>>;
+  // Per sample: the text positions whose most likely next token is not the target set by
+  // set_batch() (a predicted PAD counts as the EOS it would stop on). 0 means greedy decoding
+  // reproduces the reference token for token: text attention is causal, so teacher forcing feeds
+  // exactly greedy decoding's own prefix for as long as that prefix is right.
+  HostInts const& caption_misses(ExecSpace const& space);
+  // Per sample: the most likely token after text position `position`.
+  HostInts const& next_tokens(ExecSpace const& space, int position);
+  // Replaces the text tokens of every sample ([B*T] host ints), keeping images and targets: the
+  // steps of greedy decoding change nothing else.
+  void set_tokens(ExecSpace const& space, std::int32_t const* tokens);
+
   ModelParameters<T, DeviceMemory> params, grads;
 
  private:
@@ -191,6 +205,12 @@ class Model {
   Tensor2<T, DeviceMemory> d_x0_;  // [B*S, C] (P > 1: zero outside this rank's rows)
   EmbeddingBackwardWorkspace<DeviceMemory> embedding_work_;  // [V+1], [V], [B*T] ints
   int counted_rows_ = 0;
+  // Captioning: the argmax of every logits row, and batch() results with their host copy.
+  Kokkos::View<int*, DeviceMemory> picks_, sample_result_;
+  HostInts sample_result_host_;
+  std::vector<double> shard_sum_;  // batch() values summed over the shards
+
+  HostInts const& sample_result_to_host(ExecSpace const& space);
 
   BlockActivations<T, DeviceMemory> const& acts_for(int layer) const;
   SequenceExchange<T, DeviceMemory> const* exchange() const { return shards_.size > 1 ? &exchange_ : nullptr; }

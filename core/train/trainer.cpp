@@ -1,6 +1,7 @@
 #include "core/train/trainer.hpp"
 
 #include "core/io/h5file.hpp"
+#include "core/train/captioning.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -24,11 +25,6 @@ std::vector<std::size_t> range(std::size_t begin, std::size_t end) {
   std::vector<std::size_t> v;
   for (std::size_t i = begin; i < end; ++i) v.push_back(i);
   return v;
-}
-
-std::size_t held_out_count(std::size_t n, double fraction) {
-  auto const k = std::size_t(std::llround(double(n) * fraction));
-  return std::clamp<std::size_t>(k, 1, n > 1 ? n - 1 : 1);
 }
 
 std::string duration(double s) {
@@ -299,60 +295,31 @@ StepRecord Trainer::train_step() {
 EvalResult Trainer::evaluate() {
   optimizer_->wait_all();  // evaluation reads every group's new weights
   compat::ScopedRegion region(space_, "evaluate");
-  int const B = cfg_.train.micro_batch, T_ = cfg_.model.text_len, V = cfg_.model.vocab(),
-            n_img = cfg_.model.image_tokens();
+  int const B = cfg_.train.micro_batch, T_ = cfg_.model.text_len;
   std::size_t const n = std::min<std::size_t>(eval_indices_.size(), cfg_.train.eval_samples);
   EvalResult r;
   double loss_sum = 0;
   long long counted = 0;
   int correct = 0;
+  // One teacher-forced forward pass per micro-batch gives the loss and, on the device, whether each
+  // greedy caption would equal its reference (Model::caption_misses); only the printed examples
+  // are decoded token by token.
   for (std::size_t first = 0; first < n; first += B) {
     int const valid = int(std::min<std::size_t>(B, n - first));
-    std::vector<std::size_t> ids;
-    for (int i = 0; i < B; ++i) ids.push_back(eval_indices_[first + std::min(i, valid - 1)]);
-    HostBatch batch = data_.read(ids);
-    model_->set_batch(space_, batch, valid);
+    eval_ids_.resize(B);
+    for (int i = 0; i < B; ++i) eval_ids_[i] = eval_indices_[first + std::min(i, valid - 1)];
+    data_.read(eval_ids_, eval_batch_);
+    model_->set_batch(space_, eval_batch_, valid);
     auto const l = model_->forward(space_);
     loss_sum += l.loss * l.counted_rows;
     counted += l.counted_rows;
-
-    // Greedy decoding: start from BOS, feed back the most likely next byte until EOS.
-    HostBatch gen = batch;
-    std::fill(gen.tokens.begin(), gen.tokens.end(), kTokenPad);
-    std::vector<bool> done(B, false);
-    for (int b = 0; b < B; ++b) gen.tokens[b * T_] = kTokenBos;
-    auto logits = Kokkos::create_mirror_view(model_->logits());
-    for (int j = 0; j + 1 < T_; ++j) {
-      model_->set_batch(space_, gen, 0);
-      model_->forward(space_);
-      Kokkos::deep_copy(logits, model_->logits());
-      // The shard holding position n_img + j picks the next token; with several shards the others
-      // contribute 0 to the sum that tells everybody.
-      std::vector<double> picks(B, 0.0);
-      for (int b = 0; b < B; ++b) {
-        int const row = model_->logits_row(b, n_img + j);
-        if (done[b] || row < 0) continue;
-        int best = 0;
-        for (int v = 1; v < V; ++v)
-          if (logits(row, v) > logits(row, best)) best = v;
-        picks[b] = best;
-      }
-      if (model_->shards().active()) model_->shards().allreduce_sum(picks.data(), picks.size());
-      bool all_done = true;
-      for (int b = 0; b < B; ++b) {
-        if (done[b]) continue;
-        int const best = int(picks[b]);
-        gen.tokens[b * T_ + j + 1] = best;
-        if (best == kTokenEos || best == kTokenPad) done[b] = true;
-        all_done = all_done && done[b];
-      }
-      if (all_done) break;
-    }
-    for (int b = 0; b < valid; ++b) {
-      std::string const ref = decode_caption(&batch.tokens[b * T_], T_);
-      std::string const out = decode_caption(&gen.tokens[b * T_], T_);
-      correct += ref == out;
-      if (r.examples.size() < 4) r.examples.emplace_back(ref, out);
+    auto const& misses = model_->caption_misses(space_);
+    for (int b = 0; b < valid; ++b) correct += misses(b) == 0;
+    if (r.examples.size() < kEvalExamples) {
+      greedy_captions(space_, *model_, eval_batch_, eval_tokens_, eval_done_);
+      for (int b = 0; b < valid && r.examples.size() < kEvalExamples; ++b)
+        r.examples.emplace_back(decode_caption(&eval_batch_.tokens[std::size_t(b) * T_], T_),
+                                decode_caption(&eval_tokens_[std::size_t(b) * T_], T_));
     }
   }
   r.samples = int(n);
@@ -547,6 +514,27 @@ long long checked_attribute(io::H5File const& f, char const* name, long long lo,
     throw TrainingError(fmt::format("{}: attribute '{}' on / is {}; allowed: {}..{}{}", f.path(), name, v, lo, hi, why));
   return v;
 }
+
+// The configuration stored in a checkpoint, checked to be JSON with a model section.
+nlohmann::json saved_config(io::H5File const& f) {
+  std::string const& path = f.path();
+  if (!f.has_attribute("/", "format") || f.attribute_string("/", "format") != kCheckpointFormat)
+    throw TrainingError(path + ": not a joule checkpoint (no format = " + kCheckpointFormat + ")");
+  std::string const where = path + ": attribute 'config' on /";
+  std::string const text = f.attribute_string("/", "config");
+  nlohmann::json saved;
+  try {
+    check_json_limits(text, where);  // before nlohmann walks it
+    saved = nlohmann::json::parse(text);
+  } catch (ConfigError const& e) {
+    throw TrainingError(std::string(e.what()) + " (a damaged checkpoint)");
+  } catch (nlohmann::json::exception const& e) {
+    throw TrainingError(where + " is not valid JSON (a damaged checkpoint): " + e.what());
+  }
+  if (!saved.is_object() || !saved.contains("model") || !saved["model"].is_object())
+    throw TrainingError(where + " has no model section (a damaged checkpoint)");
+  return saved;
+}
 }  // namespace
 
 void Trainer::resume(std::string const& path) {
@@ -561,21 +549,7 @@ void Trainer::resume(std::string const& path) {
   auto const read_state = [&]() -> State {
     State state;
     io::H5File f(path, io::H5File::Mode::read);
-    if (!f.has_attribute("/", "format") || f.attribute_string("/", "format") != kCheckpointFormat)
-      throw TrainingError(path + ": not a joule checkpoint (no format = " + kCheckpointFormat + ")");
-    std::string const where = path + ": attribute 'config' on /";
-    std::string const text = f.attribute_string("/", "config");
-    nlohmann::json saved;
-    try {
-      check_json_limits(text, where);  // before nlohmann walks it
-      saved = nlohmann::json::parse(text);
-    } catch (ConfigError const& e) {
-      throw TrainingError(std::string(e.what()) + " (a damaged checkpoint)");
-    } catch (nlohmann::json::exception const& e) {
-      throw TrainingError(where + " is not valid JSON (a damaged checkpoint): " + e.what());
-    }
-    if (!saved.is_object() || !saved.contains("model") || !saved["model"].is_object())
-      throw TrainingError(where + " has no model section (a damaged checkpoint)");
+    nlohmann::json const saved = saved_config(f);
     auto const current = nlohmann::json::parse(cfg_.json);
     if (saved.at("model") != current.at("model"))
       throw TrainingError(path + ": saved with a different model configuration: " + saved.at("model").dump() +
@@ -618,6 +592,41 @@ void Trainer::resume(std::string const& path) {
     throw TrainingError(std::string("cannot resume: ") + e.what());
   }
   if (log_) *log_ << fmt::format("resumed from {} at step {}\n", path, step_);
+}
+
+Config checkpoint_config(std::string const& path) {
+  try {
+    io::read_in_child(path, [&] { saved_config(io::H5File(path, io::H5File::Mode::read)); }, io::read_timeout_for(path));
+    return parse_config(saved_config(io::H5File(path, io::H5File::Mode::read)).dump(), path + " (its stored configuration)");
+  } catch (io::H5Error const& e) {
+    throw TrainingError(std::string("cannot read checkpoint: ") + e.what());
+  }
+}
+
+void load_checkpoint_parameters(std::string const& path, Model& model) {
+  auto const read = [&] {
+    io::H5File f(path, io::H5File::Mode::read);
+    saved_config(f);  // a joule checkpoint; each tensor's size is checked against the model below
+    TensorLayout const layout = tensor_layout(model.params);
+    std::vector<std::vector<float>> groups;
+    model.params.for_each_group([&](std::string const& name, auto const& storage) {
+      groups.push_back(read_checked(f, layout, "params", name, storage.extent(0)));
+    });
+    return groups;
+  };
+  try {
+    io::read_in_child(path, [&] { read(); }, io::read_timeout_for(path));
+    auto const groups = read();
+    std::size_t g = 0;
+    model.params.for_each_group([&](std::string const&, auto const& storage) {
+      auto h = Kokkos::create_mirror_view(storage);
+      std::copy(groups[g].begin(), groups[g].end(), h.data());
+      Kokkos::deep_copy(storage, h);
+      ++g;
+    });
+  } catch (io::H5Error const& e) {
+    throw TrainingError(std::string("cannot read checkpoint: ") + e.what());
+  }
 }
 
 }  // namespace joule

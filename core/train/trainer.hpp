@@ -1,8 +1,8 @@
 #pragma once
 // The training loop: micro-batches with gradient accumulation, AdamW with warm-up + cosine
 // learning rate and global-norm clipping, held-out evaluation (loss and exact caption accuracy
-// by greedy decoding), progress lines, checkpoints that resume the same trajectory, and a stop
-// with a clear message on NaN/Inf.
+// of greedy decoding, decided from one teacher-forced pass), progress lines, checkpoints that
+// resume the same trajectory, and a stop with a clear message on NaN/Inf.
 #include "core/model/model.hpp"
 #include "core/ops/adamw.hpp"
 #include "core/train/optimizer.hpp"
@@ -145,6 +145,12 @@ class Trainer {
   std::ostream* log_;
   Dataset data_;
   std::vector<std::size_t> train_indices_, eval_indices_;
+  // Evaluation's buffers, kept between evaluations (it allocates nothing once they have grown).
+  static constexpr std::size_t kEvalExamples = 4;
+  std::vector<std::size_t> eval_ids_;
+  HostBatch eval_batch_;
+  std::vector<std::int32_t> eval_tokens_;
+  std::vector<char> eval_done_;
   BatchSampler sampler_;
   std::unique_ptr<Model> model_;  // rebuilt by reconfigure()
   ExecSpace space_;
@@ -164,6 +170,12 @@ class Trainer {
   std::pair<std::chrono::steady_clock::time_point, int> progress_since_;  // (time, step) of the first run()
   std::map<std::string, std::string> notes_;
 };
+
+// A checkpoint read for inference (`joule caption`): the configuration it was trained with, and
+// its parameters loaded into a model built for that configuration (every tensor checked first,
+// the file read in a child process first, as Trainer::resume does).
+Config checkpoint_config(std::string const& path);
+void load_checkpoint_parameters(std::string const& path, Model& model);
 
 // One line per evaluation / summary, shared by `joule train` and tests.
 std::string format_eval(EvalResult const& e);

@@ -1,0 +1,33 @@
+#pragma once
+// The most likely class of a row of logits[N, V]: the first index of the row's maximum, as
+// torch.argmax (and the host loop `if (x > best)`) picks it. Greedy decoding and the exact-caption
+// check read it; the logits never leave the device.
+#include "core/tensor.hpp"
+
+#include <string>
+
+namespace joule {
+
+// argmax_v x(r, v) for one row, inside a kernel (serial over V: a row's V logits are a few
+// hundred bytes' worth, and the callers run one thread per row).
+template <class X>
+KOKKOS_INLINE_FUNCTION int argmax_of_row(X const& x, int r) {
+  int const vocab = int(x.extent(1));
+  int best = 0;
+  for (int v = 1; v < vocab; ++v)
+    if (x(r, v) > x(r, best)) best = v;
+  return best;
+}
+
+// picks[r] = argmax_v x(r, v) for every row.
+template <class ExecutionSpace, class Picks, class X>
+void row_argmax(ExecutionSpace const& space, Picks const& picks, X const& x) {
+  int const n = x.extent(0);
+  require(int(picks.extent(0)) == n && x.extent(1) >= 1, "row_argmax",
+          "picks " + shape_of(picks) + ", x " + shape_of(x));
+  Kokkos::parallel_for(
+      label("row_argmax"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
+      KOKKOS_LAMBDA(int r) { picks(r) = argmax_of_row(x, r); });
+}
+
+}  // namespace joule
