@@ -12,6 +12,7 @@ std::function<int()> add_data_command(CLI::App& app);
 std::function<int()> add_energy_command(CLI::App& app);
 std::function<int()> add_tune_command(CLI::App& app);
 std::function<int()> add_inspect_command(CLI::App& app);
+std::function<int()> add_caption_command(CLI::App& app);
 
 // The embedded default configuration (apps/configs/tiny.json at build time).
 char const* default_config_json();

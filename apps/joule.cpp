@@ -47,6 +47,16 @@ std::string subcommand_problem(CLI::App& app) {
   return fmt::format("{}: unknown subcommand '{}'; the subcommands are: {}", path, rest.front(), list);
 }
 
+// Help that starts with the usage line, then the description (CLI11 puts the description first).
+class UsageFirst : public CLI::Formatter {
+ public:
+  std::string make_description(CLI::App const*) const override { return ""; }
+  std::string make_usage(CLI::App const* app, std::string name) const override {
+    std::string const description = CLI::Formatter::make_description(app);
+    return CLI::Formatter::make_usage(app, std::move(name)) + (description.empty() ? "" : "\n" + description);
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,9 +69,24 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "joule: error: {}\n", e.what());
     return 2;
   }
-  Kokkos::ScopeGuard kokkos(argc, argv);  // consumes --kokkos-* arguments
+  // Kokkos prints its own options for --help as well as --kokkos-help: it gets --help (and -h)
+  // hidden behind a placeholder, so `joule ... --help` prints joule's help only.
+  constexpr char const* kHelpPlaceholder = "--joule-help";
+  bool kokkos_help = false;
+  std::vector<char*> args(argv, argv + argc + 1);  // argv[argc] is nullptr
+  for (int i = 1; i < argc; ++i) {
+    std::string const arg = argv[i];
+    if (arg == "--help" || arg == "-h") args[i] = const_cast<char*>(kHelpPlaceholder);
+    kokkos_help = kokkos_help || arg == "--kokkos-help";
+  }
+  int args_left = argc;
+  Kokkos::ScopeGuard kokkos(args_left, args.data());  // consumes --kokkos-* arguments
+  if (kokkos_help) return 0;  // Kokkos has printed its options
+  for (int i = 1; i < args_left; ++i)
+    if (std::string(args[i]) == kHelpPlaceholder) args[i] = const_cast<char*>("--help");
 
-  CLI::App app{"joule: energy-aware training of multimodal transformers on Kokkos"};
+  CLI::App app{"joule: energy-aware training of multimodal transformers on Kokkos", "joule"};
+  app.formatter(std::make_shared<UsageFirst>());  // before the subcommands, which copy it
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("joule ") + JOULE_VERSION);
 
@@ -102,9 +127,16 @@ int main(int argc, char** argv) {
   auto const run_energy = joule::apps::add_energy_command(app);
   auto const run_tune = joule::apps::add_tune_command(app);
   auto const run_inspect = joule::apps::add_inspect_command(app);
+  auto const run_caption = joule::apps::add_caption_command(app);
 
+  std::string const kokkos_line = "Kokkos' own options (threads, devices, tools): joule --kokkos-help; --kokkos-* arguments pass to Kokkos.";
+  app.footer(kokkos_line);
+  for (auto* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    sub->footer(kokkos_line);
+    for (auto* inner : sub->get_subcommands([](CLI::App*) { return true; })) inner->footer(kokkos_line);
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(args_left, args.data());
   } catch (CLI::ParseError const& e) {
     if (dynamic_cast<CLI::RequiredError const*>(&e))
       if (auto const text = subcommand_problem(app); !text.empty()) {
@@ -129,7 +161,7 @@ int main(int argc, char** argv) {
       return joule::apps::run_bench(bench);
     }
     if (*info_cmd) print_version();
-    for (auto const& run : {run_train, run_data, run_energy, run_tune, run_inspect})
+    for (auto const& run : {run_train, run_data, run_energy, run_tune, run_inspect, run_caption})
       if (int const rc = run(); rc >= 0) return rc;
   } catch (std::exception const& e) {
     fmt::print(stderr, "joule: error: {}\n", e.what());

@@ -60,7 +60,7 @@ if [ "${1:-}" = --print-prefix ]; then echo "$prefix"; exit 0; fi
 
 # --- Debian packages --------------------------------------------------------------------------------
 packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libhdf5-dev catch2
-          libopenblas-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+          libopenblas-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev
           python3 python3-numpy python3-h5py python3-pil python3-matplotlib)
 if [ "${JOULE_WITH_TORCH:-0}" = 1 ]; then packages+=(python3-torch); fi
 

@@ -1,0 +1,192 @@
+// `joule caption`: caption images with a trained checkpoint (greedy decoding, batched, with the
+// training kernels), and for a dataset's samples compare with the references: for its held-out
+// set that is the list of the model's mistakes.
+#include "commands.hpp"
+#include "image_files.hpp"
+#include "output_paths.hpp"
+#include "run_config.hpp"
+
+#include "core/io/h5file.hpp"
+#include "core/train/captioning.hpp"
+#include "core/train/trainer.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+
+namespace joule::apps {
+
+namespace {
+
+struct CaptionOptions {
+  std::string checkpoint, data, images, resize = "bilinear", out;
+  bool held_out = false;
+  std::optional<long long> micro_batch, limit;
+};
+
+struct CaptionRow {
+  std::string sample, reference, prediction;
+  bool has_reference = false, correct = false;
+};
+
+std::string csv_field(std::string const& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+bool ends_with(std::string const& s, std::string const& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Written to PATH.tmp and renamed, so an interrupted run never leaves half a table under PATH.
+void write_rows(std::string const& path, std::string const& checkpoint, std::vector<CaptionRow> const& rows) {
+  std::string const tmp = path + ".tmp";
+  if (ends_with(path, ".csv")) {
+    std::ofstream f(tmp, std::ios::binary);
+    f << "sample,reference,prediction,correct\n";
+    for (auto const& r : rows)
+      f << csv_field(r.sample) << ',' << csv_field(r.reference) << ',' << csv_field(r.prediction) << ','
+        << (r.has_reference ? (r.correct ? "1" : "0") : "") << '\n';
+    f.close();
+    if (!f) throw std::runtime_error(tmp + ": write failed");
+  } else {
+    io::H5File f(tmp, io::H5File::Mode::truncate);
+    std::vector<std::string> sample, reference, prediction;
+    std::vector<std::uint8_t> correct;
+    for (auto const& r : rows) {
+      sample.push_back(r.sample), reference.push_back(r.reference), prediction.push_back(r.prediction);
+      correct.push_back(r.correct ? 1 : 0);
+    }
+    f.write_strings("/sample", sample);
+    f.write_strings("/reference", reference);
+    f.write_strings("/prediction", prediction);
+    f.write("/correct", correct.data(), {correct.size()});
+    f.set_attribute("/", "checkpoint", checkpoint);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot move " + tmp + " to " + path);
+}
+
+int run_caption(CaptionOptions const& o) {
+  if (!o.out.empty() && !ends_with(o.out, ".csv") && !ends_with(o.out, ".h5") && !ends_with(o.out, ".hdf5"))
+    throw ConfigError("--out " + o.out + ": name a .csv or .h5 file (the format follows the extension)");
+  FilePlan plan;
+  plan.input("--checkpoint", o.checkpoint);
+  plan.input("--data", o.data);
+  OutputOptions renamed;
+  renamed.through_tmp = true;
+  plan.output("--out", o.out, renamed);
+  if (auto const problem = plan.check(); !problem.empty()) throw ConfigError(problem);
+
+  Config const cfg = checkpoint_config(o.checkpoint);
+  ModelConfig const& m = cfg.model;
+  int const B = int(o.micro_batch.value_or(cfg.train.micro_batch)), T = m.text_len;
+  std::size_t const px = std::size_t(m.frames) * m.channels * m.image_size * m.image_size;
+
+  // The samples: dataset indices (all, or the held-out tail as training splits it) or files.
+  std::optional<Dataset> data;
+  std::vector<std::size_t> indices;
+  std::vector<std::string> files;
+  if (!o.data.empty()) {
+    data = Dataset::open(o.data, &m);
+    std::size_t const n = data->shape().count;
+    std::size_t const first = o.held_out ? n - held_out_count(n, cfg.data.eval_fraction) : 0;
+    for (std::size_t i = first; i < n; ++i) indices.push_back(i);
+    if (o.held_out)
+      fmt::print(stderr, "{}: the held-out set is samples {}..{} (the last {} of {}, data.eval_fraction {} of {})\n",
+                 o.data, first, n - 1, n - first, n, cfg.data.eval_fraction, o.checkpoint);
+  } else {
+    if (m.frames != 1)
+      throw ConfigError(fmt::format("--images: {} was trained on clips of {} frames; caption a dataset of clips "
+                                    "with --data", o.checkpoint, m.frames));
+    files = image_files(o.images);
+  }
+  std::size_t n = data ? indices.size() : files.size();
+  if (o.limit) n = std::min<std::size_t>(n, std::size_t(*o.limit));
+
+  // Forward passes only: recomputing every block keeps one block's activations, the least memory.
+  Model model(m, B, /*recompute_depth=*/m.layers);
+  load_checkpoint_parameters(o.checkpoint, model);
+  ExecSpace space;
+  Resize const resize = parse_resize(o.resize);
+  HostBatch batch;
+  std::vector<std::size_t> ids(B);
+  std::vector<std::int32_t> tokens;
+  std::vector<char> done;
+  std::vector<CaptionRow> rows;
+  std::size_t correct = 0;
+  for (std::size_t first = 0; first < n; first += B) {
+    int const valid = int(std::min<std::size_t>(B, n - first));
+    if (data) {
+      for (int i = 0; i < B; ++i) ids[i] = indices[first + std::min(i, valid - 1)];  // a short batch repeats its last
+      data->read(ids, batch);
+    } else {
+      batch.images.resize(std::size_t(B) * px);
+      batch.tokens.assign(std::size_t(B) * T, kTokenPad);
+      batch.samples.assign(B, 0);
+      for (int i = 0; i < B; ++i)
+        load_image(files[first + std::min(i, valid - 1)], m.channels, m.image_size, resize, &batch.images[i * px]);
+    }
+    greedy_captions(space, model, batch, tokens, done);
+    for (int b = 0; b < valid; ++b) {
+      CaptionRow row;
+      row.prediction = decode_caption(&tokens[std::size_t(b) * T], T);
+      if (data) {
+        row.sample = std::to_string(indices[first + b]);
+        row.reference = decode_caption(&batch.tokens[std::size_t(b) * T], T);
+        row.has_reference = true;
+        row.correct = row.prediction == row.reference;
+        correct += row.correct;
+        fmt::print("{}\t{}\t{}\t{}\n", row.sample, row.correct ? "ok" : "WRONG", row.prediction, row.reference);
+      } else {
+        row.sample = files[first + b];
+        fmt::print("{}\t{}\n", row.sample, row.prediction);
+      }
+      if (!o.out.empty()) rows.push_back(std::move(row));
+    }
+    std::fflush(stdout);
+  }
+  if (data)
+    fmt::print("captioned {} samples: {} exactly right ({:.1f}%)\n", n, correct, n ? 100.0 * correct / n : 0.0);
+  if (!o.out.empty()) {
+    write_rows(o.out, o.checkpoint, rows);
+    fmt::print(stderr, "wrote {} rows to {}\n", rows.size(), o.out);
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_caption_command(CLI::App& app) {
+  auto o = std::make_shared<CaptionOptions>();
+  auto* cmd = app.add_subcommand(
+      "caption", "caption images with a trained checkpoint (greedy decoding); for a dataset, compare with its captions");
+  cmd->add_option("--checkpoint", o->checkpoint, "a checkpoint written by joule train (its configuration gives the model)")
+      ->required()->check(CLI::ExistingFile);
+  auto* data = cmd->add_option("--data", o->data, "caption the samples of this dataset (HDF5) and compare with their captions")
+                   ->check(CLI::ExistingFile);
+  auto* images = cmd->add_option("--images", o->images,
+                                 "caption every image file in this folder (png, jpg, bmp, gif, tga, pnm), by name")
+                     ->check(CLI::ExistingDirectory)->excludes(data);
+  cmd->add_flag("--held-out", o->held_out,
+                "only the held-out samples: the last data.eval_fraction of the dataset, as training split it")
+      ->needs(data);
+  cmd->add_option("--resize", o->resize, "fit images to the model's size: bilinear (default), nearest, or none (must fit)")
+      ->check(CLI::IsMember({"bilinear", "nearest", "none"}))->needs(images);
+  cmd->add_option("--out", o->out, "also write (sample, reference, prediction, correct) to this .csv or .h5 file");
+  cmd->add_option("--micro-batch", o->micro_batch, "samples per forward pass (default: the checkpoint's train.micro_batch)")
+      ->check(whole_number())->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--limit", o->limit, "caption at most this many samples")->check(whole_number())->check(CLI::Range(1LL, 1LL << 40));
+  return [o, cmd, data, images]() -> int {
+    if (!*cmd) return -1;
+    if (!*data && !*images) throw ConfigError("joule caption: give --data FILE.h5 or --images FOLDER");
+    return run_caption(*o);
+  };
+}
+
+}  // namespace joule::apps
