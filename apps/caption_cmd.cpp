@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -144,7 +145,7 @@ int run_caption(CaptionOptions const& o) {
         correct += row.correct;
         fmt::print("{}\t{}\t{}\t{}\n", row.sample, row.correct ? "ok" : "WRONG", row.prediction, row.reference);
       } else {
-        row.sample = files[first + b];
+        row.sample = std::filesystem::path(files[first + b]).filename().string();  // as listed in the folder
         fmt::print("{}\t{}\n", row.sample, row.prediction);
       }
       if (!o.out.empty()) rows.push_back(std::move(row));

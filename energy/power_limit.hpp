@@ -5,7 +5,7 @@
 // energy source finds it (energy/detail/nvml_select.hpp: from the CUDA device's PCI bus id, or its
 // ordinal through CUDA_VISIBLE_DEVICES; never another job's GPU), and restores the limit it found
 // when restore() is called or the object dies — on a normal exit, an error or SIGINT;
-// nothing can restore after SIGKILL, and the README says so. Setting a limit needs privileges:
+// nothing can restore after SIGKILL, and docs/scheduler.md says so. Setting a limit needs privileges:
 // without them NVML answers "Insufficient Permissions" and the error says what to do.
 #include "energy/source.hpp"
 

@@ -1,8 +1,8 @@
 #pragma once
 // The HDF5 run log of the energy-aware scheduler: `joule tune` writes one per run (header, every
 // trial as it finishes, the best configuration, the Pareto front, the training run), `joule
-// inspect` and `--resume` read it back. This is the one module that knows the log's layout; the
-// README's "The tuning log (HDF5)" section documents it.
+// inspect` and `--resume` read it back. This is the one module that knows the log's layout;
+// docs/run-log.md documents it.
 //
 // Crash safety: every change (create, each trial, best, Pareto front, train, a resume) is one
 // commit: the log is copied to PATH.tmp, changed there, flushed, closed, synced and renamed over

@@ -21,7 +21,7 @@ run log (root attribute format != "joule-run-log-v1"), none of the plots has dat
 path is refused.
 Needs Debian's python3-h5py, python3-matplotlib and python3-numpy.
 
-Reads the layout of scheduler/run_log.cpp (README, "The tuning log (HDF5)"): root attributes
+Reads the layout of scheduler/run_log.cpp (docs/run-log.md): root attributes
 format, energy_kind, energy_source, objective; /trials/NNNN (attributes status, reason,
 time_per_step_s, energy_per_step_j, objective and the knobs; datasets power_time_s [n],
 power_w [n, domains], power_domains [domains] strings; subgroup regions with datasets name,

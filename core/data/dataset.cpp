@@ -20,7 +20,7 @@ std::string dims_text(io::Dims const& d) {
 }  // namespace
 
 namespace {
-// Per-sample extents a configuration can ask for (README "Configuration"); a file beyond them is
+// Per-sample extents a configuration can ask for (docs/configuration.md); a file beyond them is
 // refused before its size is trusted for anything.
 struct Extent {
   char const* object;
@@ -54,7 +54,7 @@ Dataset Dataset::open_checked(std::string const& path, ModelConfig const* model,
   try {
     io::H5File f(path, io::H5File::Mode::read);
     for (char const* name : {"/images", "/tokens"})
-      if (!f.exists(name)) fail(path, std::string("missing dataset ") + name + " (see the README's dataset format)");
+      if (!f.exists(name)) fail(path, std::string("missing dataset ") + name + " (see docs/datasets.md)");
     if (f.dtype("/images") != "uint8") fail(path, "/images has element type " + f.dtype("/images") + ", expected uint8");
     if (f.dtype("/tokens") != "int32") fail(path, "/tokens has element type " + f.dtype("/tokens") + ", expected int32");
     auto const im = f.dims("/images"), tk = f.dims("/tokens");

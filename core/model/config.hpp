@@ -1,6 +1,6 @@
 #pragma once
-// The job configuration: a JSON file with three sections, documented field by field in the
-// README ("Configuration"). parse_config() checks every field (type, range, consistency between
+// The job configuration: a JSON file with three sections, documented field by field in
+// docs/configuration.md. parse_config() checks every field (type, range, consistency between
 // fields) and throws ConfigError naming the field and what is allowed, before anything is
 // allocated. Every read path (files, the `config` attribute of checkpoints and run logs) goes
 // through check_json_limits() first, so no JSON parser ever walks a document that is too large or
@@ -45,7 +45,7 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string path;            // HDF5 dataset (see README "Dataset format")
+  std::string path;            // HDF5 dataset (see docs/datasets.md)
   double eval_fraction = 0.1;  // the last share of the samples is held out
 };
 
