@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <filesystem>
@@ -127,6 +128,19 @@ Config load_config_with(std::string const& path, std::function<void(nlohmann::js
   }
   if (j.is_object() && edit) edit(j);  // a non-object is reported by parse_config
   return parse_config(j.dump(), source);
+}
+
+bool config_file_sets(std::string const& path, char const* section, char const* field) {
+  if (path.empty()) return false;
+  std::ifstream f(path);
+  auto const j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);  // read and checked before
+  return j.is_object() && j.contains(section) && j[section].is_object() && j[section].contains(field);
+}
+
+int replica_micro_batch(int batch, int micro_batch, int replicas) {
+  for (int m = std::min(micro_batch, batch); m >= 1; --m)
+    if (batch % m == 0 && (batch / m) % replicas == 0) return m;
+  return 0;
 }
 
 void make_data_if_missing(Config const& cfg) {

@@ -64,6 +64,12 @@ class Overrides {
 Config load_config_with(std::string const& path, Overrides const& overrides);
 // The same with any edit of the JSON (programs' own settings, e.g. the benchmarks').
 Config load_config_with(std::string const& path, std::function<void(nlohmann::json&)> const& edit);
+// Whether the configuration file at `path` sets section.field itself ("" is the embedded default,
+// which sets every field and counts as setting none: defaults may be adapted).
+bool config_file_sets(std::string const& path, char const* section, char const* field);
+// The micro-batch that deals `batch` evenly to `replicas`: the largest divisor m of batch with
+// m <= micro_batch and (batch / m) a multiple of replicas; 0 if batch is no multiple of replicas.
+int replica_micro_batch(int batch, int micro_batch, int replicas);
 // Where the configuration came from, for messages: the path or "the embedded default configuration".
 std::string config_source(std::string const& path);
 void make_data_if_missing(Config const& cfg);

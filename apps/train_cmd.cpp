@@ -93,7 +93,7 @@ int run_train(TrainOptions const& o) {
     throw ConfigError(std::string(o.objective ? "--objective" : o.strategy ? "--strategy" : "--tune-log") +
                       " applies to a tuned run: add --tune");
   auto const ov = overrides(o);
-  Config const cfg = load_config_with(o.config_path, ov);
+  Config cfg = load_config_with(o.config_path, ov);
   ov.attribute([&] {
     if (cfg.train.seq_shards > 1 && !launched_by_mpi())
       throw ConfigError("train.seq_shards = " + std::to_string(cfg.train.seq_shards) + " splits each sequence over " +
@@ -104,6 +104,23 @@ int run_train(TrainOptions const& o) {
   scheduler::TuneSettings settings;
   if (o.tune) settings = ov.attribute([&] { return scheduler::parse_tune_settings(cfg); });
   Processes procs(cfg);
+  // Several data-parallel replicas and no micro-batch of the user's: deal the batch to them.
+  if (int const replicas = procs.layout().dp;
+      replicas > 1 && !o.micro_batch && !config_file_sets(o.config_path, "train", "micro_batch")) {
+    int const was = cfg.train.micro_batch, micro = replica_micro_batch(cfg.train.batch, was, replicas);
+    if (micro == 0)
+      return refuse(procs.world(), fmt::format("train.batch = {} cannot be dealt evenly to {} data-parallel replicas: make it a "
+                                    "multiple of {}", cfg.train.batch, replicas, replicas));
+    if (micro != was) {
+      cfg = load_config_with(o.config_path, [&](nlohmann::json& j) {
+        ov.apply(j);
+        j["train"]["micro_batch"] = micro;
+      });
+      if (procs.root())
+        fmt::print("train.micro_batch = {} (not set; was {}): the batch of {} dealt to {} data-parallel replicas, {} "
+                   "micro-batch(es) each\n", micro, was, cfg.train.batch, replicas, cfg.train.batch / micro / replicas);
+    }
+  }
   return procs.run_or_abort([&] { return o.tune ? tune_in_flight(procs, cfg, settings, o) : train_on(procs, cfg, o); });
 }
 

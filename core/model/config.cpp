@@ -331,7 +331,6 @@ Config parse_config(std::string const& json_text, std::string const& source) {
     Section s(root, "train", source, overflows);
     TrainConfig& t = cfg.train;
     t.batch = s.integer("batch", 1, 1 << 20);
-    t.micro_batch = s.integer("micro_batch", 1, 1 << 20);
     t.steps = s.integer("steps", 1, 1 << 30);
     t.lr = s.number("lr", 0.0, 10.0, true);
     t.min_lr = s.number("min_lr", 0.0, 10.0);
@@ -351,6 +350,9 @@ Config parse_config(std::string const& json_text, std::string const& source) {
     s.mark_known("offload_ratio");
     s.mark_known("host_threads");
     s.mark_known("seq_shards");
+    s.mark_known("micro_batch");
+    // Absent: the whole batch in one pass (under mpirun, joule train deals it to the replicas).
+    t.micro_batch = s.has("micro_batch") ? s.integer("micro_batch", 1, 1 << 20) : t.batch;
     if (s.has("seq_shards")) {
       t.seq_shards = s.integer("seq_shards", 1, 4096);
       if (cfg.model.heads % t.seq_shards != 0 || cfg.model.seq_len() % t.seq_shards != 0)
