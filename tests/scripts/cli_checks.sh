@@ -8,7 +8,9 @@
 #   4. outputs' folders are checked (missing, a folder as output path, read-only) before training;
 #   5. joule inspect warns about a log whose chosen trial has non-finite figures, never "nan%";
 #   6. a model that cannot fit in the memory free is refused before anything is allocated, with the
-#      figures and the nearest configuration that fits; a run that fits says what it will use.
+#      figures and the nearest configuration that fits; a run that fits says what it will use;
+#   7. --help is joule's (usage line first, no Kokkos options; --kokkos-help lists those), and
+#      joule caption's inputs and outputs are checked before any model is built.
 # usage: cli_checks.sh JOULE REPO_DIR WORK_DIR
 set -euo pipefail
 joule="$1" repo="$2" work="$3"
@@ -65,7 +67,7 @@ refused 'excludes --frames|--frames excludes' data synth --config cfg.json --out
 unchanged "flags"
 
 # --- 2. unknown subcommands -------------------------------------------------------------------
-refused "^joule: unknown subcommand 'frobnicate'; the subcommands are: bench, info, train, data, energy, tune, inspect$" frobnicate
+refused "^joule: unknown subcommand 'frobnicate'; the subcommands are: bench, info, train, data, energy, tune, inspect, caption$" frobnicate
 refused "^joule: a subcommand is required; the subcommands are: bench, info, train" 
 refused "^joule data: unknown subcommand 'frob'; the subcommands are: synth, info$" data frob
 refused "^joule energy: unknown subcommand 'frob'; the subcommands are: probe$" energy frob
@@ -212,4 +214,22 @@ PY
 refused "^joule: error: the model does not fit in (this machine's|the GPU's) memory: the memory model predicts [0-9.]+ GiB per process \(parameters [0-9.]+ GiB, gradients .*optimizer state [0-9.]+ GiB\) with train\.micro_batch 32, train\.recompute_depth 0, train\.offload_ratio 0, but [0-9.]+ [KMGT]iB (is|are) free \(.*\); even train\.micro_batch 1, train\.recompute_depth 64, .* \(--no-memory-check trains anyway\)$" \
   train --config cfg-huge.json --data data.h5
 unchanged "memory"
+
+# --- 7. help, and joule caption's checks ------------------------------------------------------
+for cmd in "" train caption "data synth"; do
+  # shellcheck disable=SC2086
+  "$joule" $cmd --help >help.txt 2>&1 || fail "joule $cmd --help failed: $(cat help.txt)"
+  head -1 help.txt | grep -qE "^Usage: joule ${cmd:+$cmd }\[OPTIONS\]" || fail "joule $cmd --help starts with: $(head -1 help.txt)"
+  if grep -qi "kokkos command line arguments\|--kokkos-threads" help.txt; then fail "joule $cmd --help lists Kokkos' options"; fi
+  grep -q -- "joule --kokkos-help" help.txt || fail "joule $cmd --help does not point to --kokkos-help"
+done
+"$joule" --kokkos-help >help.txt 2>&1 || fail "joule --kokkos-help failed"
+grep -q -- "--kokkos-threads\|--kokkos-num-threads" help.txt || fail "joule --kokkos-help lists no Kokkos option: $(head -5 help.txt)"
+echo "help: joule's own, usage first; Kokkos' options under --kokkos-help"
+refused "^joule: error: joule caption: give --data FILE.h5 or --images FOLDER$" caption --checkpoint data.h5
+refused "^--held-out requires --data$" caption --checkpoint data.h5 --images adir --held-out
+refused "^joule: error: --out data.h5 and --data data.h5 are the same file" caption --checkpoint cfg.json --data data.h5 --out data.h5
+refused "^joule: error: --out run.txt: name a .csv or .h5 file" caption --checkpoint data.h5 --data data.h5 --out run.txt
+refused "^joule: error: data.h5: not a joule checkpoint" caption --checkpoint data.h5 --data data.h5
+unchanged "caption"
 echo "PASS"
