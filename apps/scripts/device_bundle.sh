@@ -6,7 +6,7 @@
 #            apps/scripts/install-deps.sh from your source trees (KOKKOS_SRC, KOKKOS_KERNELS_SRC)
 #   hdf5/    the HDF5 C library, static, no compression filters (joule uses none), built from
 #            Debian's hdf5 source package
-#   usr/     Catch2, nlohmann-json, CLI11 and fmt from Debian's binary packages (dpkg -x)
+#   usr/     Catch2, nlohmann-json, CLI11, fmt and stb from Debian's binary packages (dpkg -x)
 # MPI is not packed: device_check.sh builds with the machine's MPI if it has one, else without
 # (JOULE_WITH_MPI=OFF: one process per job, the mpirun tests left out).
 #   KOKKOS_SRC=... KOKKOS_KERNELS_SRC=... apps/scripts/device_bundle.sh OUT.tar.gz
@@ -62,8 +62,8 @@ rm -f "$root/hdf5/bin/mirror_server" "$root/hdf5/bin/mirror_server_stop"
 
 # --- Header libraries (and fmt's shared library) from Debian's packages -----------------------------
 debs="$stage/debs"; mkdir -p "$debs"
-(cd "$debs" && apt-get download catch2 nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 >/dev/null 2>&1) ||
-  die "apt-get download of catch2 nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 failed"
+(cd "$debs" && apt-get download catch2 nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 libstb-dev >/dev/null 2>&1) ||
+  die "apt-get download of catch2 nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 libstb-dev failed"
 for d in "$debs"/*.deb; do dpkg -x "$d" "$root"; done
 rm -rf "$root/usr/share/doc" "$root/usr/share/lintian"
 
