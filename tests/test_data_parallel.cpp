@@ -1,10 +1,12 @@
 // Training over several processes under mpirun (1, 2, 4 processes): data parallelism, and
 // Ulysses sequence shards x data parallelism for every seq_shards that divides the process count.
 // The losses, every gradient after one step and the parameters after several steps equal a
-// single-process run's within 1e-5 relative. Every rank also computes that reference itself.
+// single-process run's within 1e-5 relative, and so does the held-out evaluation (greedy captions
+// decoded across the shards). Every rank also computes that reference itself.
 // Tuning trials under several processes agree on failures that hit some ranks only.
 #define CATCH_CONFIG_RUNNER
 #include "core/data/synth.hpp"
+#include "core/train/captioning.hpp"
 #include "core/train/trainer.hpp"
 #include "energy/source.hpp"
 #include "parallel/agreement.hpp"
@@ -39,6 +41,8 @@ DataParallel over_world() {
 struct Result {
   std::vector<double> losses;
   std::vector<float> params, grads;
+  EvalResult eval;
+  std::vector<int> greedy_misses;  // caption_misses() with each sample's greedy caption as its reference
 };
 
 std::vector<float> flatten(ModelParameters<float, DeviceMemory> const& p) {
@@ -58,6 +62,24 @@ Result train(Config const& cfg, DataParallel dp, int steps, SequenceShards shard
   r.grads = flatten(t.model().grads);
   for (auto const& s : t.run(steps - 1).steps) r.losses.push_back(s.loss);
   r.params = flatten(t.model().params);
+  r.eval = t.evaluate();
+  // Greedy captions decoded across the shards, then checked against themselves in one pass: no
+  // position may disagree, on every shard alike (the sums over the shards).
+  auto& model = t.model();
+  ExecSpace space;
+  auto const images = make_synthetic(SynthOptions::for_model(cfg.model, model.batch(), 31));
+  HostBatch batch;
+  batch.images = images.images;
+  batch.tokens = images.tokens;
+  batch.samples.assign(model.batch(), 0);
+  std::vector<std::int32_t> tokens;
+  std::vector<char> done;
+  greedy_captions(space, model, batch, tokens, done);
+  batch.tokens = tokens;
+  model.set_batch(space, batch, model.batch());
+  model.forward(space);
+  auto const& misses = model.caption_misses(space);
+  for (int b = 0; b < model.batch(); ++b) r.greedy_misses.push_back(misses(b));
   return r;
 }
 
@@ -177,6 +199,13 @@ TEST_CASE("sequence shards x data parallel: loss, gradients and parameters equal
     INFO("parameters after 3 steps: relative difference " << param_rel << ", largest element difference " << param_worst);
     REQUIRE(param_rel <= 1e-5);
     REQUIRE(param_worst <= 1e-4);
+    // The evaluation: loss, exact-caption accuracy and the greedy examples.
+    CHECK(got.eval.samples == ref.eval.samples);
+    CHECK(got.eval.loss == Approx(ref.eval.loss).epsilon(1e-5));
+    CHECK(got.eval.accuracy == ref.eval.accuracy);
+    CHECK(got.eval.examples == ref.eval.examples);
+    CHECK(got.greedy_misses == std::vector<int>(got.greedy_misses.size(), 0));
+    CHECK(ref.greedy_misses == std::vector<int>(ref.greedy_misses.size(), 0));
   }
 }
 
