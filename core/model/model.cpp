@@ -39,6 +39,7 @@ MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_de
                        N * C + 4 * N + N * V + (sharded ? B * S * C : 0));
   e.workspace = f * (B * m.frames * m.channels * m.image_size * m.image_size) + i32 * (Nt + N) +
                 i32 * (2 * V + 1 + Nt) +  // the token embedding's backward buckets
+                i32 * (N + B) +           // captioning: every row's argmax, one result per sample
                 f * (N * (6 * C + M) + B * H * S + 2 * N * C + N * C + Ni * C + Nt * C);
   if (sharded)  // d_qkv_heads, d_att_heads, d_x0, the all-to-all send and receive buffers
     e.workspace += f * (B * S * 4 * C / P + B * S * C + 2 * N * 3 * C);
