@@ -96,23 +96,34 @@ void load_image(std::string const& path, int channels, int size, Resize resize, 
     return;
   }
   Axis const ax = axis(w, size, resize), ay = axis(h, size, resize);
-  std::vector<double> rows(std::size_t(h) * size * channels);  // horizontal pass: [h][size][channels]
-  for (int y = 0; y < h; ++y)
+  // With alpha, colours are filtered premultiplied (as PIL does for RGBA, except with nearest), so a
+  // transparent pixel's colour does not bleed into its neighbours.
+  bool const premultiplied = channels == 4 && resize == Resize::bilinear;
+  auto value = [&](std::size_t pixel, int c) {
+    double const v = src[pixel * channels + c];
+    return premultiplied && c < 3 ? v * src[pixel * channels + 3] / 255.0 : v;
+  };
+  std::vector<double> rows(std::size_t(h) * size * channels), result(static_cast<std::size_t>(channels));
+  for (int y = 0; y < h; ++y)  // horizontal pass: [h][size][channels]
     for (int x = 0; x < size; ++x)
       for (int c = 0; c < channels; ++c) {
         double s = 0;
-        for (std::size_t k = 0; k < ax.weight[x].size(); ++k)
-          s += ax.weight[x][k] * src[(std::size_t(y) * w + ax.first[x] + k) * channels + c];
+        for (std::size_t k = 0; k < ax.weight[x].size(); ++k) s += ax.weight[x][k] * value(std::size_t(y) * w + ax.first[x] + k, c);
         rows[(std::size_t(y) * size + x) * channels + c] = s;
       }
   for (int y = 0; y < size; ++y)
-    for (int x = 0; x < size; ++x)
+    for (int x = 0; x < size; ++x) {
       for (int c = 0; c < channels; ++c) {
         double s = 0;
         for (std::size_t k = 0; k < ay.weight[y].size(); ++k)
           s += ay.weight[y][k] * rows[((ay.first[y] + k) * size + x) * channels + c];
-        out[(std::size_t(c) * size + y) * size + x] = std::uint8_t(std::clamp(std::lround(s), 0L, 255L));
+        result[c] = s;
       }
+      if (premultiplied)
+        for (int c = 0; c < 3; ++c) result[c] = result[3] > 0 ? result[c] * 255.0 / result[3] : 0.0;
+      for (int c = 0; c < channels; ++c)
+        out[(std::size_t(c) * size + y) * size + x] = std::uint8_t(std::clamp(std::lround(result[c]), 0L, 255L));
+    }
 }
 
 }  // namespace joule::apps

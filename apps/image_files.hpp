@@ -1,8 +1,9 @@
 #pragma once
 // Image files (PNG, JPEG, BMP, GIF, TGA, PNM) read for a model: decoded with stb_image (Debian's
 // libstb-dev), converted to the model's channel count and resized to its image size, as
-// apps/scripts/images_to_h5.py converts them for a dataset (same filters; values may differ by
-// rounding, except with resize "none" and matching channels, where they are the file's bytes).
+// apps/scripts/images_to_h5.py converts them with PIL for a dataset: the same filters (bilinear on
+// premultiplied alpha, as PIL), exact where no arithmetic is involved, else within rounding
+// (tests/scripts/image_files_vs_pil.sh).
 #include <cstdint>
 #include <string>
 #include <vector>
