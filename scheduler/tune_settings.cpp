@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <stdexcept>
 
 namespace joule::scheduler {
@@ -19,6 +20,23 @@ namespace {
   throw ConfigError("config: tune." + field + " " + what);
 }
 
+// Whether the JSON number v lies in [lo, hi], judged before any conversion to T (a 64-bit value
+// converted to int first would wrap: 4294967297 became 1).
+template <class T>
+bool within(nlohmann::json const& v, T lo, T hi) {
+  if constexpr (std::is_integral_v<T>) {
+    if (v.is_number_unsigned()) {
+      auto const u = v.get<std::uint64_t>();
+      return hi >= 0 && u <= std::uint64_t(hi) && (lo <= 0 || u >= std::uint64_t(lo));
+    }
+    auto const x = v.get<std::int64_t>();
+    return x >= std::int64_t(lo) && x <= std::int64_t(hi);
+  } else {
+    double const x = v.get<double>();
+    return x >= lo && x <= hi;
+  }
+}
+
 template <class T>
 std::vector<T> list(nlohmann::json const& j, char const* field, T lo, T hi) {
   if (!j.contains(field)) return {};
@@ -29,11 +47,10 @@ std::vector<T> list(nlohmann::json const& j, char const* field, T lo, T hi) {
   for (std::size_t i = 0; i < v.size(); ++i) {
     bool const ok = std::is_integral_v<T> ? v[i].is_number_integer() : v[i].is_number();
     if (!ok) fail(std::string(field) + "[" + std::to_string(i) + "]", std::is_integral_v<T> ? "must be an integer" : "must be a number");
-    T const x = v[i].get<T>();
-    if (x < lo || x > hi)
+    if (!within(v[i], lo, hi))
       fail(std::string(field) + "[" + std::to_string(i) + "]",
            "= " + v[i].dump() + " is outside [" + nlohmann::json(lo).dump() + ", " + nlohmann::json(hi).dump() + "]");
-    out.push_back(x);
+    out.push_back(v[i].get<T>());
   }
   return out;
 }
@@ -43,9 +60,8 @@ T number(nlohmann::json const& j, char const* field, T fallback, T lo, T hi) {
   if (!j.contains(field)) return fallback;
   auto const& v = j.at(field);
   if (!(std::is_integral_v<T> ? v.is_number_integer() : v.is_number())) fail(field, std::is_integral_v<T> ? "must be an integer" : "must be a number");
-  T const x = v.get<T>();
-  if (x < lo || x > hi) fail(field, "= " + v.dump() + " is outside [" + nlohmann::json(lo).dump() + ", " + nlohmann::json(hi).dump() + "]");
-  return x;
+  if (!within(v, lo, hi)) fail(field, "= " + v.dump() + " is outside [" + nlohmann::json(lo).dump() + ", " + nlohmann::json(hi).dump() + "]");
+  return v.get<T>();
 }
 
 }  // namespace

@@ -69,6 +69,13 @@ TEST_CASE("tune settings: defaults, values, and clear errors", "[tune]") {
                       Contains("unknown field tune.offload") && Contains("offload_ratios"));
   REQUIRE(parse_tune_settings(with_tune(j, {{"power_limits_w", {300, 450}}})).power_limits_w == std::vector<int>{300, 450});
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"power_limits_w", {0}}})), Contains("tune.power_limits_w[0]"));
+  // 64-bit values are judged before conversion to int (2^32 + 1 wrapped to 1 and passed).
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"warmup_steps", 4294967297LL}})),
+                      Contains("tune.warmup_steps = 4294967297 is outside [0, 1000]"));
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"recompute_depths", {0, 4294967296ULL}}})),
+                      Contains("tune.recompute_depths[1]") && Contains("outside [0, 3]"));
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"measured_steps", -4294967294LL}})),
+                      Contains("tune.measured_steps = -4294967294 is outside [2, 10000]"));
 }
 
 TEST_CASE("trial runner: the space, the memory model's verdicts, and measured trials", "[tune][train]") {
