@@ -515,6 +515,28 @@ long long checked_attribute(io::H5File const& f, char const* name, long long lo,
   return v;
 }
 
+// Every parameter group of a checkpoint, each checked (read_checked) against `params`' sizes.
+std::vector<std::vector<float>> read_checked_parameters(io::H5File const& f,
+                                                        ModelParameters<float, DeviceMemory> const& params) {
+  TensorLayout const layout = tensor_layout(params);
+  std::vector<std::vector<float>> groups;
+  params.for_each_group([&](std::string const& name, auto const& storage) {
+    groups.push_back(read_checked(f, layout, "params", name, storage.extent(0)));
+  });
+  return groups;
+}
+
+// Copies groups read by read_checked_parameters() into the model's parameters.
+void store_parameters(std::vector<std::vector<float>> const& groups, ModelParameters<float, DeviceMemory>& params) {
+  std::size_t g = 0;
+  params.for_each_group([&](std::string const&, auto const& storage) {
+    auto h = Kokkos::create_mirror_view(storage);
+    std::copy(groups[g].begin(), groups[g].end(), h.data());
+    Kokkos::deep_copy(storage, h);
+    ++g;
+  });
+}
+
 // The configuration stored in a checkpoint, checked to be JSON with a model section.
 nlohmann::json saved_config(io::H5File const& f) {
   std::string const& path = f.path();
@@ -563,27 +585,21 @@ void Trainer::resume(std::string const& path) {
         fmt::format(" (an impossible sampler position: the training part of {} holds {} samples)", cfg_.data.path,
                     train_samples));
 
+    state.params = read_checked_parameters(f, model_->params);
     TensorLayout const layout = tensor_layout(model_->params);
-    std::vector<std::string> groups;
-    model_->params.for_each_group([&](std::string const& name, auto const& storage) {
-      groups.push_back(name);
-      state.params.push_back(read_checked(f, layout, "params", name, storage.extent(0)));
+    std::size_t g = 0;
+    model_->params.for_each_group([&](std::string const& name, auto const&) {
+      // Optimizer::load reads them again once they passed
+      for (char const* kind : {"adam_m", "adam_v"}) read_checked(f, layout, kind, name, state.params[g].size());
+      ++g;
     });
-    for (std::size_t g = 0; g < groups.size(); ++g)  // Optimizer::load reads them again once they passed
-      for (char const* kind : {"adam_m", "adam_v"}) read_checked(f, layout, kind, groups[g], state.params[g].size());
     return state;
   };
   try {
     // First in a child process, where a crash of the HDF5 library on a forged file ends only it.
     io::read_in_child(path, [&] { read_state(); }, io::read_timeout_for(path));
     State const state = read_state();
-    std::size_t g = 0;
-    model_->params.for_each_group([&](std::string const&, auto const& storage) {
-      auto h = Kokkos::create_mirror_view(storage);
-      std::copy(state.params[g].begin(), state.params[g].end(), h.data());
-      Kokkos::deep_copy(storage, h);
-      ++g;
-    });
+    store_parameters(state.params, model_->params);
     optimizer_->sync_master_weights();
     optimizer_->load(io::H5File(path, io::H5File::Mode::read));
     step_ = state.step;
@@ -606,24 +622,12 @@ Config checkpoint_config(std::string const& path) {
 void load_checkpoint_parameters(std::string const& path, Model& model) {
   auto const read = [&] {
     io::H5File f(path, io::H5File::Mode::read);
-    saved_config(f);  // a joule checkpoint; each tensor's size is checked against the model below
-    TensorLayout const layout = tensor_layout(model.params);
-    std::vector<std::vector<float>> groups;
-    model.params.for_each_group([&](std::string const& name, auto const& storage) {
-      groups.push_back(read_checked(f, layout, "params", name, storage.extent(0)));
-    });
-    return groups;
+    saved_config(f);  // a joule checkpoint; each tensor's size is checked against the model
+    return read_checked_parameters(f, model.params);
   };
   try {
     io::read_in_child(path, [&] { read(); }, io::read_timeout_for(path));
-    auto const groups = read();
-    std::size_t g = 0;
-    model.params.for_each_group([&](std::string const&, auto const& storage) {
-      auto h = Kokkos::create_mirror_view(storage);
-      std::copy(groups[g].begin(), groups[g].end(), h.data());
-      Kokkos::deep_copy(storage, h);
-      ++g;
-    });
+    store_parameters(read(), model.params);
   } catch (io::H5Error const& e) {
     throw TrainingError(std::string("cannot read checkpoint: ") + e.what());
   }
