@@ -2,8 +2,9 @@
 # so on a fresh Debian 12 machine `make run` and `make test` are all there is to type.
 #   make run     the main job: train the tiny captioning model tuned in flight, log to HDF5 (data made on the way)
 #   make test    build and run the test suite (what CI runs)
-#   make test-catch2-v3  the same suite against Catch2 v3 (CI runs it too)
-#   make test-sanitize   the suite with AddressSanitizer + UBSan (CI runs it too)
+#   make test-catch2-v3  the same suite against Catch2 v3
+#   make test-sanitize   the suite against Catch2 v3 with AddressSanitizer + UBSan, less the mpirun
+#                        and long tests (CI runs it too)
 #   make bench-torch   operators and whole training steps next to PyTorch (installs Debian's python3-torch)
 #   make compile-check the GPU build checked without a GPU (nvcc for sm_90 against Kokkos 5.x)
 # Use your own Kokkos install (e.g. CUDA on a GH200 node):
@@ -42,7 +43,7 @@ else
   PRESET ?= cpu
 endif
 
-.PHONY: all deps configure build test test-catch2-v3 test-sanitize run bench bench-torch compile-check clean
+.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize run bench bench-torch compile-check clean
 all: build
 
 deps:
@@ -58,8 +59,9 @@ build: configure
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error -j $(JOBS)
 
-# The same suite built against Catch2 v3 (GH200 systems often have only v3): libcatch2-dev from
-# Debian's bookworm-backports, unpacked into a cache, not installed. CI runs it.
+# The whole suite built against Catch2 v3 (GH200 systems often have only v3): libcatch2-dev from
+# Debian's bookworm-backports, unpacked into a cache, not installed. CI builds against v3 in
+# test-sanitize instead (every test compiled, all but the mpirun and long ones run).
 test-catch2-v3: deps
 	catch2_dir="$$(bash tests/scripts/fetch_catch2_v3.sh)" && \
 	  Kokkos_ROOT=$(KOKKOS) cmake --preset $(PRESET) -S . -B $(BUILD)-catch2-v3 -DKokkos_ROOT=$(KOKKOS) \
@@ -67,17 +69,30 @@ test-catch2-v3: deps
 	cmake --build $(BUILD)-catch2-v3 -j $(JOBS)
 	ctest --test-dir $(BUILD)-catch2-v3 --output-on-failure --no-tests=error -j $(JOBS)
 
-# The suite's tests built with AddressSanitizer + UndefinedBehaviorSanitizer (CI runs it). Every
-# test runs, except those that start joule under mpirun (OpenMPI's own start-up trips ASan's
-# interceptors) and the slowest end-to-end scripts, which the plain build runs. Leak detection is
-# off: OpenMPI and HDF5 keep allocations until exit by design; use-after-free, overflows and UB
-# stop the test.
-SANITIZE_SKIP ?= mpirun|_np[0-9]|rank_dies|tune_log_lifecycle|train_tune_resume|tune_power_limits|checkpoint_survives
-test-sanitize: deps
-	Kokkos_ROOT=$(KOKKOS) cmake --preset sanitize -S . -B $(BUILD)-sanitize -DKokkos_ROOT=$(KOKKOS) $(CMAKE_ARGS)
+# The suite built with AddressSanitizer + UndefinedBehaviorSanitizer against Catch2 v3, in one build
+# (CI's second): it finds memory and UB errors in joule's code, and proves that every test compiles,
+# registers and runs under v3. It runs every test but those labelled `mpirun` (OpenMPI's start-up
+# trips ASan's interceptors) and `long` (the end-to-end training and tuning scenarios): the plain
+# build runs those. Compiled at -Og -g1 (line tables for the reports): the sanitizers' instrumentation
+# at -O2 -g made this build take four times the plain one. Leak detection is off: OpenMPI and HDF5
+# keep allocations until exit by design; use-after-free, overflows and UB stop the test.
+SANITIZE_EXCLUDE_LABELS ?= mpirun|long
+build-sanitize: deps
+	catch2_dir="$$(bash tests/scripts/fetch_catch2_v3.sh)" && \
+	  Kokkos_ROOT=$(KOKKOS) cmake --preset sanitize -S . -B $(BUILD)-sanitize -DKokkos_ROOT=$(KOKKOS) \
+	    -DCatch2_DIR="$$catch2_dir" $(CMAKE_ARGS)
 	cmake --build $(BUILD)-sanitize -j $(JOBS)
+
+test-sanitize: build-sanitize
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --test-dir $(BUILD)-sanitize --output-on-failure --no-tests=error -j $(JOBS) -E '$(SANITIZE_SKIP)'
+	  ctest --test-dir $(BUILD)-sanitize --output-on-failure --no-tests=error -j $(JOBS) -LE '$(SANITIZE_EXCLUDE_LABELS)'
+
+# What CI fetches besides `make deps`, so that its later phases time only building and testing:
+# Catch2 v3 (for test-sanitize) and the Kokkos 4.5/5.x headers of compile-check, both unpacked
+# into ~/.cache/joule, never installed.
+deps-ci: deps
+	bash tests/scripts/fetch_catch2_v3.sh >/dev/null
+	bash cmake/compile-check/compile_check.sh --fetch-only
 
 # The main job: train the embedded default (tiny) configuration, tuned in flight (the scheduler
 # measures the candidate configurations on the run's own first steps, then the run goes on with

@@ -113,7 +113,7 @@ std::vector<float> final_parameters(Config cfg, double ratio, int steps) {
 }
 }  // namespace
 
-TEST_CASE("offload: every offload ratio trains to the same parameters as none", "[train][offload]") {
+TEST_CASE("offload: every offload ratio trains to the same parameters as none", "[train][offload][long]") {
   TempFile data(".h5");
   auto cfg = write_data_and_config(data.path());
   // Groups: embed, block.0..2, head. 0.3 falls between group boundaries.

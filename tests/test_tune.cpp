@@ -181,7 +181,7 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
 
 
 TEST_CASE("in-flight tuning: the search runs on the run's own steps and ends with the untuned run's bits",
-          "[tune][train][inflight]") {
+          "[tune][train][inflight][long]") {
   test::TempFile data(".h5");
   auto j = test::tiny_config_json(data.path());
   j["train"]["steps"] = 40;
@@ -287,7 +287,7 @@ TEST_CASE("in-flight tuning: the search runs on the run's own steps and ends wit
 }
 
 TEST_CASE("in-flight tuning: evaluations and checkpoints are never measured, and a killed search resumes where it "
-          "was, bitwise", "[tune][train][inflight][resume]") {
+          "was, bitwise", "[tune][train][inflight][resume][long]") {
   test::TempFile data(".h5"), checkpoint(".h5"), log_path(".h5");
   auto j = test::tiny_config_json(data.path());
   j["train"]["steps"] = 70;
@@ -369,7 +369,7 @@ TEST_CASE("in-flight tuning: evaluations and checkpoints are never measured, and
 }
 
 TEST_CASE("in-flight tuning over micro-batches: the loss curve of the untuned run, up to summation order",
-          "[tune][train][inflight]") {
+          "[tune][train][inflight][long]") {
   test::TempFile data(".h5");
   auto j = test::tiny_config_json(data.path());
   j["train"]["steps"] = 40;

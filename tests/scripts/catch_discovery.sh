@@ -5,6 +5,7 @@
 #     separator (;) become one ctest test each, and the spec passed on has them escaped;
 #   - an executable that cannot start (libcuda.so.1 missing, as on a GPU-less login node) or
 #     lists no tests becomes one failing test that says why;
+#   - test cases the executable lists for the spec [long] get the ctest label `long`, no others;
 #   - the list is cached until the executable changes.
 # Usage: catch_discovery.sh CMAKE_SOURCE_DIR WORK_DIR [CMAKE CTEST]
 set -euo pipefail
@@ -12,10 +13,12 @@ src="$1"; work="$2"; cmake="${3:-cmake}"; ctest="${4:-ctest}"
 rm -rf "$work"; mkdir -p "$work"; cd "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 
-# A stand-in that lists four names, and records each time it is asked.
+# A stand-in that lists four names (one of them for the spec [long], exiting non-zero as Catch2 v3
+# does when a spec matches few), and records each time it is asked.
 cat > lists <<'SH'
 #!/bin/sh
-echo listed >> "$(dirname "$0")/calls"
+echo "listed $1" >> "$(dirname "$0")/calls"
+if [ "$1" = "[long]" ]; then printf '%s\n' 'ops: gemm - Kokkos::OpenMP'; exit 2; fi
 printf '%s\n' 'plain name' 'a, b [tag] c\d' 'x; y' 'ops: gemm - Kokkos::OpenMP'
 exit 4
 SH
@@ -52,6 +55,9 @@ for name, spec in want.items():
     props = {p["name"]: p["value"] for p in t.get("properties", [])}
     if props.get("TIMEOUT") != 77.0:
         print("properties not passed on for", repr(name), props); ok = False
+    labels = props.get("LABELS", [])
+    if labels != (["long"] if name == "ops: gemm - Kokkos::OpenMP" else []):
+        print("wrong labels for", repr(name), labels); ok = False
 for exe in ("broken", "empty"):
     if exe + ": test discovery failed" not in tests:
         print("no failing test for", exe); ok = False
@@ -66,7 +72,9 @@ out="$("$ctest" -R 'discovery failed' --output-on-failure 2>&1 || true)"
 grep -q "2 tests failed out of 2" <<<"$out" || { echo "$out"; fail "the discovery-failure tests did not both fail"; }
 grep -q "libcuda.so.1: cannot open shared object file" <<<"$out" || { echo "$out"; fail "the loader's message is not shown"; }
 # Cached: listed once above (ctest -N and the run both read the cache) until the executable changes.
-[ "$(wc -l < calls)" = 1 ] || fail "the stand-in was listed $(wc -l < calls) times, expected once (cache)"
+listings() { grep -c "^listed $1\$" calls || true; }
+[ "$(listings --list-test-names-only)" = 1 ] && [ "$(listings '\[long\]')" = 1 ] ||
+  fail "the stand-in was listed $(listings --list-test-names-only) + $(listings '\[long\]') times, expected 1 + 1 (cache)"
 sleep 1; touch lists; "$ctest" -N >/dev/null
-[ "$(wc -l < calls)" = 2 ] || fail "a changed executable was not listed again"
+[ "$(listings --list-test-names-only)" = 2 ] || fail "a changed executable was not listed again"
 echo "PASS: test-time discovery registers, escapes, caches, and fails loudly"

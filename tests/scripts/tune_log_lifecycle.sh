@@ -9,10 +9,30 @@ joule="$1" repo="$2" work="$3"
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 data="$work/shapes.h5"
-# Short trials: the search space of the embedded config (5 offload ratios x 3 recompute depths).
-quick=(--data "$data" --warmup-steps 1 --measured-steps 2 --max-repeats 1)
-"$joule" data synth --out "$data" --count 512 --image-size 32 --text-len 36 --frames 1 >/dev/null
+# A small model (what is checked here does not depend on its size) with the default search space
+# of a 2-layer model (5 offload ratios x 3 recompute depths); short trials.
+config="$work/small.json"
+/usr/bin/python3 - "$repo/apps/configs/tiny.json" "$config" "$data" <<'PY'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg["model"].update(layers=2, d_model=64, heads=2, mlp_ratio=2, image_size=16, text_len=34)
+cfg["data"]["path"] = sys.argv[3]
+cfg["train"].update(batch=16, micro_batch=16, eval_samples=16)
+json.dump(cfg, open(sys.argv[2], "w"), indent=1)
+PY
+quick=(--config "$config" --warmup-steps 1 --measured-steps 2 --max-repeats 1)
+"$joule" data synth --out "$data" --count 256 --image-size 16 --text-len 34 --frames 1 >/dev/null
 trials() { "$joule" inspect --csv "$1" | tail -n +2 | wc -l; }
+# Waits until joule has printed trial N's line (printed after the trial is in the log), so that a
+# signal sent next lands after N + 1 finished trials, however fast or slow the machine is.
+wait_for_trial() {  # wait_for_trial OUTPUT N PID
+  for _ in $(seq 1 6000); do
+    grep -qE "^  trial +$2 " "$1" 2>/dev/null && return 0
+    kill -0 "$3" 2>/dev/null || fail "joule tune ended before trial $2 was printed: $(tail -5 "$1")"
+    sleep 0.02
+  done
+  fail "no trial $2 after 120 s: $(tail -5 "$1")"
+}
 # The first N trials' own figures: the `chosen` and `pareto` columns depend on the trials measured
 # later (a faster trial after the resume takes them over), so they are left out.
 own_figures() {
@@ -27,11 +47,7 @@ for r in rows:
 log="$work/killed.h5"
 "$joule" tune "${quick[@]}" --no-train --out "$log" >"$work/killed.out" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
-  [ -f "$log" ] && [ "$(trials "$log" 2>/dev/null || echo 0)" -ge 3 ] && break
-  kill -0 $pid 2>/dev/null || fail "joule tune ended before it could be killed: $(cat "$work/killed.out")"
-  sleep 0.1
-done
+wait_for_trial "$work/killed.out" 2 $pid
 kill -9 $pid; wait $pid 2>/dev/null || true
 n_killed=$(trials "$log")
 [ "$n_killed" -ge 3 ] || fail "the killed run's log holds $n_killed trials"
@@ -57,10 +73,7 @@ grep -q "exists: continue it with --resume" "$work/over.out" || fail "no clear m
 ilog="$work/interrupted.h5"
 "$joule" tune "${quick[@]}" --no-train --out "$ilog" >"$work/int.out" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
-  [ -f "$ilog" ] && [ "$(trials "$ilog" 2>/dev/null || echo 0)" -ge 2 ] && break
-  sleep 0.1
-done
+wait_for_trial "$work/int.out" 1 $pid
 kill -INT $pid
 rc=0; wait $pid || rc=$?
 [ $rc = 130 ] || fail "SIGINT: exit code $rc, expected 130 ($(tail -3 "$work/int.out"))"
