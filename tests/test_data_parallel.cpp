@@ -4,7 +4,6 @@
 // single-process run's within 1e-5 relative, and so does the held-out evaluation (greedy captions
 // decoded across the shards). Every rank also computes that reference itself.
 // Tuning trials under several processes agree on failures that hit some ranks only.
-#define CATCH_CONFIG_RUNNER
 #include "core/data/synth.hpp"
 #include "core/train/captioning.hpp"
 #include "core/train/trainer.hpp"
@@ -16,6 +15,7 @@
 #include "support/tiny_config.hpp"
 
 #include "support/catch.hpp"
+#include "support/catch_runner.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -296,9 +296,7 @@ int main(int argc, char* argv[]) {
     Kokkos::ScopeGuard kokkos(argc, argv);
     auto world = mpi.world();
     g_world = world.get();
-    Catch::Session session;
-    rc = session.applyCommandLine(argc, argv);
-    if (rc == 0) rc = session.run();
+    rc = joule::test::run_catch_session(argc, argv);
   }
   return rc;
 }

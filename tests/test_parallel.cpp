@@ -1,13 +1,13 @@
 // Communicators and the process layout, run under mpirun with 1, 2 and 4 processes (ctest does
 // that, through CMake's launcher variables: tests/CMakeLists.txt). Every rank runs every test
 // case; a failure on any rank fails mpirun.
-#define CATCH_CONFIG_RUNNER
 #include "parallel/agreement.hpp"
 #include "parallel/backend_choice.hpp"
 #include "parallel/layout.hpp"
 #include "parallel/mpi_communicator.hpp"
 
 #include "support/catch.hpp"
+#include "support/catch_runner.hpp"
 
 #include <random>
 #include <stdexcept>
@@ -155,9 +155,7 @@ int main(int argc, char* argv[]) {
   MpiSession mpi(&argc, &argv);
   auto world = mpi.world();
   g_world = world.get();
-  Catch::Session session;
-  int rc = session.applyCommandLine(argc, argv);
-  if (rc == 0) rc = session.run();
+  int rc = joule::test::run_catch_session(argc, argv);
   // Every rank reports; mpirun fails if any rank fails.
   return rc;
 }

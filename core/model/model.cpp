@@ -1,6 +1,8 @@
 #include "core/model/model.hpp"
 
+#include "core/model/block.hpp"
 #include "core/ops/argmax.hpp"
+#include "core/ops/cross_entropy.hpp"
 #include "core/ops/embedding.hpp"
 #include "core/ops/patch_embed.hpp"
 

@@ -9,12 +9,12 @@
 // tensors grouped by layer (embed, block.0..L-1, head), each group one contiguous buffer, so that
 // later work can place and move groups independently.
 #include "core/data/dataset.hpp"
-#include "core/model/block.hpp"
+#include "core/model/block_tensors.hpp"
 #include "core/detail/stream_event.hpp"
 #include "core/model/config.hpp"
 #include "core/model/sequence_shards.hpp"
-#include "core/ops/cross_entropy.hpp"
-#include "core/ops/embedding.hpp"
+#include "core/ops/cross_entropy_result.hpp"
+#include "core/ops/embedding_workspace.hpp"
 
 #include <cstdint>
 #include <functional>

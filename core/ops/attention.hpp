@@ -16,6 +16,7 @@
 //   causal     p = 0
 //   prefix(n)  p = n: the first n tokens (the image) see each other freely; every later token
 //              sees everything before it and itself; image tokens never see text.
+#include "core/ops/attention_mask.hpp"
 #include "core/ops/detail/attention_kernels.hpp"
 #include "core/tensor.hpp"
 
@@ -23,38 +24,6 @@
 
 namespace joule {
 
-class AttentionMask {
- public:
-  static AttentionMask none() { return AttentionMask(Kind::none, 0); }
-  static AttentionMask causal() { return AttentionMask(Kind::causal, 0); }
-  static AttentionMask prefix(int n_prefix) {
-    require(n_prefix >= 0, "AttentionMask", "prefix length must be >= 0");
-    return AttentionMask(Kind::prefix, n_prefix);
-  }
-  // The open prefix p for a sequence of length seq_len (see above).
-  int open_prefix(int seq_len) const {
-    switch (kind_) {
-      case Kind::none: return seq_len;
-      case Kind::causal: return 0;
-      case Kind::prefix: return n_prefix_ < seq_len ? n_prefix_ : seq_len;
-    }
-    return 0;
-  }
-  std::string name() const {
-    switch (kind_) {
-      case Kind::none: return "none";
-      case Kind::causal: return "causal";
-      case Kind::prefix: return "prefix(" + std::to_string(n_prefix_) + ")";
-    }
-    return "?";
-  }
-
- private:
-  enum class Kind { none, causal, prefix };
-  AttentionMask(Kind kind, int n) : kind_(kind), n_prefix_(n) {}
-  Kind kind_;
-  int n_prefix_;
-};
 
 // Head sizes with a compiled kernel.
 inline bool attention_supports_head_dim(int hd) {

@@ -2,6 +2,7 @@
 // Softmax cross-entropy over logits[N, V] with integer targets[N]. Rows whose target equals
 // ignore_index (image positions, padding) contribute nothing; the loss is the mean over the rest,
 // as PyTorch's F.cross_entropy(reduction="mean", ignore_index=...).
+#include "core/ops/cross_entropy_result.hpp"
 #include "core/ops/detail/row_kernels.hpp"
 #include "core/tensor.hpp"
 
@@ -10,12 +11,6 @@
 
 namespace joule {
 
-inline constexpr int kIgnoreIndex = -100;
-
-struct CrossEntropyResult {
-  double loss = 0;      // mean over counted rows (0 if none)
-  int counted_rows = 0;  // rows whose target is not ignore_index
-};
 
 // Writes lse[r] = log(sum_v exp(logits[r, v])) for every row (the backward pass needs it) and
 // losses[r] = lse[r] - logits[r, target] (0 for ignored rows). Throws if a target is neither

@@ -6,6 +6,7 @@
 // float atomics (non-deterministic order), the rows are bucketed by token (CSR), each bucket is
 // sorted, and one thread per (token, channel) adds its rows in ascending order: race-free on every
 // backend and bitwise reproducible.
+#include "core/ops/embedding_workspace.hpp"
 #include "core/ops/detail/column_sum.hpp"
 #include "core/ops/detail/row_kernels.hpp"
 #include "core/tensor.hpp"
@@ -94,20 +95,6 @@ KOKKOS_INLINE_FUNCTION void heap_sort(A& a, int begin, int n) {
 }
 }  // namespace detail
 
-// The scratch of token_embedding_backward (bucket offsets and cursors per token, rows sorted by
-// token), allocated once by its owner: a training step must not allocate (freeing device memory
-// synchronises the whole device).
-template <class MemorySpace>
-struct EmbeddingBackwardWorkspace {
-  Kokkos::View<int*, MemorySpace> offsets;  // [V + 1]
-  Kokkos::View<int*, MemorySpace> cursor;   // [V]
-  Kokkos::View<int*, MemorySpace> rows;     // [N]
-  EmbeddingBackwardWorkspace() = default;
-  EmbeddingBackwardWorkspace(int vocab, int n, std::string const& name)
-      : offsets(label((name + ".bucket_offsets").c_str()), vocab + 1),
-        cursor(label((name + ".bucket_cursor").c_str()), vocab),
-        rows(Kokkos::view_alloc(Kokkos::WithoutInitializing, label((name + ".bucket_rows").c_str())), n) {}
-};
 
 // d_wte[v, c] += sum over rows r with tokens[r] == v of d_out[r, c]   (rows in ascending order)
 template <class ExecutionSpace, class DWte, class DOut, class Tokens, class MemorySpace>

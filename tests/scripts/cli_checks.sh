@@ -11,9 +11,9 @@
 #      figures and the nearest configuration that fits; a run that fits says what it will use;
 #   7. --help is joule's (usage line first, no Kokkos options; --kokkos-help lists those), and
 #      joule caption's inputs and outputs are checked before any model is built.
-# usage: cli_checks.sh JOULE REPO_DIR WORK_DIR
+# usage: cli_checks.sh JOULE REPO_DIR WORK_DIR SMALL_MODEL_CONFIG
 set -euo pipefail
-joule="$1" repo="$2" work="$3"
+joule="$1" repo="$2" work="$3" small_config="$4"  # a small model for the runs that must train
 py=/usr/bin/python3
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -108,8 +108,10 @@ refused '^joule: error: data\.path \(from cfg-self\.json\) cfg-self\.json and --
   data synth --config cfg-self.json
 unchanged "outputs and inputs"
 # Resuming the checkpoint the run goes on writing is allowed (read whole before the first write).
-"$joule" train --data data.h5 --steps 1 --no-energy --checkpoint ckpt.h5 >train1.txt 2>&1 || fail "train: $(cat train1.txt)"
-"$joule" train --data data.h5 --steps 2 --no-energy --resume ckpt.h5 --checkpoint ckpt.h5 >train2.txt 2>&1 ||
+"$joule" train --config "$small_config" --data data.h5 --steps 1 --no-energy --checkpoint ckpt.h5 >train1.txt 2>&1 ||
+  fail "train: $(cat train1.txt)"
+"$joule" train --config "$small_config" --data data.h5 --steps 2 --no-energy --resume ckpt.h5 --checkpoint ckpt.h5 \
+  >train2.txt 2>&1 ||
   fail "resume into the same checkpoint: $(cat train2.txt)"
 grep -q "== summary ==" train2.txt || fail "the resumed run did not finish: $(cat train2.txt)"
 grep -qE "^memory: [0-9.]+ (KiB|MiB) per process predicted \(parameters .*\); [0-9.]+ (MiB|GiB|TiB) free \(" train2.txt ||
@@ -152,9 +154,9 @@ fi
 [ -z "$(find . -name '.joule-write-probe-*')" ] || fail "probe files left behind: $(find . -name '.joule-write-probe-*')"
 
 # --- 5. a run log, its report when inconsistent, and its plots -----------------------------------
-"$py" - <<'PY'
-import json
-c = json.load(open("cfg.json"))
+"$py" - "$small_config" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
 c["data"]["path"] = "data.h5"
 c["train"]["eval_samples"] = 4
 c["tune"] = {"offload_ratios": [0, 1], "recompute_depths": [0], "strategy": "exhaustive", "train_after": False,

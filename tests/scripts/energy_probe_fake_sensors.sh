@@ -4,7 +4,7 @@
 # the training run's energy report must be labelled measured, not model. Then probes where
 # sources are missing, empty or unreadable: each must say what it looked for and why it is unusable.
 set -euo pipefail
-joule="$1"; fake_nvml="$2"
+joule="$1"; fake_nvml="$2"; small_config="$3"  # a small model: only the report's labels are checked
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/hwmon/hwmon3/device" "$work/hwmon/hwmon4" "$work/powercap"
 echo "Module Power Socket 0" > "$work/hwmon/hwmon3/device/power1_oem_info"
@@ -24,7 +24,7 @@ grep -qF "  nvml: $fake_nvml — found: gpu 0" <<<"$probe"
 grep -qF "  hwmon: $work/hwmon — found: Module Power Socket 0 (hwmon3), CPU Power Socket 0 (hwmon4)" <<<"$probe"
 grep -qF "  rapl: $work/powercap/{intel,amd}-rapl:* — no RAPL zones" <<<"$probe"
 cd "$work"
-train="$("$joule" train --make-data --steps 2 --data "$work/shapes.h5")"
+train="$("$joule" train --config "$small_config" --make-data --steps 2 --data "$work/shapes.h5")"
 grep -q "total = module (Grace Hopper module power: GPU + CPU + memory), measured" <<<"$train"
 grep -q "module/nvml (measured)" <<<"$train"
 grep -q "module/hwmon (measured)" <<<"$train"

@@ -1,10 +1,9 @@
 // Catch2 runner that brings Kokkos up once for the whole test executable.
 // The suite runs on 2 OpenMP threads (CI's machine has 2 cores) unless OMP_NUM_THREADS says
 // otherwise; OpenBLAS stays single-threaded so the two thread pools don't oversubscribe.
-#define CATCH_CONFIG_RUNNER
 #include <Kokkos_Core.hpp>
 #include "core/train/host_cores.hpp"
-#include "support/catch.hpp"
+#include "support/catch_runner.hpp"
 
 #include <cstdlib>
 #include <cstdio>
@@ -22,11 +21,7 @@ int main(int argc, char* argv[]) {
   setenv("OPENBLAS_NUM_THREADS", "1", 0);
   Kokkos::initialize(argc, argv);
   int result = 0;
-  {
-    Catch::Session session;
-    result = session.applyCommandLine(argc, argv);
-    if (result == 0) result = session.run();
-  }
+  result = joule::test::run_catch_session(argc, argv);
   Kokkos::finalize();
   return result;
 }
