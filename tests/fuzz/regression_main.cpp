@@ -97,9 +97,9 @@ int main(int argc, char** argv) {
   setenv("OMP_NUM_THREADS", "1", 0);
   setenv("OMP_PROC_BIND", "false", 0);
   setenv("OPENBLAS_NUM_THREADS", "1", 0);
-  // Inputs on which the HDF5 library hangs are given up on after 3 s, not the default 60 s: every
-  // other input here is read in under 0.1 s (0.3 s under ASan), and each hang input costs this
-  // wait once or twice per run.
+  // Inputs on which the HDF5 library hangs are given up on after 3 s, not the default 60 s: all
+  // the other inputs of a target, seeds included, take under 1 s together (under ASan too), and
+  // each hang input costs this wait once or twice per run.
   setenv("JOULE_READ_TIMEOUT", "3", 0);
   Kokkos::initialize();
   int result = 0;
