@@ -23,7 +23,7 @@ elseif(NOT EXISTS "${_list_file}" OR NOT EXISTS "${_long_file}" OR
     # The same listing for the spec [long]: none of them is no error (v3 then exits non-zero).
     execute_process(COMMAND "${JOULE_TEST_EXECUTABLE}" "[long]" ${JOULE_TEST_LIST_ARGS}
                     WORKING_DIRECTORY "${JOULE_TEST_WORKING_DIR}"
-                    OUTPUT_VARIABLE _long_out ERROR_QUIET RESULT_VARIABLE _long_rc)
+                    OUTPUT_VARIABLE _long_out ERROR_QUIET)
     file(WRITE "${_long_file}" "${_long_out}")
   endif()
 endif()
