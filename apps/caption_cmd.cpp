@@ -6,6 +6,7 @@
 #include "output_paths.hpp"
 #include "run_config.hpp"
 
+#include "core/io/commit.hpp"
 #include "core/io/h5file.hpp"
 #include "core/train/captioning.hpp"
 #include "core/train/trainer.hpp"
@@ -13,7 +14,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -45,18 +48,23 @@ bool ends_with(std::string const& s, std::string const& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// Written to PATH.tmp and renamed, so an interrupted run never leaves half a table under PATH.
+// Through PATH.tmp, synced and renamed (io::commit_file): an interrupted run or a full disk never
+// leaves half a table under PATH, nor a PATH.tmp behind.
 void write_rows(std::string const& path, std::string const& checkpoint, std::vector<CaptionRow> const& rows) {
-  std::string const tmp = path + ".tmp";
-  if (ends_with(path, ".csv")) {
-    std::ofstream f(tmp, std::ios::binary);
-    f << "sample,reference,prediction,correct\n";
-    for (auto const& r : rows)
-      f << csv_field(r.sample) << ',' << csv_field(r.reference) << ',' << csv_field(r.prediction) << ','
-        << (r.has_reference ? (r.correct ? "1" : "0") : "") << '\n';
-    f.close();
-    if (!f) throw std::runtime_error(tmp + ": write failed");
-  } else {
+  bool const csv = ends_with(path, ".csv");
+  io::CommitChecks checks;
+  if (!csv) checks.verify = io::verify_h5;
+  io::commit_file(path, "caption table", [&](std::string const& tmp) {
+    if (csv) {
+      std::ofstream f(tmp, std::ios::binary);
+      f << "sample,reference,prediction,correct\n";
+      for (auto const& r : rows)
+        f << csv_field(r.sample) << ',' << csv_field(r.reference) << ',' << csv_field(r.prediction) << ','
+          << (r.has_reference ? (r.correct ? "1" : "0") : "") << '\n';
+      f.close();
+      if (!f) throw std::runtime_error(std::string("write failed (") + std::strerror(errno) + ")");
+      return;
+    }
     io::H5File f(tmp, io::H5File::Mode::truncate);
     std::vector<std::string> sample, reference, prediction;
     std::vector<std::uint8_t> correct;
@@ -69,8 +77,8 @@ void write_rows(std::string const& path, std::string const& checkpoint, std::vec
     f.write_strings("/prediction", prediction);
     f.write("/correct", correct.data(), {correct.size()});
     f.set_attribute("/", "checkpoint", checkpoint);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot move " + tmp + " to " + path);
+    f.close();
+  }, checks);
 }
 
 int run_caption(CaptionOptions const& o) {
@@ -83,6 +91,8 @@ int run_caption(CaptionOptions const& o) {
   renamed.through_tmp = true;
   plan.output("--out", o.out, renamed);
   if (auto const problem = plan.check(); !problem.empty()) throw ConfigError(problem);
+  std::vector<io::OutputLock> locks;  // one job at a time writes --out
+  if (auto const problem = plan.lock(locks); !problem.empty()) throw ConfigError(problem);
 
   Config const cfg = checkpoint_config(o.checkpoint);
   ModelConfig const& m = cfg.model;

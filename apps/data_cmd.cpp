@@ -72,6 +72,8 @@ std::function<int()> add_data_command(CLI::App& app) {
     made.creates_folder = true;
     plan.output(out->empty() ? fmt::format("data.path (from {})", *config) : std::string("--out"), path, made);
     if (auto const problem = plan.check(); !problem.empty()) throw std::invalid_argument(problem);
+    std::vector<io::OutputLock> locks;  // one job at a time writes the file
+    if (auto const problem = plan.lock(locks); !problem.empty()) throw std::invalid_argument(problem);
     auto const parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     write_synthetic(path, *o);

@@ -1,5 +1,7 @@
 #include "output_paths.hpp"
 
+#include "core/io/commit.hpp"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -125,6 +127,23 @@ std::string FilePlan::probe() const {
 std::string FilePlan::check() const {
   auto const c = clash();
   return c.empty() ? probe() : c;
+}
+
+std::string FilePlan::lock(std::vector<io::OutputLock>& held) const {
+  for (auto const& out : outputs_) {
+    if (out.path.empty()) continue;
+    std::error_code ec;
+    auto const folder = fs::path(out.path).parent_path();
+    // An output whose command makes its folder: made now, to hold the lock beside it.
+    if (out.options.creates_folder && !folder.empty() && !fs::exists(folder, ec)) fs::create_directories(folder, ec);
+    try {
+      held.emplace_back(out.role, out.path, [](std::string const& line) { fmt::print(stderr, "joule: {}\n", line); });
+    } catch (io::WriteError const& e) {
+      held.clear();
+      return e.what();
+    }
+  }
+  return "";
 }
 
 std::string check_on_root(parallel::Communicator* world, std::function<std::string()> const& check) {

@@ -9,6 +9,7 @@
 //    checkpoint (with checkpoint_every 0: after the whole run).
 // Messages name the flag (or configuration field) and the path: "--checkpoint data.h5 and --data
 // data.h5 are the same file: ...", "--checkpoint out/ckpt.h5: the folder out does not exist".
+#include "core/io/commit.hpp"
 #include "parallel/communicator.hpp"
 
 #include <functional>
@@ -38,6 +39,10 @@ class FilePlan {
   std::string probe() const;
   // clash(), then probe().
   std::string check() const;
+  // Takes every output's lock (io::OutputLock: one job at a time writes a file) into `held`, which
+  // the command keeps to its end; "" when all were taken, else the first refusal (none is held).
+  // After check(): a stale lock taken over is announced on stderr.
+  std::string lock(std::vector<io::OutputLock>& held) const;
 
  private:
   struct Use {

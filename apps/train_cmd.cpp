@@ -174,8 +174,15 @@ int tune_in_flight(Processes& procs, Config const& cfg, scheduler::TuneSettings 
 int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o) {
   auto* world = procs.world();
   bool const root = procs.root();
-  // Before any work: no output overwrites an input, and every output can be written (rank 0 writes).
-  if (auto const problem = check_on_root(world, [&] { return files(o, cfg).check(); }); !problem.empty())
+  // Before any work: no output overwrites an input, every output can be written (rank 0 writes),
+  // and no other job writes one of them (their locks are held to the end of the run).
+  std::vector<io::OutputLock> locks;
+  if (auto const problem = check_on_root(world, [&] {
+        auto const plan = files(o, cfg);
+        auto const p = plan.check();
+        return p.empty() ? plan.lock(locks) : p;
+      });
+      !problem.empty())
     return refuse(world, problem);
   // Before anything is allocated: the memory model against the memory free on every process.
   if (o.memory_check) {

@@ -85,6 +85,7 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
   auto* world = procs.world();
   // Before any work (rank 0 writes every output): no output overwrites an input, an existing log
   // is never overwritten, and every output can be written where it is meant to go.
+  std::vector<io::OutputLock> locks;  // held to the end of the job: one job at a time writes an output
   auto const problem = check_on_root(world, [&] {
     auto const plan = files(job, cfg, settings);
     if (auto const clash = plan.clash(); !clash.empty()) return clash;
@@ -93,7 +94,8 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
                                    "continues the log its checkpoint names)"
                            : out + " exists: continue it with --resume " + out + ", or write elsewhere with --out "
                                    "(joule tune never overwrites a log)";
-    return plan.probe();
+    auto const p = plan.probe();
+    return p.empty() ? plan.lock(locks) : p;
   });
   if (!problem.empty()) return refuse(world, problem);
   if (root && !job.continue_log)

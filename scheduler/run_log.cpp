@@ -1,5 +1,6 @@
 #include "scheduler/run_log.hpp"
 
+#include "core/io/commit.hpp"
 #include "core/io/h5file.hpp"
 #include "core/model/config.hpp"
 
@@ -426,15 +427,6 @@ void write_header(H5File& f, RunHeader const& h, std::string const& run_id) {
 
 // ---- atomic replacement -------------------------------------------------------------------
 
-// Pushes a file, or a folder's entries after the rename, to the disk: a kill cannot undo a
-// rename, but a power cut could without this. Best effort (not every file system syncs folders).
-void sync_path(std::string const& path, bool directory) {
-  int const fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
 // ---- resuming -----------------------------------------------------------------------------
 
 std::string json_text(nlohmann::json const& j) {
@@ -592,18 +584,20 @@ void RunLogWriter::commit(std::string const& what, Start start, Change const& ch
     }
     change(f);
     if (detail::run_log_before_commit) detail::run_log_before_commit(temporary);
-    f.flush();  // throws if it fails, where closing would only fail silently
+    f.close();  // throws if it fails (a full disk), where the destructor would only fail silently
   } catch (io::H5Error const& e) {  // the file is closed here: everything written is in it
-    problem(without_path(e.what(), temporary));
+    problem(without_path(e.what(), temporary) + "; " + io::free_space_text(path_));
   } catch (RunLogError const&) {
     std::remove(temporary.c_str());
     throw;
   }
-  sync_path(temporary, false);
+  // A kill cannot undo a rename, but a power cut could without the syncs.
+  if (!io::sync_path(temporary, false))
+    problem(fmt::format("cannot sync {} to the disk ({}); {}", temporary, std::strerror(errno), io::free_space_text(path_)));
   if (std::rename(temporary.c_str(), path_.c_str()) != 0)
     problem(fmt::format("cannot rename {} to it ({})", temporary, std::strerror(errno)));
   auto const slash = path_.find_last_of('/');
-  sync_path(slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash), true);
+  io::sync_path(slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash), true);
 }
 
 RunLogWriter RunLogWriter::create(std::string const& path, RunHeader const& header) {

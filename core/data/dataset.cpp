@@ -1,6 +1,9 @@
 #include "core/data/dataset.hpp"
 
+#include "core/io/commit.hpp"
 #include "core/io/h5file.hpp"
+
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -110,7 +113,32 @@ Dataset Dataset::open_checked(std::string const& path, ModelConfig const* model,
     mismatch("text length", s.text_len, model->text_len, "model.text_len");
   }
   if (check_contents) ds.check_contents();
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) ds.identity_ = {std::uint64_t(st.st_dev), std::uint64_t(st.st_ino)};
   return ds;
+}
+
+// Every read re-checks what open() checked that a read depends on: the file is still the one
+// opened (not replaced under the run: `mv new.h5 data.h5`), and its datasets still have the
+// shapes opened, so that no read copies rows of another size into the batch (a larger swapped-in
+// file corrupted the heap; a smaller one was read silently).
+void Dataset::check_unchanged(io::H5File const& f) const {
+  auto const changed = [&](std::string const& how) {
+    fail(path_, "the dataset changed while this run was reading it (" + how +
+                    "); a dataset must not be replaced or rewritten under a running job");
+  };
+  struct stat st;
+  if (identity_.second != 0 && (::stat(path_.c_str(), &st) != 0 || std::uint64_t(st.st_dev) != identity_.first ||
+                                std::uint64_t(st.st_ino) != identity_.second))
+    changed("another file is now at this path");
+  io::Dims const images{shape_.count, std::size_t(shape_.frames), std::size_t(shape_.channels),
+                        std::size_t(shape_.height), std::size_t(shape_.width)};
+  io::Dims const tokens{shape_.count, std::size_t(shape_.text_len)};
+  for (auto const& [name, want] : {std::pair<char const*, io::Dims const&>{"/images", images}, {"/tokens", tokens}}) {
+    if (!f.exists(name)) changed(std::string(name) + " is gone");
+    io::Dims const got = f.dims(name);
+    if (got != want) changed(std::string(name) + " is now " + dims_text(got) + ", it was " + dims_text(want) + " when the run opened it");
+  }
 }
 
 void Dataset::check_contents() const {
@@ -149,12 +177,14 @@ void Dataset::read(std::vector<std::size_t> const& samples, HostBatch& b) const 
   b.tokens.resize(samples.size() * tl);
   try {
     io::H5File f(path_, io::H5File::Mode::read);
+    check_unchanged(f);
     for (std::size_t i = 0; i < samples.size();) {
       if (samples[i] >= shape_.count) fail(path_, "sample " + std::to_string(samples[i]) + " out of range");
       std::size_t run = 1;  // samples[i], samples[i] + 1, ... read as one block
       while (i + run < samples.size() && samples[i + run] == samples[i] + run && samples[i + run] < shape_.count) ++run;
       auto const im = f.read_rows<std::uint8_t>("/images", samples[i], run);
       auto const tk = f.read_rows<std::int32_t>("/tokens", samples[i], run);
+      if (im.size() != run * px || tk.size() != run * tl) fail(path_, "rows of an unexpected size were read");
       std::copy(im.begin(), im.end(), b.images.begin() + i * px);
       std::copy(tk.begin(), tk.end(), b.tokens.begin() + i * tl);
       i += run;
@@ -177,17 +207,23 @@ void write_dataset(std::string const& path, DatasetShape const& s,
                    std::vector<std::uint8_t> const& images, std::vector<std::int32_t> const& tokens) {
   if (images.size() != s.count * s.pixels_per_sample() || tokens.size() != s.count * s.text_len)
     throw DatasetError(path + ": write_dataset: buffer sizes do not match the shape");
-  io::H5File f(path, io::H5File::Mode::truncate);
-  f.write("/images", images.data(),
-          {s.count, std::size_t(s.frames), std::size_t(s.channels), std::size_t(s.height), std::size_t(s.width)});
-  f.write("/tokens", tokens.data(), {s.count, std::size_t(s.text_len)});
-  f.set_attribute("/", "format", kDatasetFormat);
-  f.set_attribute("/", "count", (long long)s.count);
-  f.set_attribute("/", "frames", (long long)s.frames);
-  f.set_attribute("/", "channels", (long long)s.channels);
-  f.set_attribute("/", "height", (long long)s.height);
-  f.set_attribute("/", "width", (long long)s.width);
-  f.set_attribute("/", "text_len", (long long)s.text_len);
+  io::CommitChecks checks;
+  checks.expected_bytes = images.size() + tokens.size() * sizeof(std::int32_t) + (64u << 10);
+  checks.verify = io::verify_h5;
+  io::commit_file(path, "dataset", [&](std::string const& tmp) {
+    io::H5File f(tmp, io::H5File::Mode::truncate);
+    f.write("/images", images.data(),
+            {s.count, std::size_t(s.frames), std::size_t(s.channels), std::size_t(s.height), std::size_t(s.width)});
+    f.write("/tokens", tokens.data(), {s.count, std::size_t(s.text_len)});
+    f.set_attribute("/", "format", kDatasetFormat);
+    f.set_attribute("/", "count", (long long)s.count);
+    f.set_attribute("/", "frames", (long long)s.frames);
+    f.set_attribute("/", "channels", (long long)s.channels);
+    f.set_attribute("/", "height", (long long)s.height);
+    f.set_attribute("/", "width", (long long)s.width);
+    f.set_attribute("/", "text_len", (long long)s.text_len);
+    f.close();
+  }, checks);
 }
 
 std::vector<std::int32_t> encode_caption(std::string const& text, int text_len) {

@@ -12,9 +12,14 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace joule {
+
+namespace io {
+class H5File;
+}
 
 class DatasetError : public std::runtime_error {
  public:
@@ -61,8 +66,10 @@ class Dataset {
  private:
   static Dataset open_checked(std::string const& path, ModelConfig const* model, bool check_contents);
   void check_contents() const;  // every sample, kCheckChunkBytes at a time
+  void check_unchanged(io::H5File const& f) const;  // before every read
   std::string path_;
   DatasetShape shape_;
+  std::pair<std::uint64_t, std::uint64_t> identity_{0, 0};  // (device, inode) when opened
 };
 
 // How many samples of n form the held-out set (the last ones): round(n * fraction), at least 1 and,

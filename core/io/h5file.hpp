@@ -76,12 +76,20 @@ class H5File {
   double attribute_double(std::string const& object, std::string const& name) const;
 
   void flush();
+  // Flushes and closes the file, throwing H5Error (with the system's reason, e.g. "No space left
+  // on device") if that fails: a writer calls it, where the destructor could only fail silently.
+  void close();
 
  private:
+  friend void verify_h5(std::string const& path);
   [[noreturn]] void fail(std::string const& what) const;
   long long id_ = -1;
   std::string path_;
 };
+
+// Whole-file check of an HDF5 file just written (io::commit_file's verify): it opens, and every
+// dataset in it reads back in full. Throws H5Error naming the object.
+void verify_h5(std::string const& path);
 
 // libhdf5 itself (1.10.8 on Debian 12) can crash on a damaged or forged file: e.g. a global-heap
 // object whose stored size exceeds its collection makes H5HG_read copy far past its buffer when a

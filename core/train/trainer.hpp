@@ -8,6 +8,7 @@
 #include "core/train/optimizer.hpp"
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <map>
@@ -90,8 +91,11 @@ class Trainer {
 
   // Continues from a checkpoint written by save_checkpoint (same model configuration).
   void resume(std::string const& checkpoint_path);
-  // Writes a checkpoint from this process alone (to path.tmp, then renamed over path).
+  // Writes a checkpoint from this process alone (io::commit_file: to path.tmp, synced, read back,
+  // renamed over path); throws io::WriteError, the previous checkpoint unchanged.
   void save_checkpoint(std::string const& path);
+  // Bytes a checkpoint of this run takes, at most (checked against the free space before writing).
+  std::uint64_t checkpoint_bytes() const;
   // Collective over every process of the job: one process writes (replica 0's shard 0), the
   // others wait for it, and a failure is thrown on every process, not on the writer alone.
   void save_checkpoint_once(std::string const& path);

@@ -10,6 +10,9 @@
 //                            that fills up (default 0)
 //   JOULE_FAULT_ERRNO        ENOSPC (default), EDQUOT or EIO: the error of the failing writes;
 //                            fsync/fdatasync of such a file fail with it too once the limit is hit
+//   JOULE_FAULT_COUNT_TO     a file: at exit, the bytes written to the matching files are written
+//                            there (a run with a large limit finds the moments to fail at: the
+//                            bytes written are fewer than the file's size, which has gaps)
 //
 // Intercepted: write, pwrite, pwrite64, writev, fsync, fdatasync (HDF5's sec2 driver uses pwrite,
 // libstdc++'s file streams and CPython use write/writev). Not intercepted: mmap'ed writes.
@@ -28,6 +31,7 @@
 static long long g_budget = -1;  // bytes left; -1: not read yet
 static int g_errno = ENOSPC;
 static int g_hit = 0;  // a write has failed (later fsyncs fail too)
+static long long g_written = 0;  // bytes accepted for matching files
 
 static void load_settings(void) {
   if (g_budget >= 0) return;
@@ -66,7 +70,17 @@ static ssize_t allowed(int fd, size_t count) {
   }
   ssize_t n = (long long)count <= g_budget ? (ssize_t)count : (ssize_t)g_budget;
   g_budget -= n;
+  g_written += n;
   return n;
+}
+
+__attribute__((destructor)) static void report_count(void) {
+  char const* to = getenv("JOULE_FAULT_COUNT_TO");
+  if (!to || !*to) return;
+  FILE* f = fopen(to, "w");
+  if (!f) return;
+  fprintf(f, "%lld\n", g_written);
+  fclose(f);
 }
 
 typedef ssize_t (*write_fn)(int, void const*, size_t);
