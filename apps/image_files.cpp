@@ -32,6 +32,21 @@ Resize parse_resize(std::string const& name) {
 BadImageError::BadImageError(std::string path, std::string reason)
     : std::runtime_error(path + ": " + reason), path_(std::move(path)), reason_(std::move(reason)) {}
 
+namespace {
+
+std::string special_file_kind(std::filesystem::file_type type) {
+  using std::filesystem::file_type;
+  switch (type) {
+    case file_type::fifo: return "a FIFO (named pipe)";
+    case file_type::socket: return "a socket";
+    case file_type::block: return "a block device";
+    case file_type::character: return "a character device";
+    default: return "a special file";
+  }
+}
+
+}  // namespace
+
 ImageFolder image_files(std::string const& folder) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -43,7 +58,8 @@ ImageFolder image_files(std::string const& folder) {
     std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
     if (std::find(std::begin(kExtensions), std::end(kExtensions), ext) == std::end(kExtensions)) continue;
     std::string const path = entry.path().string();
-    fs::file_status const target = fs::status(entry.path(), ec);  // follows links
+    std::error_code status_ec;
+    fs::file_status const target = fs::status(entry.path(), status_ec);  // follows links
     if (fs::is_regular_file(target)) {
       listing.files.push_back(path);
       continue;
@@ -54,12 +70,14 @@ ImageFolder image_files(std::string const& folder) {
       std::string const link = "a symbolic link to " + fs::read_symlink(entry.path(), link_ec).string();
       if (target.type() == fs::file_type::not_found) reason = link + ", which does not exist";
       else if (fs::is_directory(target)) reason = link + ", which is a folder";
-      else if (target.type() == fs::file_type::none) reason = link + " that cannot be followed";
-      else reason = link + ", which is not a regular file";
+      else if (target.type() == fs::file_type::none) reason = link + " that cannot be followed (" + status_ec.message() + ")";
+      else reason = link + ", which is " + special_file_kind(target.type()) + ", not a regular file";
+    } else if (target.type() == fs::file_type::none) {
+      reason = "cannot be examined (" + status_ec.message() + ")";
     } else if (fs::is_directory(target)) {
       reason = "a folder, not an image file";
     } else {
-      reason = "not a regular file (a device, FIFO or socket)";
+      reason = special_file_kind(target.type()) + ", not a regular file";
     }
     listing.unusable.push_back({path, reason});
   }

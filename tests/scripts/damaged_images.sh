@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Damaged image files get a clear error (issue 27). Good images of every format joule reads are
 # made with PIL, and damaged ones from them: each format truncated, PNGs with a flipped CRC byte,
-# without IEND and with bytes after it; also a text file, an empty file, a dangling symlink and a
-# folder, all with image extensions.
+# without IEND and with bytes after it; also a text file, an empty file, a dangling symlink, a
+# symlink loop, a folder, a FIFO and (unless run as root) an unreadable file, all with image
+# extensions.
 #   - image_probe (apps/image_files.cpp's decoder) accepts every good file and refuses each damaged
 #     one with a message naming it and the reason (the exact figures, computed here, for BMP, TGA,
 #     PPM, PGM and the PNG's CRC);
@@ -93,6 +94,8 @@ damaged = {
     "notes.png": (b"not an image\n", "cannot decode it as an image (stb_image: unknown image type)"),
     "empty.jpg": (b"", "an empty file, not an image"),
 }
+if os.geteuid() != 0:  # root reads any file
+    damaged["unreadable.jpg"] = (good["photo.jpg"], "cannot open it (Permission denied)")
 for folder in (mixed, good_only):
     for name, data in good.items():
         open(f"{folder}/{name}", "wb").write(data)
@@ -100,12 +103,17 @@ for folder in (mixed, good_only):
 for folder in (mixed, bad_only):
     for name, (data, _) in damaged.items():
         open(f"{folder}/{name}", "wb").write(data)
+    if "unreadable.jpg" in damaged:
+        os.chmod(f"{folder}/unreadable.jpg", 0)
     os.symlink("no-such-file.png", f"{folder}/dangling.png")
+    os.symlink("loop.png", f"{folder}/loop.png")
     os.mkdir(f"{folder}/folder.gif")
+    os.mkfifo(f"{folder}/pipe.bmp")  # never opened: reading it would wait for a writer
     open(f"{folder}/readme.txt", "w").write("not an image extension: not listed\n")
 # What the folder listing says of the entries that are no files (image_probe only opens files).
 listed = {"dangling.png": "a symbolic link to no-such-file.png, which does not exist",
-          "folder.gif": "a folder, not an image file"}
+          "loop.png": "a symbolic link to loop.png that cannot be followed (Too many levels of symbolic links)",
+          "folder.gif": "a folder, not an image file", "pipe.bmp": "a FIFO (named pipe), not a regular file"}
 
 
 def probe_file(path):
