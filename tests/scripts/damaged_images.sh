@@ -9,8 +9,8 @@
 #     PPM, PGM and the PNG's CRC);
 #   - joule caption --images on the mixed folder stops (exit 1), names every bad file with its
 #     reason and writes nothing; with --skip-bad-images it captions the good files, as it does a
-#     folder of only those, and lists the bad ones with their count; a folder of only bad files is
-#     an error with the flag too.
+#     folder of only those, and lists the bad ones with their count (with --limit, those up to the
+#     last good file captioned); a folder of only bad files is an error with the flag too.
 # usage: damaged_images.sh JOULE IMAGE_PROBE SMALL_MODEL_CONFIG
 set -euo pipefail
 joule="$1" probe="$2" small_config="$3"
@@ -170,12 +170,25 @@ clean, _ = caption(good_only)
 assert clean.returncode == 0 and "skipped" not in clean.stderr, clean.stderr
 assert clean.stdout == r.stdout, f"the good files' captions differ with bad ones beside them:\n{clean.stdout}\n{r.stdout}"
 
-# Nothing to caption is an error, with the flag or without.
+# --limit N: the files up to the N-th good one are looked at, no further.
+r, _ = caption(mixed, "--skip-bad-images", "--limit", "3")
+assert r.returncode == 0, r.stderr
+assert [line.split("\t")[0] for line in r.stdout.splitlines()] == good_names[:3], r.stdout
+seen_bad = [n for n in bad_names if n < good_names[2]]
+assert seen_bad and f"skipped {len(seen_bad)} damaged or unreadable image file(s) of {len(seen_bad) + 3} in {mixed}" \
+    in r.stderr, r.stderr
+lists_bad(r.stderr, mixed, seen_bad)
+assert not any(f"{mixed}/{n}:" in r.stderr for n in bad_names if n > good_names[2]), r.stderr
+
+# Nothing to caption is an error, with the flag or without; the flag is for folders only.
 for flags in ([], ["--skip-bad-images"]):
     r, wrote = caption(bad_only, *flags)
     assert r.returncode == 1 and r.stdout == "" and not wrote, f"{flags}: exit {r.returncode}, {r.stdout}"
     assert f"no image to caption: all {len(bad_names)} image file(s) are damaged or unreadable" in r.stderr, r.stderr
     lists_bad(r.stderr, bad_only, bad_names)
+r = subprocess.run([joule, "caption", "--checkpoint", f"{work}/ck.h5", "--data", f"{work}/data.h5", "--skip-bad-images"],
+                   capture_output=True, text=True)
+assert r.returncode != 0 and "--skip-bad-images requires --images" in r.stderr, r.stderr
 print(f"joule caption: stops at {len(bad_names)} bad files by default; --skip-bad-images captions the "
       f"{len(good_names)} good ones and lists the bad")
 PY
