@@ -28,7 +28,7 @@ namespace {
 
 struct CaptionOptions {
   std::string checkpoint, data, images, resize = "bilinear", out;
-  bool held_out = false;
+  bool held_out = false, skip_bad_images = false;
   std::optional<long long> micro_batch, limit;
 };
 
@@ -81,6 +81,45 @@ void write_rows(std::string const& path, std::string const& checkpoint, std::vec
   }, checks);
 }
 
+// The folder's images to caption, each decoded here before any model is built, so that a damaged
+// or unreadable one (or an entry with an image extension that is no file) stops the run before any
+// output, all of them named, or with --skip-bad-images is left out and listed in `bad`. Decoding
+// again for the batches costs little beside the model, where keeping the pixels would take memory
+// in proportion to the folder. With --limit, only as many good files are looked at as are captioned.
+std::vector<std::string> good_image_files(CaptionOptions const& o, ModelConfig const& m, std::vector<BadImage>& bad) {
+  ImageFolder listing = image_files(o.images);
+  Resize const resize = parse_resize(o.resize);
+  std::vector<std::uint8_t> scratch(std::size_t(m.channels) * m.image_size * m.image_size);
+  std::vector<std::string> good;
+  bad = listing.unusable;
+  for (auto const& file : listing.files) {
+    if (o.limit && good.size() == std::size_t(*o.limit)) {
+      bad.erase(std::remove_if(bad.begin(), bad.end(), [&](BadImage const& b) { return b.path > file; }), bad.end());
+      break;
+    }
+    try {
+      load_image(file, m.channels, m.image_size, resize, scratch.data());
+      good.push_back(file);
+    } catch (BadImageError const& e) {
+      bad.push_back({e.path(), e.reason()});
+    }
+  }
+  std::sort(bad.begin(), bad.end(), [](BadImage const& a, BadImage const& b) { return a.path < b.path; });
+  std::string list;
+  for (auto const& b : bad) list += fmt::format("\n  {}: {}", b.path, b.reason);
+  if (good.empty())
+    throw std::runtime_error(fmt::format("--images {}: no image to caption: all {} image file(s) are damaged or "
+                                         "unreadable:{}", o.images, bad.size(), list));
+  if (!bad.empty() && !o.skip_bad_images)
+    throw std::runtime_error(fmt::format("--images {}: {} image file(s) damaged or unreadable (repair or remove them, "
+                                         "or pass --skip-bad-images to caption the other {}):{}",
+                                         o.images, bad.size(), good.size(), list));
+  if (!bad.empty())
+    fmt::print(stderr, "--images {}: skipping {} damaged or unreadable image file(s) (listed at the end)\n", o.images,
+               bad.size());
+  return good;
+}
+
 int run_caption(CaptionOptions const& o) {
   if (!o.out.empty() && !ends_with(o.out, ".csv") && !ends_with(o.out, ".h5") && !ends_with(o.out, ".hdf5"))
     throw ConfigError("--out " + o.out + ": name a .csv or .h5 file (the format follows the extension)");
@@ -103,6 +142,7 @@ int run_caption(CaptionOptions const& o) {
   std::optional<Dataset> data;
   std::vector<std::size_t> indices;
   std::vector<std::string> files;
+  std::vector<BadImage> bad_images;  // skipped with --skip-bad-images
   if (!o.data.empty()) {
     data = Dataset::open(o.data, &m);
     std::size_t const n = data->shape().count;
@@ -115,7 +155,7 @@ int run_caption(CaptionOptions const& o) {
     if (m.frames != 1)
       throw ConfigError(fmt::format("--images: {} was trained on clips of {} frames; caption a dataset of clips "
                                     "with --data", o.checkpoint, m.frames));
-    files = image_files(o.images);
+    files = good_image_files(o, m, bad_images);
   }
   std::size_t n = data ? indices.size() : files.size();
   if (o.limit) n = std::min<std::size_t>(n, std::size_t(*o.limit));
@@ -162,6 +202,11 @@ int run_caption(CaptionOptions const& o) {
     }
     std::fflush(stdout);
   }
+  if (!bad_images.empty()) {
+    fmt::print(stderr, "skipped {} damaged or unreadable image file(s) of {} in {}:\n", bad_images.size(),
+               bad_images.size() + files.size(), o.images);
+    for (auto const& b : bad_images) fmt::print(stderr, "  {}: {}\n", b.path, b.reason);
+  }
   if (data)
     fmt::print("captioned {} samples: {} exactly right ({:.1f}%)\n", n, correct, n ? 100.0 * correct / n : 0.0);
   if (!o.out.empty()) {
@@ -187,6 +232,10 @@ std::function<int()> add_caption_command(CLI::App& app) {
   cmd->add_flag("--held-out", o->held_out,
                 "only the held-out samples: the last data.eval_fraction of the dataset, as training split it")
       ->needs(data);
+  cmd->add_flag("--skip-bad-images", o->skip_bad_images,
+                "with --images: skip image files that are damaged or cannot be read, and list them at the end "
+                "(by default the command stops before captioning any, naming each)")
+      ->needs(images);
   cmd->add_option("--resize", o->resize, "fit images to the model's size: bilinear (default), nearest, or none (must fit)")
       ->check(CLI::IsMember({"bilinear", "nearest", "none"}))->needs(images);
   cmd->add_option("--out", o->out, "also write (sample, reference, prediction, correct) to this .csv or .h5 file");

@@ -1,6 +1,7 @@
 // image_probe FILE CHANNELS SIZE RESIZE OUT: writes what joule caption --images would feed the
 // model for FILE (apps/image_files.hpp: channels * size * size bytes, channel-major) to OUT, so a
-// script can compare it with PIL's conversion (tests/scripts/image_files_vs_pil.sh).
+// script can compare it with PIL's conversion (tests/scripts/image_files_vs_pil.sh); a file that
+// cannot be read or is damaged exits 1 with "image_probe: FILE: reason" (damaged_images.sh).
 #include "image_files.hpp"
 
 #include <cstdio>
