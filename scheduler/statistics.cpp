@@ -10,7 +10,6 @@
 namespace joule::scheduler {
 
 namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 bool all_finite(std::vector<double> const& values) {
   return std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); });

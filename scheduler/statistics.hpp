@@ -4,9 +4,13 @@
 // the interval's half-width relative to the mean, which decides whether to measure again.
 // A non-finite value among the inputs makes the result NaN rather than being skipped: a step
 // without a reading is the runner's to judge, not something to average over silently.
+#include <limits>
 #include <vector>
 
 namespace joule::scheduler {
+
+// "No value" throughout the scheduler (a figure not measured, a statistic of no data).
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double median(std::vector<double> values);  // NaN when empty; mean of the middle two when even
 double mean(std::vector<double> const& values);  // NaN when empty

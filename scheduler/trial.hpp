@@ -3,6 +3,7 @@
 // failed) of one candidate configuration (knobs.hpp), and of the training run. Plain data, no
 // Kokkos: the search, the objectives and the HDF5 run log work on these alone.
 #include "scheduler/knobs.hpp"
+#include "scheduler/statistics.hpp"  // kNaN
 
 #include <cmath>
 #include <cstddef>
@@ -11,8 +12,6 @@
 #include <vector>
 
 namespace joule::scheduler {
-
-inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 enum class TrialStatus { ok, infeasible, failed };
 char const* to_string(TrialStatus s);          // "ok", "infeasible", "failed"

@@ -16,7 +16,7 @@ StrategyKind TuneSettings::strategy_for(std::size_t feasible_candidates) const {
 
 namespace {
 
-[[noreturn]] void fail(std::string const& field, std::string const& what) {
+[[noreturn]] void fail_field(std::string const& field, std::string const& what) {
   throw ConfigError("config: tune." + field + " " + what);
 }
 
@@ -42,13 +42,13 @@ std::vector<T> list(nlohmann::json const& j, char const* field, T lo, T hi) {
   if (!j.contains(field)) return {};
   auto const& v = j.at(field);
   if (v.is_string() && v.get<std::string>() == "all") return {};
-  if (!v.is_array() || v.empty()) fail(field, "must be a non-empty list of numbers (or \"all\")");
+  if (!v.is_array() || v.empty()) fail_field(field, "must be a non-empty list of numbers (or \"all\")");
   std::vector<T> out;
   for (std::size_t i = 0; i < v.size(); ++i) {
     bool const ok = std::is_integral_v<T> ? v[i].is_number_integer() : v[i].is_number();
-    if (!ok) fail(std::string(field) + "[" + std::to_string(i) + "]", std::is_integral_v<T> ? "must be an integer" : "must be a number");
+    if (!ok) fail_field(std::string(field) + "[" + std::to_string(i) + "]", std::is_integral_v<T> ? "must be an integer" : "must be a number");
     if (!within(v[i], lo, hi))
-      fail(std::string(field) + "[" + std::to_string(i) + "]",
+      fail_field(std::string(field) + "[" + std::to_string(i) + "]",
            "= " + v[i].dump() + " is outside [" + nlohmann::json(lo).dump() + ", " + nlohmann::json(hi).dump() + "]");
     out.push_back(v[i].get<T>());
   }
@@ -59,8 +59,8 @@ template <class T>
 T number(nlohmann::json const& j, char const* field, T fallback, T lo, T hi) {
   if (!j.contains(field)) return fallback;
   auto const& v = j.at(field);
-  if (!(std::is_integral_v<T> ? v.is_number_integer() : v.is_number())) fail(field, std::is_integral_v<T> ? "must be an integer" : "must be a number");
-  if (!within(v, lo, hi)) fail(field, "= " + v.dump() + " is outside [" + nlohmann::json(lo).dump() + ", " + nlohmann::json(hi).dump() + "]");
+  if (!(std::is_integral_v<T> ? v.is_number_integer() : v.is_number())) fail_field(field, std::is_integral_v<T> ? "must be an integer" : "must be a number");
+  if (!within(v, lo, hi)) fail_field(field, "= " + v.dump() + " is outside [" + nlohmann::json(lo).dump() + ", " + nlohmann::json(hi).dump() + "]");
   return v.get<T>();
 }
 
@@ -88,20 +88,20 @@ TuneSettings parse_tune_settings(Config const& config) {
     }
   }
   if (t.contains("objective")) {
-    if (!t.at("objective").is_string()) fail("objective", "must be a string");
+    if (!t.at("objective").is_string()) fail_field("objective", "must be a string");
     try {
       s.objective = Objective::parse(t.at("objective").get<std::string>());
     } catch (std::invalid_argument const& e) {
-      fail("objective", std::string(": ") + e.what());
+      fail_field("objective", std::string(": ") + e.what());
     }
   }
   if (t.contains("strategy")) {
-    if (!t.at("strategy").is_string()) fail("strategy", "must be a string");
+    if (!t.at("strategy").is_string()) fail_field("strategy", "must be a string");
     s.strategy = t.at("strategy").get<std::string>();
     if (s.strategy != "auto") try {
         parse_strategy(s.strategy);
       } catch (std::invalid_argument const& e) {
-        fail("strategy", std::string(": ") + e.what() + " (or \"auto\")");
+        fail_field("strategy", std::string(": ") + e.what() + " (or \"auto\")");
       }
   }
   auto const offload = list<double>(t, "offload_ratios", 0.0, 1.0);
@@ -110,13 +110,13 @@ TuneSettings parse_tune_settings(Config const& config) {
   s.seq_shards = list<int>(t, "seq_shards", 1, 4096);
   for (int p : s.seq_shards)
     if (config.model.heads % p || config.model.seq_len() % p)
-      fail("seq_shards", "contains " + std::to_string(p) + ", which does not divide model.heads (" +
+      fail_field("seq_shards", "contains " + std::to_string(p) + ", which does not divide model.heads (" +
                              std::to_string(config.model.heads) + ") and the sequence length (" +
                              std::to_string(config.model.seq_len()) + ")");
   s.micro_batches = list<int>(t, "micro_batches", 1, config.train.batch);
   for (int m : s.micro_batches)
     if (config.train.batch % m)
-      fail("micro_batches", "contains " + std::to_string(m) + ", which does not divide train.batch = " +
+      fail_field("micro_batches", "contains " + std::to_string(m) + ", which does not divide train.batch = " +
                                 std::to_string(config.train.batch) + " (the global batch stays fixed)");
   s.host_threads = list<int>(t, "host_threads", 0, 4096);
   s.power_limits_w = list<int>(t, "power_limits_w", 1, 100000);  // watts; needs NVML and privileges
@@ -128,7 +128,7 @@ TuneSettings parse_tune_settings(Config const& config) {
   s.device_memory_budget_mib = number<double>(t, "device_memory_budget_mib", 0.0, 0.0, 1e9);
   s.auto_exhaustive_limit = number<int>(t, "auto_exhaustive_limit", s.auto_exhaustive_limit, 0, 1 << 20);
   if (t.contains("train_after")) {
-    if (!t.at("train_after").is_boolean()) fail("train_after", "must be true or false");
+    if (!t.at("train_after").is_boolean()) fail_field("train_after", "must be true or false");
     s.train_after = t.at("train_after").get<bool>();
   }
   return s;

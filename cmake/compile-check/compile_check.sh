@@ -142,66 +142,112 @@ done
 wait
 needs_kernels() { [ -e "$work/kernels/${1//\//_}" ]; }
 uses_kokkos() { [ -e "$work/kokkos/${1//\//_}" ]; }
-compile_one() {  # compile_one MODE UNIT -> prints a result line, returns non-zero on failure
-  local mode="$1" unit="$2" set cfg inc logf="$work/log.$mode.${2//\//_}"
-  if needs_kernels "$unit" && [ "$mode" = host ]; then
-    set="4.5+KK4.5"; inc=(-I"$k45" -I"$kk45"); cfg=host45
-  elif needs_kernels "$unit"; then  # see kernels-declarations/KokkosBlas3_gemm.hpp
-    set="$v5+gemm-decl"; inc=(-I"$k5" -I"$here/kernels-declarations"); cfg=cuda5
-  else
-    set="$v5"; inc=(-I"$k5"); cfg="${mode}5"
+
+# CUDA: the units of one folder compiled together, as one translation unit that includes them all
+# (a "unity" batch). Each unit's own compilation spent most of its time parsing the same Kokkos
+# (CUDA) headers again: an apps/ unit's preprocessed source is 9 MB, its device code empty. One
+# batch of the 12 units of apps/ took 44 s; the 12 alone ~280 s. Every unit's device code is still
+# compiled in full (cicc, ptxas for sm_90) and its host side checked by nvcc's front end and g++.
+# What a batch cannot see, a unit missing an include that an earlier unit of its batch provided,
+# is seen by the host compilations below (each unit alone) and by the build itself.
+# JOULE_COMPILE_CHECK_UNITY=0: every unit alone, as before (to time one, or to bisect a clash).
+compile_cuda() {  # compile_cuda NAME UNIT... -> prints a result line
+  local name="$1"; shift
+  local logf="$work/log.cuda.${name//\//_}" src="$work/unity/${name//\//_}.cu" rc=0 t0=$SECONDS inc=()
+  mkdir -p "$work/unity"
+  { for u in "$@"; do echo "#include \"$repo/$u\""; done; } > "$src"
+  [ "$have_nccl" = 1 ] && inc+=(-I"$cuda_include" -DJOULE_HAVE_NCCL)
+  # Units that need Kokkos-Kernels see Kokkos 5.x and a declaration of gemm (see
+  # kernels-declarations/KokkosBlas3_gemm.hpp); the folder is harmless for the others.
+  "$nvcc" -x cu -std=c++20 -arch=sm_90 --extended-lambda --expt-relaxed-constexpr \
+    -Xcompiler -fopenmp -Xcompiler -fsyntax-only -Wno-deprecated-gpu-targets -DFMT_USE_CONSTEXPR=1 "${common[@]}" \
+    -I"$work/cuda5" -I"$k5" -I"$here/kernels-declarations" "${inc[@]}" -c "$src" -o /dev/null >"$logf" 2>&1 || rc=$?
+  # nvcc only warns (#20011/#20014) when device code calls a host-only function; in joule's own
+  # code that is an error (Kokkos' desul atomics trigger the same warning harmlessly: they guard
+  # the call by target, so only warnings located in this repository count).
+  if grep -E "^$repo/[^(]*\([0-9]+\): warning #2001[14]-D" "$logf" >"$logf.device"; then
+    rc=1
+    sed 's/warning #2001/error (device code calls a host function) #2001/' "$logf.device" >>"$logf"
   fi
-  local rc=0
-  # The NCCL backend exists on CUDA builds (JOULE_HAVE_NCCL); on host builds it is not compiled.
-  # A unit that includes no Kokkos header has nothing of Kokkos 4.5 or 5.x to check in the host
-  # build; its C++20 validity under g++ is checked by the CUDA compilation, whose host side is
-  # the same source compiled by g++ -std=c++20.
-  if [ "$mode" = host ] && ! uses_kokkos "$unit"; then
-    printf '%-6s %-17s %-38s %s\n' "$mode" "-" "$unit" "ok (no Kokkos: its g++ C++20 check is the cuda line's)"; return 0
-  fi
-  if [ "$unit" = parallel/nccl_communicator.cpp ] && [ "$mode" = host ]; then
-    printf '%-6s %-17s %-38s %s\n' "$mode" "-" "$unit" "ok (CUDA builds only)"; return 0
-  fi
-  if [ "$unit" = parallel/nccl_communicator.cpp ] && [ "$have_nccl" = 0 ]; then
-    printf '%-6s %-17s %-38s %s\n' "$mode" "-" "$unit" "NOT CHECKED (no NCCL in the toolkit)"; return 0
-  fi
-  [ "$mode" = cuda ] && [ "$have_nccl" = 1 ] && inc+=(-I"$cuda_include" -DJOULE_HAVE_NCCL)
-  if [ "$mode" = cuda ]; then
-    "$nvcc" -x cu -std=c++20 -arch=sm_90 --extended-lambda --expt-relaxed-constexpr \
-      -Xcompiler -fopenmp -Xcompiler -fsyntax-only -Wno-deprecated-gpu-targets -DFMT_USE_CONSTEXPR=1 "${common[@]}" \
-      -I"$work/$cfg" "${inc[@]}" -c "$repo/$unit" -o /dev/null >"$logf" 2>&1 || rc=$?
-    # nvcc only warns (#20011/#20014) when device code calls a host-only function; in joule's own
-    # code that is an error (Kokkos' desul atomics trigger the same warning harmlessly: they guard
-    # the call by target, so only warnings located in this repository count).
-    if grep -E "^$repo/[^(]*\([0-9]+\): warning #2001[14]-D" "$logf" >"$logf.device"; then
-      rc=1
-      sed 's/warning #2001/error (device code calls a host function) #2001/' "$logf.device" >>"$logf"
-    fi
-  else
-    "$cxx" -std=c++20 -fopenmp -fsyntax-only -Wall "${common[@]}" -I"$work/$cfg" "${inc[@]}" \
-      "$repo/$unit" >"$logf" 2>&1 || rc=$?
-  fi
-  printf '%-6s %-17s %-38s %s\n' "$mode" "$set" "$unit" "$([ $rc = 0 ] && echo ok || echo FAILED)"
+  local what="$name ($# unit$([ $# = 1 ] || echo s))"
+  [ $# = 1 ] && what="$1"
+  printf '%-6s %-17s %-38s %-7s %4ds\n' cuda "$v5" "$what" "$([ $rc = 0 ] && echo ok || echo FAILED)" $((SECONDS - t0))
   if [ $rc != 0 ]; then
-    { echo "--- $mode $unit:"; grep -m 12 -E 'error' "$logf" || tail -20 "$logf"; } >>"$work/errors"
+    { echo "--- cuda $what ($*):"; grep -m 12 -E 'error' "$logf" || tail -20 "$logf"; } >>"$work/errors"
   fi
   return 0
 }
-log "compiling ${#units[@]} translation units for CUDA sm_90 (nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')) and for g++ C++20, $jobs at a time"
+compile_host() {  # compile_host UNIT -> prints a result line
+  local unit="$1" set cfg inc logf="$work/log.host.${1//\//_}" rc=0 t0=$SECONDS
+  if needs_kernels "$unit"; then
+    set="4.5+KK4.5"; inc=(-I"$k45" -I"$kk45"); cfg=host45
+  else
+    set="$v5"; inc=(-I"$k5"); cfg=host5
+  fi
+  # The NCCL backend exists on CUDA builds (JOULE_HAVE_NCCL); on host builds it is not compiled.
+  if [ "$unit" = parallel/nccl_communicator.cpp ]; then
+    printf '%-6s %-17s %-38s %s\n' host "-" "$unit" "ok (CUDA builds only)"; return 0
+  fi
+  "$cxx" -std=c++20 -fopenmp -fsyntax-only -Wall "${common[@]}" -I"$work/$cfg" "${inc[@]}" \
+    "$repo/$unit" >"$logf" 2>&1 || rc=$?
+  printf '%-6s %-17s %-38s %-7s %4ds\n' host "$set" "$unit" "$([ $rc = 0 ] && echo ok || echo FAILED)" $((SECONDS - t0))
+  if [ $rc != 0 ]; then
+    { echo "--- host $unit:"; grep -m 12 -E 'error' "$logf" || tail -20 "$logf"; } >>"$work/errors"
+  fi
+  return 0
+}
+cuda_units=()
+for u in "${units[@]}"; do
+  if [ "$u" = parallel/nccl_communicator.cpp ] && [ "$have_nccl" = 0 ]; then
+    echo "cuda   -                 $u NOT CHECKED (no NCCL in the toolkit)" >>"$work/notes"; continue
+  fi
+  cuda_units+=("$u")
+done
+# Batches by folder, the folders with the most device code first (the longest compilations start
+# first, so that two run side by side to the end).
+batches=()
+if [ "${JOULE_COMPILE_CHECK_UNITY:-1}" = 0 ]; then
+  batches=("${cuda_units[@]}")
+else
+  for d in core/model core/train core/ops apps scheduler apps/bench energy core/data core/io parallel energy/detail; do
+    batches+=("$d")
+  done
+  # Alternatives to another unit of their folder (the same functions, for builds without MPI)
+  # cannot share its batch: compiled alone.
+  batches+=(parallel/no_mpi_session.cpp)
+  for u in "${cuda_units[@]}"; do  # a folder not in the list above gets a batch of its own
+    printf '%s\n' "${batches[@]}" | grep -qx "$(dirname "$u")" || batches+=("$(dirname "$u")")
+  done
+fi
+log "compiling ${#units[@]} translation units for CUDA sm_90 (nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'); $([ "${JOULE_COMPILE_CHECK_UNITY:-1}" = 0 ] && echo "each alone" || echo "one batch per folder")) and each alone for g++ C++20, $jobs at a time"
 results="$work/results"
 : > "$results"
-for mode in cuda host; do
-  for u in "${units[@]}"; do
-    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 0.2; done
-    ( compile_one "$mode" "$u" >>"$results" ) &
+for b in "${batches[@]}"; do
+  members=()
+  for u in "${cuda_units[@]}"; do
+    if [ "$u" = "$b" ] || { [ "$(dirname "$u")" = "$b" ] && ! printf '%s\n' "${batches[@]}" | grep -qx "$u"; }; then
+      members+=("$u")
+    fi
   done
+  [ "${#members[@]}" -gt 0 ] || continue
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 0.2; done
+  ( compile_cuda "$b" "${members[@]}" >>"$results" ) &
+  echo "${#members[@]}" >>"$work/cuda_counted"
+done
+for u in "${units[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 0.2; done
+  ( compile_host "$u" >>"$results" ) &
 done
 wait
 sort "$results"
 [ -f "$work/errors" ] && cat "$work/errors" >&2
-[ "$(wc -l < "$results")" = "$((2 * ${#units[@]}))" ] || die "only $(wc -l < "$results") of $((2 * ${#units[@]})) compilations reported"
+[ -f "$work/notes" ] && cat "$work/notes"
+expected=$(( ${#units[@]} + $(cat "$work/cuda_counted" 2>/dev/null | wc -l) ))
+cuda_checked=$(awk '{n += $1} END {print n + 0}' "$work/cuda_counted" 2>/dev/null || echo 0)
+[ "$cuda_checked" = "${#cuda_units[@]}" ] || die "only $cuda_checked of ${#cuda_units[@]} units were given to nvcc"
+[ "$(wc -l < "$results")" = "$expected" ] || die "only $(wc -l < "$results") of $expected compilations reported"
 if grep -q FAILED "$results"; then die "$(grep -c FAILED "$results") translation unit(s) do not compile (errors above)"; fi
-log "all $(wc -l < "$results") compilations passed$([ "$have_nccl" = 1 ] || echo " (the NCCL backend NOT checked: no NCCL in the toolkit)")"
+log "all $(wc -l < "$results") compilations passed (${#cuda_units[@]} units for CUDA, ${#units[@]} for the host)$([ "$have_nccl" = 1 ] || echo " (the NCCL backend NOT checked: no NCCL in the toolkit)")"
 
 # --- 4. The NCCL backend links against the toolkit's libnccl and libcudart (it cannot run here:
 # no GPU). Only when no JOULE_COMPILE_CHECK_ONLY filter excludes it.
