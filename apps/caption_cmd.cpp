@@ -9,6 +9,7 @@
 #include "core/io/commit.hpp"
 #include "core/io/h5file.hpp"
 #include "core/train/captioning.hpp"
+#include "core/train/memory_check.hpp"
 #include "core/train/trainer.hpp"
 
 #include <fmt/format.h>
@@ -20,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <new>
 #include <optional>
 
 namespace joule::apps {
@@ -161,7 +163,19 @@ int run_caption(CaptionOptions const& o) {
   if (o.limit) n = std::min<std::size_t>(n, std::size_t(*o.limit));
 
   // Forward passes only: recomputing every block keeps one block's activations, the least memory.
-  Model model(m, B, /*recompute_depth=*/m.layers);
+  // Checked by the memory model before anything is allocated, as training is; an allocation that
+  // fails all the same (memory taken meanwhile) is reported with the same figures.
+  MemoryAvailable const available = available_memory();
+  if (auto const problem = inference_memory_shortfall(m, B, available); !problem.empty())
+    throw ConfigError(fmt::format("{}: captioning does not fit: {}", o.checkpoint, problem));
+  std::optional<Model> built;
+  try {
+    built.emplace(m, B, /*recompute_depth=*/m.layers);
+  } catch (std::bad_alloc const&) {
+    throw std::runtime_error(fmt::format("{}: cannot allocate the model for micro-batch {}: {}", o.checkpoint, B,
+                                         memory_figures(m, B, m.layers, available_memory())));
+  }
+  Model& model = *built;
   load_checkpoint_parameters(o.checkpoint, model);
   ExecSpace space;
   Resize const resize = parse_resize(o.resize);

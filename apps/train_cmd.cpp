@@ -184,6 +184,15 @@ int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o) {
       });
       !problem.empty())
     return refuse(world, problem);
+  // Before the work: room for a checkpoint where it goes (a full disk at the end would lose the run).
+  if (!cfg.train.checkpoint.empty())
+    if (auto const problem = check_on_root(world, [&] {
+          io::require_free_space(o.checkpoint ? "--checkpoint" : "train.checkpoint", cfg.train.checkpoint,
+                                 checkpoint_bytes(cfg), "checkpoint of this model");
+          return std::string();
+        });
+        !problem.empty())
+      return refuse(world, problem);
   // Before anything is allocated: the memory model against the memory free on every process.
   if (o.memory_check) {
     std::string summary;

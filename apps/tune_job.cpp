@@ -94,8 +94,11 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
                                    "continues the log its checkpoint names)"
                            : out + " exists: continue it with --resume " + out + ", or write elsewhere with --out "
                                    "(joule tune never overwrites a log)";
-    auto const p = plan.probe();
-    return p.empty() ? plan.lock(locks) : p;
+    if (auto const p = plan.probe(); !p.empty()) return p;
+    // Room for a checkpoint where it goes (a full disk at the end would lose the run).
+    if (!cfg.train.checkpoint.empty())
+      io::require_free_space(job.checkpoint_role, cfg.train.checkpoint, checkpoint_bytes(cfg), "checkpoint of this model");
+    return plan.lock(locks);
   });
   if (!problem.empty()) return refuse(world, problem);
   if (root && !job.continue_log)

@@ -212,4 +212,33 @@ std::string memory_shortfall(ModelConfig const& m, TrainConfig const& t, MemoryA
                             knobs_text(c), bytes_text(double(memory_need(m, c).device_bytes())));
 }
 
+std::string inference_memory_shortfall(ModelConfig const& m, int micro_batch, MemoryAvailable const& available) {
+  // Forward passes only, every block recomputed (the least activation memory); no optimizer.
+  auto const need = [&](int b) {
+    MemoryNeed n;
+    n.model = estimate_memory(m, b, m.layers);
+    return n;
+  };
+  MemoryNeed const n = need(micro_batch);
+  if (double(n.device_bytes()) <= available.device_bytes) return "";
+  int fitting = 0;  // the largest micro-batch that fits with a 10% margin, by bisection
+  for (int lo = 1, hi = micro_batch - 1; lo <= hi;) {
+    int const mid = lo + (hi - lo) / 2;
+    if (double(need(mid).device_bytes()) <= 0.9 * available.device_bytes) fitting = mid, lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return fmt::format("micro-batch {}: {} predicted ({}), more than the {} free ({}); {}", micro_batch,
+                     bytes_text(double(n.device_bytes())), breakdown(n, true), bytes_text(available.device_bytes),
+                     available.device_source,
+                     fitting > 0 ? fmt::format("--micro-batch {} fits", fitting)
+                                 : std::string("no micro-batch fits: the parameters alone do not"));
+}
+
+std::string memory_figures(ModelConfig const& m, int micro_batch, int recompute_depth, MemoryAvailable const& available) {
+  MemoryNeed n;
+  n.model = estimate_memory(m, micro_batch, recompute_depth);
+  return fmt::format("the memory model predicts {} ({}); {} free ({})", bytes_text(double(n.device_bytes())),
+                     breakdown(n, true), bytes_text(available.device_bytes), available.device_source);
+}
+
 }  // namespace joule

@@ -393,7 +393,7 @@ void Trainer::save_checkpoint(std::string const& path) {
   // Through path.tmp, synced, read back and renamed (io::commit_file): a crash or a full disk
   // mid-write never costs the last good checkpoint.
   io::CommitChecks checks;
-  checks.expected_bytes = checkpoint_bytes();
+  checks.expected_bytes = checkpoint_bytes(cfg_);
   checks.verify = io::verify_h5;
   io::commit_file(path, "checkpoint", [&](std::string const& tmp) {
     io::H5File f(tmp, io::H5File::Mode::truncate);
@@ -422,10 +422,11 @@ void Trainer::save_checkpoint(std::string const& path) {
   }, checks);
 }
 
-std::uint64_t Trainer::checkpoint_bytes() const {
-  // Parameters and the two AdamW moments in fp32, and HDF5's metadata and the configuration text
+std::uint64_t checkpoint_bytes(Config const& cfg) {
+  // Parameters and the two AdamW moments in fp32, the configuration text, and HDF5's metadata
   // (measured: ~40 KiB for the tiny model; 64 KiB + 1% is a bound with margin).
-  std::uint64_t const data = 3 * std::uint64_t(model_->params.count()) * sizeof(float) + cfg_.json.size();
+  std::uint64_t const parameters = estimate_memory(cfg.model, 1, 0).parameters;
+  std::uint64_t const data = 3 * parameters + cfg.json.size();
   return data + data / 100 + (64u << 10);
 }
 

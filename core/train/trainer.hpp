@@ -94,8 +94,6 @@ class Trainer {
   // Writes a checkpoint from this process alone (io::commit_file: to path.tmp, synced, read back,
   // renamed over path); throws io::WriteError, the previous checkpoint unchanged.
   void save_checkpoint(std::string const& path);
-  // Bytes a checkpoint of this run takes, at most (checked against the free space before writing).
-  std::uint64_t checkpoint_bytes() const;
   // Collective over every process of the job: one process writes (replica 0's shard 0), the
   // others wait for it, and a failure is thrown on every process, not on the writer alone.
   void save_checkpoint_once(std::string const& path);
@@ -174,6 +172,10 @@ class Trainer {
   std::pair<std::chrono::steady_clock::time_point, int> progress_since_;  // (time, step) of the first run()
   std::map<std::string, std::string> notes_;
 };
+
+// Bytes a checkpoint of this configuration takes, at most: checked against the free space before
+// a run starts and before every checkpoint is written.
+std::uint64_t checkpoint_bytes(Config const& cfg);
 
 // A checkpoint read for inference (`joule caption`): the configuration it was trained with, and
 // its parameters loaded into a model built for that configuration (every tensor checked first,

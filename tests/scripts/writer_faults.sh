@@ -82,6 +82,21 @@ for out in table.csv table.h5; do
   done
 done
 
+# A real full file system, where this machine lets the test mount one (root): the checkpoint's
+# size is known, so the run is refused before its first step, not at its end.
+mkdir -p small-fs
+if mount -t tmpfs -o size=128k tmpfs small-fs 2>/dev/null; then
+  rc=0
+  "$joule" "${train[@]}" --checkpoint small-fs/ckpt.h5 >out.txt 2>&1 || rc=$?
+  umount small-fs
+  [ $rc = 1 ] && grep -q "^joule: error: --checkpoint small-fs/ckpt.h5: a checkpoint of this model takes .* free in small-fs" out.txt ||
+    fail "a checkpoint larger than the free space: status $rc: $(tail -3 out.txt)"
+  grep -qE "^(step|training:)" out.txt && fail "the run trained before it was refused: $(cat out.txt)"
+  echo "ok: a checkpoint larger than the free space is refused before training: $(grep -m1 'joule: error' out.txt)"
+else
+  echo "note: cannot mount a tmpfs here (not root): the free-space refusal is not checked"
+fi
+
 # --- one writer per output ------------------------------------------------------------------------
 # A job holding ckpt.h5 (a long run, stopped once the second job has been refused).
 "$joule" train --config "$config" --data data.h5 --steps 100000 --no-energy --no-memory-check --checkpoint ckpt.h5 \
