@@ -39,18 +39,22 @@ constexpr Integer kKokkosVariables[] = {
     {"KOKKOS_SKIP_DEVICE", "a GPU Kokkos does not deal out (GPU builds)", 0, kMaxDevices - 1, 0, "none"},
 };
 
-// The numeric --kokkos-* flags: the same ranges as their variables.
+// The numeric --kokkos-* flags: the same ranges as their variables. Kokkos 3.x also reads the
+// older spellings without "kokkos-" (measured with 3.4.1: `--threads=abc` aborted in stoi too).
 struct KokkosFlag {
   char const* flag;
   Integer const& range;
 };
 constexpr KokkosFlag kKokkosFlags[] = {
     {"--kokkos-threads", kKokkosVariables[0]},     {"--kokkos-num-threads", kKokkosVariables[0]},
-    {"--kokkos-numa", kKokkosVariables[1]},        {"--kokkos-device-id", kKokkosVariables[2]},
-    {"--kokkos-num-devices", kKokkosVariables[3]}, {"--kokkos-skip-device", kKokkosVariables[4]},
+    {"--threads", kKokkosVariables[0]},            {"--kokkos-numa", kKokkosVariables[1]},
+    {"--numa", kKokkosVariables[1]},               {"--kokkos-device-id", kKokkosVariables[2]},
+    {"--kokkos-device", kKokkosVariables[2]},      {"--device-id", kKokkosVariables[2]},
+    {"--device", kKokkosVariables[2]},             {"--kokkos-num-devices", kKokkosVariables[3]},
+    {"--kokkos-skip-device", kKokkosVariables[4]},
 };
-// --kokkos-ndevices=N[,S] (Kokkos 3.x): N GPUs, skipping GPU S.
-constexpr char const* kNdevicesFlag = "--kokkos-ndevices";
+// --kokkos-ndevices=N[,S] (Kokkos 3.x, also spelt --ndevices): N GPUs, skipping GPU S.
+constexpr char const* kNdevicesFlags[] = {"--kokkos-ndevices", "--ndevices"};
 
 std::string omp_allowed() {
   return kOmpThreadsPerLevel.allowed() + " or a comma-separated list of them, one per nesting level";
@@ -83,15 +87,16 @@ void check_kokkos_flag(std::string_view arg) {
       f.range.check(arg.substr(flag.size() + 1), label.c_str());
     }
   }
-  std::string_view const ndevices = kNdevicesFlag;
-  if (arg.substr(0, ndevices.size()) == ndevices && (arg.size() == ndevices.size() || arg[ndevices.size()] == '=')) {
+  for (std::string_view const ndevices : kNdevicesFlags) {
+    if (arg.substr(0, ndevices.size()) != ndevices || (arg.size() > ndevices.size() && arg[ndevices.size()] != '='))
+      continue;
     std::string_view const value = arg.size() > ndevices.size() ? arg.substr(ndevices.size() + 1) : "";
     auto const comma = value.find(',');
     auto const count = environment::parse_integer(value.substr(0, comma));
     auto const skip = comma == std::string_view::npos ? std::optional<long long>(0)
                                                       : environment::parse_integer(value.substr(comma + 1));
     if (!count || *count < 1 || *count > kMaxDevices || !skip || *skip < 0 || *skip >= kMaxDevices)
-      environment::refuse(kNdevicesFlag, value,
+      environment::refuse(ndevices, value,
                           "N or N,S: N GPUs " + environment::integer_range_text(1, kMaxDevices) +
                               ", S the one skipped " + environment::integer_range_text(0, kMaxDevices - 1));
   }

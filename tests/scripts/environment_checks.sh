@@ -63,6 +63,7 @@ refused "$e --kokkos-device-id is '-1'; allowed: an integer in [0, 1023]" -- --k
 refused "$e --kokkos-numa is 'abc'; allowed: an integer in [1, 512]" -- --kokkos-numa=abc
 refused "$e --kokkos-ndevices is 'abc'; allowed: N or N,S: N GPUs an integer in [1, 1024], S the one skipped an integer in [0, 1023]" -- --kokkos-ndevices=abc
 refused "$e KOKKOS_DEVICE_ID is 'abc'; allowed: an integer in [0, 1023]" KOKKOS_DEVICE_ID=abc
+refused "$e --threads is 'abc'; allowed: $threads" -- --threads=abc
 
 # JOULE_HOST_CORES: its range follows the CPUs this process may use; with one there is none.
 cpus="$(nproc)"
