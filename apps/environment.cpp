@@ -5,6 +5,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cstdlib>
 #include <deque>
 #include <string_view>
 
@@ -104,7 +105,11 @@ void check_kokkos_flag(std::string_view arg) {
 }  // namespace
 
 void validate_environment_and_kokkos_flags(int argc, char** args) {
-  for (auto const& v : kKokkosVariables) v.read();
+  for (auto const& v : kKokkosVariables) {
+    v.read();
+    // Empty counts as unset, for Kokkos too (Kokkos 3.4 aborts on KOKKOS_NUM_THREADS=).
+    if (char const* text = std::getenv(v.name); text && !*text) ::unsetenv(v.name);
+  }
   check_omp_num_threads();
   for (int i = 1; i < argc; ++i) check_kokkos_flag(args[i]);
   core_environment::validate_environment();

@@ -18,7 +18,8 @@ namespace joule::apps {
 inline constexpr long long kMaxKokkosThreads = 512;
 
 // Throws environment::Error for the first bad variable or flag; `args` is argv (args[argc] ==
-// nullptr). Kokkos 3.4's arguments take their value after '=' only ("--kokkos-threads=4").
+// nullptr). Kokkos 3.4's arguments take their value after '=' only ("--kokkos-threads=4"). A
+// KOKKOS_* variable set to "" is unset, so that Kokkos too takes it as not set.
 void validate_environment_and_kokkos_flags(int argc, char** args);
 
 // The numeric --kokkos-* flags' spellings this Kokkos reads: --kokkos-num-threads (Kokkos 3.7 and
