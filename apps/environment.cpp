@@ -40,6 +40,12 @@ constexpr Integer kKokkosVariables[] = {
     {"KOKKOS_SKIP_DEVICE", "a GPU Kokkos does not deal out (GPU builds)", 0, kMaxDevices - 1, 0, "none"},
 };
 
+// Kokkos' OpenMP backend warns without a binding policy: joule binds unless the user chose otherwise.
+constexpr char const* kOmpProcBind = "OMP_PROC_BIND";
+constexpr char const* kOmpProcBindDefault = "spread";
+constexpr char const* kOmpPlaces = "OMP_PLACES";
+constexpr char const* kOmpPlacesDefault = "threads";
+
 // The numeric --kokkos-* flags: the same ranges as their variables. Kokkos 3.x also reads the
 // older spellings without "kokkos-" (measured with 3.4.1: `--threads=abc` aborted in stoi too).
 struct KokkosFlag {
@@ -104,6 +110,11 @@ void check_kokkos_flag(std::string_view arg) {
 }
 }  // namespace
 
+void set_openmp_binding_defaults() {
+  ::setenv(kOmpProcBind, kOmpProcBindDefault, /*overwrite=*/0);
+  ::setenv(kOmpPlaces, kOmpPlacesDefault, 0);
+}
+
 void validate_environment_and_kokkos_flags(int argc, char** args) {
   for (auto const& v : kKokkosVariables) {
     v.read();
@@ -136,9 +147,9 @@ std::vector<environment::Description> environment_variables() {
   for (auto const& v : kKokkosVariables) rows.push_back(v.describe());
   rows.push_back({kOmpNumThreadsName, "OpenMP's threads, Kokkos' thread count when KOKKOS_NUM_THREADS is not set",
                   omp_allowed() + " (" + kThreadsWhy + ")", "one per CPU this process may use"});
-  rows.push_back({"OMP_PROC_BIND", "OpenMP's thread binding (joule sets it when not set, so Kokkos does not warn)",
-                  "OpenMP's values", "spread"});
-  rows.push_back({"OMP_PLACES", "OpenMP's places (joule sets it when not set)", "OpenMP's values", "threads"});
+  rows.push_back({kOmpProcBind, "OpenMP's thread binding (joule sets it when not set, so Kokkos does not warn)",
+                  "OpenMP's values", kOmpProcBindDefault});
+  rows.push_back({kOmpPlaces, "OpenMP's places (joule sets it when not set)", "OpenMP's values", kOmpPlacesDefault});
   for (auto& row : core_environment::environment_variables()) rows.push_back(std::move(row));
   for (auto& row : energy::environment_variables()) rows.push_back(std::move(row));
   return rows;

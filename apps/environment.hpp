@@ -17,6 +17,10 @@ namespace joule::apps {
 // more (measured: OMP_NUM_THREADS=1024 ends `joule info` in SIGSEGV; 512 works).
 inline constexpr long long kMaxKokkosThreads = 512;
 
+// OMP_PROC_BIND=spread and OMP_PLACES=threads unless set (Kokkos' OpenMP backend warns without a
+// binding policy); before Kokkos starts.
+void set_openmp_binding_defaults();
+
 // Throws environment::Error for the first bad variable or flag; `args` is argv (args[argc] ==
 // nullptr). Kokkos 3.4's arguments take their value after '=' only ("--kokkos-threads=4"). A
 // KOKKOS_* variable set to "" is unset, so that Kokkos too takes it as not set.

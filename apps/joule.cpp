@@ -61,9 +61,7 @@ class UsageFirst : public CLI::Formatter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Kokkos' OpenMP backend warns without a binding policy; bind unless the user chose otherwise.
-  setenv("OMP_PROC_BIND", "spread", /*overwrite=*/0);
-  setenv("OMP_PLACES", "threads", 0);
+  joule::apps::set_openmp_binding_defaults();  // bind unless the user chose otherwise
   try {
     // Every variable and numeric --kokkos-* flag, like configuration values, before Kokkos (or
     // OpenMP, at its first parallel region) can abort or crash on one (apps/environment.hpp).

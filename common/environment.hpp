@@ -1,7 +1,7 @@
 #pragma once
 // Environment variables read like configuration values. Each variable is one object of a type
 // here (name, meaning, allowed values, default), defined once by the library that reads it; the
-// same object checks it before Kokkos starts (core::validate_environment(),
+// same object checks it before Kokkos starts (core_environment::validate_environment(),
 // energy::validate_environment(), called with the command's own checks by apps/environment.cpp)
 // and reads it where it is used, so no second, looser parse (atoi, atof) exists. A bad value is an
 // Error naming the variable, its value and what is allowed. An empty value counts as unset, as
