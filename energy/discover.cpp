@@ -70,6 +70,9 @@ constexpr Integer kLocalSizes[] = {
      kByLauncher},
 };
 
+// CUDA's own (any text: "set but empty" means no GPU, so it is read as it is).
+constexpr char const* kCudaVisibleDevices = "CUDA_VISIBLE_DEVICES";
+
 template <std::size_t N>
 int first_set(Integer const (&variables)[N]) {
   for (auto const& v : variables)
@@ -90,7 +93,7 @@ std::vector<environment::Description> environment_variables() {
                                              kModelIdleWatts.describe(), kModelCoreWatts.describe()};
   for (auto const& v : kLocalRanks) rows.push_back(v.describe());
   for (auto const& v : kLocalSizes) rows.push_back(v.describe());
-  rows.push_back({"CUDA_VISIBLE_DEVICES", "the GPUs this process sees: maps its CUDA device to NVML's numbering",
+  rows.push_back({kCudaVisibleDevices, "the GPUs this process sees: maps its CUDA device to NVML's numbering",
                   "CUDA's syntax (indices or UUIDs, comma-separated); set but empty: no GPU", "all GPUs"});
   return rows;
 }
@@ -104,7 +107,7 @@ SourceOptions SourceOptions::from_environment() {
   o.model_core_watts = kModelCoreWatts.value();
   o.local_rank = first_set(kLocalRanks);
   o.local_size = first_set(kLocalSizes);
-  if (char const* v = std::getenv("CUDA_VISIBLE_DEVICES")) o.cuda_visible_devices = v;  // set but empty: no GPU
+  if (char const* v = std::getenv(kCudaVisibleDevices)) o.cuda_visible_devices = v;  // set but empty: no GPU
   // The device Kokkos runs on, exactly, on CUDA builds; else the one Kokkos' rule would pick.
   o.cuda_pci_bus_id = kokkos_device_pci_bus_id();
   o.cuda_device_by_local_rank = o.cuda_pci_bus_id.empty();
