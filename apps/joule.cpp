@@ -6,6 +6,7 @@
 #include "commands.hpp"
 #include "core/compat.hpp"
 #include "core/train/host_cores.hpp"
+#include "environment.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -60,11 +61,15 @@ class UsageFirst : public CLI::Formatter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Kokkos' OpenMP backend warns without a binding policy; bind unless the user chose otherwise.
-  setenv("OMP_PROC_BIND", "spread", /*overwrite=*/0);
-  setenv("OMP_PLACES", "threads", 0);
+  joule::apps::set_openmp_binding_defaults();  // bind unless the user chose otherwise
   try {
+    // Every variable and numeric --kokkos-* flag, like configuration values, before Kokkos (or
+    // OpenMP, at its first parallel region) can abort or crash on one (apps/environment.hpp).
+    joule::apps::validate_environment_and_kokkos_flags(argc, argv);
     joule::reserve_host_cores_from_environment();  // JOULE_HOST_CORES: before Kokkos starts its threads
+  } catch (joule::environment::Error const& e) {
+    fmt::print(stderr, "joule: error: {}\n", e.what());
+    return 1;  // bad input, as a bad configuration value is
   } catch (std::exception const& e) {
     fmt::print(stderr, "joule: error: {}\n", e.what());
     return 2;
@@ -79,6 +84,7 @@ int main(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") args[i] = const_cast<char*>(kHelpPlaceholder);
     kokkos_help = kokkos_help || arg == "--kokkos-help";
   }
+  joule::apps::spell_kokkos_flags_for_this_kokkos(argc, args.data());
   int args_left = argc;
   Kokkos::ScopeGuard kokkos(args_left, args.data());  // consumes --kokkos-* arguments
   if (kokkos_help) return 0;  // Kokkos has printed its options

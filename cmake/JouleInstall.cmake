@@ -3,7 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-foreach(dir core energy parallel scheduler)
+foreach(dir common core energy parallel scheduler)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/joule
           FILES_MATCHING PATTERN "*.hpp")
 endforeach()

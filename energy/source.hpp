@@ -3,6 +3,8 @@
 // physical sensor it reads); a channel measures a domain and is either a cumulative energy
 // counter (joules), a power reading (watts, integrated by the sampler) or a gauge (e.g. clocks,
 // recorded, never integrated). A modelled channel is flagged and labelled `model` everywhere.
+#include "common/environment.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -81,9 +83,18 @@ struct SourceOptions {
   std::optional<std::string> cuda_visible_devices;
   // With none of the above (options built by hand): every GPU g with g % local_size == local_rank.
 
-  // Reads the variables above; the bus id of Kokkos' CUDA device when Kokkos runs on one.
+  // Reads the variables above; the bus id of Kokkos' CUDA device when Kokkos runs on one. Throws
+  // environment::Error for a value validate_environment() refuses.
   static SourceOptions from_environment();
 };
+
+// Checks the variables from_environment() reads (the model's watts, the local rank and size), before
+// Kokkos starts: throws environment::Error (common/environment.hpp) naming the first one set to a
+// value not allowed (text, NaN, a negative number, ...). Of the local-rank (and local-size)
+// variables only the first set is read, and checked.
+void validate_environment();
+// Every variable from_environment() reads: name, meaning, allowed values, default.
+std::vector<environment::Description> environment_variables();
 
 // The PCI bus id of the CUDA device Kokkos runs on; "" when Kokkos is not initialised or has no
 // CUDA backend (kokkos_device.cpp, the one unit of energy/ that calls CUDA).

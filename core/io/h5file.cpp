@@ -1,6 +1,7 @@
 #include "core/io/h5file.hpp"
 
 #include "core/detail/bytes_text.hpp"
+#include "core/environment.hpp"
 
 #include <hdf5.h>
 
@@ -604,17 +605,12 @@ void child_died() { ::_exit(86); }
 double read_timeout_for(std::string const& path) {
   struct stat st {};
   double const bytes = ::stat(path.c_str(), &st) == 0 ? double(st.st_size) : 0.0;
-  double base = 60.0;
-  if (char const* text = std::getenv("JOULE_READ_TIMEOUT")) {
-    char* end = nullptr;
-    double const value = std::strtod(text, &end);
-    if (end != text && value > 0 && value < 1e6) base = value;
-  }
+  double const base = core_environment::kReadTimeout.value();  // JOULE_READ_TIMEOUT, 60 s unset
   return base + bytes / 20e6;
 }
 
 ChildRead read_in_child(std::string const& path, std::function<void()> const& work, double timeout_s) {
-  if (char const* guard = std::getenv("JOULE_READ_GUARD"); guard && std::string(guard) == "off") return {};
+  if (!core_environment::kReadGuard.value()) return {};  // JOULE_READ_GUARD=off
   int fds[2];
   if (::pipe(fds) != 0) return {};
   std::fflush(nullptr);  // nothing buffered is written twice

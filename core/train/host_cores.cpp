@@ -1,5 +1,7 @@
 #include "core/train/host_cores.hpp"
 
+#include "core/environment.hpp"
+
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -17,8 +19,7 @@ HostCores g_cores;
 HostCores const& host_cores() { return g_cores; }
 
 HostCores const& reserve_host_cores_from_environment() {
-  char const* value = std::getenv("JOULE_HOST_CORES");
-  if (!value || !*value) return g_cores;
+  if (!environment::text_of(core_environment::kHostCoresName)) return g_cores;
 #if defined(__linux__)
   cpu_set_t mask;
   CPU_ZERO(&mask);
@@ -27,12 +28,9 @@ HostCores const& reserve_host_cores_from_environment() {
   std::vector<int> cpus;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &mask)) cpus.push_back(c);
-  char* end = nullptr;
-  long const k = std::strtol(value, &end, 10);
-  if (*end != '\0' || k < 1 || k >= long(cpus.size()))
-    throw std::invalid_argument(std::string("JOULE_HOST_CORES is '") + value + "'; allowed: an integer in [1, " +
-                                std::to_string(long(cpus.size()) - 1) + "] (this process may use " +
-                                std::to_string(cpus.size()) + " CPUs, and Kokkos keeps at least one)");
+  auto const wanted = core_environment::host_cores_wanted(long(cpus.size()));  // the one parse of it
+  if (!wanted) return g_cores;
+  long const k = *wanted;
   HostCores cores;
   cores.kokkos.assign(cpus.begin(), cpus.end() - k);
   cores.optimizer.assign(cpus.end() - k, cpus.end());
@@ -47,7 +45,8 @@ HostCores const& reserve_host_cores_from_environment() {
   g_cores = cores;
   return g_cores;
 #else
-  throw std::invalid_argument("JOULE_HOST_CORES is only supported on Linux");
+  core_environment::host_cores_wanted(1);  // refuses any value: no CPU affinity here
+  return g_cores;
 #endif
 }
 

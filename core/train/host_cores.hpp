@@ -17,8 +17,8 @@ struct HostCores {
   std::vector<int> optimizer;  // the CPUs of the host optimizer's threads (empty: none reserved)
 };
 
-// Throws std::invalid_argument naming JOULE_HOST_CORES when its value is not an integer in
-// [1, CPUs - 1].
+// Throws environment::Error naming JOULE_HOST_CORES when its value is not an integer in
+// [1, CPUs - 1] (core/environment.hpp).
 HostCores const& reserve_host_cores_from_environment();
 HostCores const& host_cores();  // what was reserved (both empty if nothing)
 

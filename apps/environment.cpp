@@ -1,0 +1,158 @@
+#include "environment.hpp"
+
+#include "core/environment.hpp"
+#include "energy/source.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdlib>
+#include <deque>
+#include <string_view>
+
+namespace joule::apps {
+
+namespace {
+using environment::Integer;
+
+#if defined(KOKKOS_ENABLE_OPENMP) && KOKKOS_VERSION >= 30400 && KOKKOS_VERSION < 30500
+static_assert(Kokkos::Impl::OpenMPExec::MAX_THREAD_COUNT == kMaxKokkosThreads,
+              "kMaxKokkosThreads is the size of Kokkos' OpenMP thread pool");
+#endif
+
+constexpr char const* kThreadsWhy = "Kokkos' OpenMP backend holds at most 512 threads";
+// No node has this many GPUs; what is refused is text, signs and typos (Kokkos checks the real count).
+constexpr long long kMaxDevices = 1024;
+
+constexpr Integer kKokkosNumThreads{"KOKKOS_NUM_THREADS",
+                                    "the threads Kokkos starts (set from JOULE_HOST_CORES when that is set)",
+                                    1,
+                                    kMaxKokkosThreads,
+                                    0,
+                                    "OpenMP's (OMP_NUM_THREADS, else one per CPU)",
+                                    kThreadsWhy};
+constexpr char const* kOmpNumThreadsName = "OMP_NUM_THREADS";
+constexpr Integer kOmpThreadsPerLevel{kOmpNumThreadsName, "", 1, kMaxKokkosThreads, 0, nullptr, kThreadsWhy};
+constexpr Integer kKokkosVariables[] = {
+    kKokkosNumThreads,
+    {"KOKKOS_NUMA", "NUMA regions Kokkos uses (Kokkos 3.x)", 1, kMaxKokkosThreads, 1, "Kokkos' default"},
+    {"KOKKOS_DEVICE_ID", "the GPU Kokkos runs on (GPU builds)", 0, kMaxDevices - 1, 0, "by local rank (Kokkos' rule)"},
+    {"KOKKOS_NUM_DEVICES", "GPUs on the node Kokkos deals to local ranks (GPU builds)", 1, kMaxDevices, 1, "all"},
+    {"KOKKOS_SKIP_DEVICE", "a GPU Kokkos does not deal out (GPU builds)", 0, kMaxDevices - 1, 0, "none"},
+};
+
+// Kokkos' OpenMP backend warns without a binding policy: joule binds unless the user chose otherwise.
+constexpr char const* kOmpProcBind = "OMP_PROC_BIND";
+constexpr char const* kOmpProcBindDefault = "spread";
+constexpr char const* kOmpPlaces = "OMP_PLACES";
+constexpr char const* kOmpPlacesDefault = "threads";
+
+// The numeric --kokkos-* flags: the same ranges as their variables. Kokkos 3.x also reads the
+// older spellings without "kokkos-" (measured with 3.4.1: `--threads=abc` aborted in stoi too).
+struct KokkosFlag {
+  char const* flag;
+  Integer const& range;
+};
+constexpr KokkosFlag kKokkosFlags[] = {
+    {"--kokkos-threads", kKokkosVariables[0]},     {"--kokkos-num-threads", kKokkosVariables[0]},
+    {"--threads", kKokkosVariables[0]},            {"--kokkos-numa", kKokkosVariables[1]},
+    {"--numa", kKokkosVariables[1]},               {"--kokkos-device-id", kKokkosVariables[2]},
+    {"--kokkos-device", kKokkosVariables[2]},      {"--device-id", kKokkosVariables[2]},
+    {"--device", kKokkosVariables[2]},             {"--kokkos-num-devices", kKokkosVariables[3]},
+    {"--kokkos-skip-device", kKokkosVariables[4]},
+};
+// --kokkos-ndevices=N[,S] (Kokkos 3.x, also spelt --ndevices): N GPUs, skipping GPU S.
+constexpr char const* kNdevicesFlags[] = {"--kokkos-ndevices", "--ndevices"};
+
+std::string omp_allowed() {
+  return kOmpThreadsPerLevel.allowed() + " or a comma-separated list of them, one per nesting level";
+}
+
+// OpenMP reads OMP_NUM_THREADS when it is loaded (before main) but starts its threads at the first
+// parallel region, Kokkos::initialize; libgomp ignores text and 0 with a warning.
+void check_omp_num_threads() {
+  auto const text = environment::text_of(kOmpNumThreadsName);
+  if (!text) return;
+  std::string_view rest = *text;
+  while (true) {
+    auto const comma = rest.find(',');
+    auto const value = environment::parse_integer(rest.substr(0, comma));
+    if (!value || *value < kOmpThreadsPerLevel.min || *value > kOmpThreadsPerLevel.max)
+      environment::refuse(kOmpNumThreadsName, *text, omp_allowed(), kThreadsWhy);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+}
+
+void check_kokkos_flag(std::string_view arg) {
+  for (auto const& f : kKokkosFlags) {
+    std::string_view const flag = f.flag;
+    if (arg == flag)
+      throw environment::Error(std::string(flag) + " needs its value after '=' (" + std::string(flag) + "=N, N " +
+                               f.range.allowed() + ")");
+    if (arg.size() > flag.size() && arg.substr(0, flag.size()) == flag && arg[flag.size()] == '=') {
+      std::string const label(flag);
+      f.range.check(arg.substr(flag.size() + 1), label.c_str());
+    }
+  }
+  for (std::string_view const ndevices : kNdevicesFlags) {
+    if (arg.substr(0, ndevices.size()) != ndevices || (arg.size() > ndevices.size() && arg[ndevices.size()] != '='))
+      continue;
+    std::string_view const value = arg.size() > ndevices.size() ? arg.substr(ndevices.size() + 1) : "";
+    auto const comma = value.find(',');
+    auto const count = environment::parse_integer(value.substr(0, comma));
+    auto const skip = comma == std::string_view::npos ? std::optional<long long>(0)
+                                                      : environment::parse_integer(value.substr(comma + 1));
+    if (!count || *count < 1 || *count > kMaxDevices || !skip || *skip < 0 || *skip >= kMaxDevices)
+      environment::refuse(ndevices, value,
+                          "N or N,S: N GPUs " + environment::integer_range_text(1, kMaxDevices) +
+                              ", S the one skipped " + environment::integer_range_text(0, kMaxDevices - 1));
+  }
+}
+}  // namespace
+
+void set_openmp_binding_defaults() {
+  ::setenv(kOmpProcBind, kOmpProcBindDefault, /*overwrite=*/0);
+  ::setenv(kOmpPlaces, kOmpPlacesDefault, 0);
+}
+
+void validate_environment_and_kokkos_flags(int argc, char** args) {
+  for (auto const& v : kKokkosVariables) {
+    v.read();
+    // Empty counts as unset, for Kokkos too (Kokkos 3.4 aborts on KOKKOS_NUM_THREADS=).
+    if (char const* text = std::getenv(v.name); text && !*text) ::unsetenv(v.name);
+  }
+  check_omp_num_threads();
+  for (int i = 1; i < argc; ++i) check_kokkos_flag(args[i]);
+  core_environment::validate_environment();
+  energy::validate_environment();
+}
+
+void spell_kokkos_flags_for_this_kokkos(int argc, char** args) {
+#if KOKKOS_VERSION < 30700
+  static std::deque<std::string> respelled;  // args point into it until the process ends
+  std::string_view const newer = "--kokkos-num-threads=";
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(args[i]).substr(0, newer.size()) == newer) {
+      respelled.push_back("--kokkos-threads=" + std::string(args[i] + newer.size()));
+      args[i] = respelled.back().data();
+    }
+#else
+  (void)argc;
+  (void)args;
+#endif
+}
+
+std::vector<environment::Description> environment_variables() {
+  std::vector<environment::Description> rows;
+  for (auto const& v : kKokkosVariables) rows.push_back(v.describe());
+  rows.push_back({kOmpNumThreadsName, "OpenMP's threads, Kokkos' thread count when KOKKOS_NUM_THREADS is not set",
+                  omp_allowed() + " (" + kThreadsWhy + ")", "one per CPU this process may use"});
+  rows.push_back({kOmpProcBind, "OpenMP's thread binding (joule sets it when not set, so Kokkos does not warn)",
+                  "OpenMP's values", kOmpProcBindDefault});
+  rows.push_back({kOmpPlaces, "OpenMP's places (joule sets it when not set)", "OpenMP's values", kOmpPlacesDefault});
+  for (auto& row : core_environment::environment_variables()) rows.push_back(std::move(row));
+  for (auto& row : energy::environment_variables()) rows.push_back(std::move(row));
+  return rows;
+}
+
+}  // namespace joule::apps

@@ -1,0 +1,49 @@
+#include "core/environment.hpp"
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
+namespace joule::core_environment {
+
+long usable_cpus() {
+#if defined(__linux__)
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) return CPU_COUNT(&mask);
+#endif
+  return 1;
+}
+
+std::optional<long> host_cores_wanted(long cpus) {
+  auto const text = environment::text_of(kHostCoresName);
+  if (!text) return std::nullopt;
+#if !defined(__linux__)
+  environment::refuse(kHostCoresName, *text, "nothing on this system (CPU affinity is only supported on Linux)");
+#endif
+  std::string const cpus_text = "this process may use " + std::to_string(cpus) + (cpus == 1 ? " CPU" : " CPUs");
+  if (cpus < 2)
+    throw environment::Error(std::string(kHostCoresName) + " is '" + *text + "', but no value can work here: " +
+                             cpus_text + "; " + kHostCoresName + " needs at least 2 (Kokkos keeps one)");
+  auto const value = environment::parse_integer(*text);
+  if (!value || *value < 1 || *value > cpus - 1)
+    environment::refuse(kHostCoresName, *text, environment::integer_range_text(1, cpus - 1),
+                        cpus_text + ", and Kokkos keeps at least one");
+  return long(*value);
+}
+
+void validate_environment() {
+  host_cores_wanted(usable_cpus());
+  kReadTimeout.read();
+  kReadGuard.read();
+}
+
+std::vector<environment::Description> environment_variables() {
+  return {{kHostCoresName,
+           "the last k CPUs of the process's affinity mask go to the host optimizer's threads, the others to Kokkos",
+           "an integer in [1, CPUs this process may use - 1]", "none set aside"},
+          kReadTimeout.describe(),
+          kReadGuard.describe()};
+}
+
+}  // namespace joule::core_environment

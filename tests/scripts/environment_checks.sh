@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Environment variables and Kokkos flags are checked like configuration values, before Kokkos
+# starts (apps/environment.hpp, docs/configuration.md "Environment variables"): each bad value ends
+# `joule info` with exit status 1 (not a signal, not 0) and one line naming the variable or flag,
+# its value and what is allowed; good values are still accepted, and take effect.
+# usage: environment_checks.sh JOULE
+set -euo pipefail
+joule="$1"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# The cases set what they check; none inherits a thread count from outside (nproc reads
+# OMP_NUM_THREADS too).
+unset KOKKOS_NUM_THREADS OMP_NUM_THREADS JOULE_HOST_CORES
+checked=0
+launch=()  # what joule runs under (taskset for the one-CPU case)
+
+# refused 'EXPECTED LINE' [VAR=VALUE...] [-- joule-args...]: joule info fails with status 1 and
+# prints exactly EXPECTED LINE on stderr.
+refused() {
+  local expected="$1" rc=0
+  shift
+  local vars=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  env "${vars[@]}" "${launch[@]}" "$joule" info "$@" >"$work/out" 2>"$work/err" || rc=$?
+  [ $rc = 1 ] || fail "${vars[*]} joule info $*: exit status $rc (expected 1): $(cat "$work/err" "$work/out")"
+  grep -qxF -- "$expected" "$work/err" || fail "${vars[*]} joule info $*: expected '$expected', got: $(cat "$work/err")"
+  checked=$((checked + 1))
+}
+# accepted REGEX [VAR=VALUE...] [-- joule-args...]: joule info succeeds and prints REGEX (grep -E).
+accepted() {
+  local pattern="$1" rc=0
+  shift
+  local vars=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  env "${vars[@]}" "$joule" info "$@" >"$work/out" 2>&1 || rc=$?
+  [ $rc = 0 ] || fail "${vars[*]} joule info $*: exit status $rc: $(cat "$work/out")"
+  grep -qE -- "$pattern" "$work/out" || fail "${vars[*]} joule info $*: expected /$pattern/, got: $(cat "$work/out")"
+  checked=$((checked + 1))
+}
+
+threads="an integer in [1, 512] (Kokkos' OpenMP backend holds at most 512 threads)"
+e="joule: error:"
+# Thread counts: text and 0 used to abort or start 0 threads, -1 passed silently, 99999 crashed.
+refused "$e KOKKOS_NUM_THREADS is 'abc'; allowed: $threads" KOKKOS_NUM_THREADS=abc
+refused "$e KOKKOS_NUM_THREADS is '0'; allowed: $threads" KOKKOS_NUM_THREADS=0
+refused "$e KOKKOS_NUM_THREADS is '-1'; allowed: $threads" KOKKOS_NUM_THREADS=-1
+refused "$e KOKKOS_NUM_THREADS is '4x'; allowed: $threads" KOKKOS_NUM_THREADS=4x
+refused "$e KOKKOS_NUM_THREADS is '513'; allowed: $threads" KOKKOS_NUM_THREADS=513
+omp="an integer in [1, 512] or a comma-separated list of them, one per nesting level (Kokkos' OpenMP backend holds at most 512 threads)"
+refused "$e OMP_NUM_THREADS is '99999'; allowed: $omp" OMP_NUM_THREADS=99999
+refused "$e OMP_NUM_THREADS is 'abc'; allowed: $omp" OMP_NUM_THREADS=abc
+refused "$e OMP_NUM_THREADS is '0'; allowed: $omp" OMP_NUM_THREADS=0
+refused "$e OMP_NUM_THREADS is '2,0'; allowed: $omp" OMP_NUM_THREADS=2,0
+refused "$e --kokkos-threads is 'abc'; allowed: $threads" -- --kokkos-threads=abc
+refused "$e --kokkos-threads is '0'; allowed: $threads" -- --kokkos-threads=0
+refused "$e --kokkos-num-threads is '0'; allowed: $threads" -- --kokkos-num-threads=0
+refused "$e --kokkos-threads is '99999'; allowed: $threads" -- --kokkos-threads=99999
+refused "$e --kokkos-threads needs its value after '=' (--kokkos-threads=N, N an integer in [1, 512])" -- --kokkos-threads
+refused "$e --kokkos-device-id is '-1'; allowed: an integer in [0, 1023]" -- --kokkos-device-id=-1
+refused "$e --kokkos-numa is 'abc'; allowed: an integer in [1, 512]" -- --kokkos-numa=abc
+refused "$e --kokkos-ndevices is 'abc'; allowed: N or N,S: N GPUs an integer in [1, 1024], S the one skipped an integer in [0, 1023]" -- --kokkos-ndevices=abc
+refused "$e KOKKOS_DEVICE_ID is 'abc'; allowed: an integer in [0, 1023]" KOKKOS_DEVICE_ID=abc
+refused "$e --threads is 'abc'; allowed: $threads" -- --threads=abc
+
+# JOULE_HOST_CORES: its range follows the CPUs this process may use; with one there is none.
+cpus="$(nproc)"
+if [ "$cpus" -ge 2 ]; then
+  refused "$e JOULE_HOST_CORES is 'abc'; allowed: an integer in [1, $((cpus - 1))] (this process may use $cpus CPUs, and Kokkos keeps at least one)" JOULE_HOST_CORES=abc
+  refused "$e JOULE_HOST_CORES is '$cpus'; allowed: an integer in [1, $((cpus - 1))] (this process may use $cpus CPUs, and Kokkos keeps at least one)" JOULE_HOST_CORES="$cpus"
+fi
+if command -v taskset >/dev/null; then
+  first_cpu="$(taskset -cp $$ | sed 's/.*: //; s/[-,].*//')"
+  launch=(taskset -c "$first_cpu")
+  refused "$e JOULE_HOST_CORES is '1', but no value can work here: this process may use 1 CPU; JOULE_HOST_CORES needs at least 2 (Kokkos keeps one)" JOULE_HOST_CORES=1
+  launch=()
+else
+  echo "no taskset here: the one-CPU case of JOULE_HOST_CORES is not checked"
+fi
+
+# The energy model's watts (atof took NaN, negatives and text as 0) and the reads' guard.
+refused "$e JOULE_MODEL_IDLE_W is 'nan'; allowed: a number of watts >= 0 and <= 100000" JOULE_MODEL_IDLE_W=nan
+refused "$e JOULE_MODEL_IDLE_W is 'abc'; allowed: a number of watts >= 0 and <= 100000" JOULE_MODEL_IDLE_W=abc
+refused "$e JOULE_MODEL_CORE_W is '-3'; allowed: a number of watts >= 0 and <= 100000" JOULE_MODEL_CORE_W=-3
+refused "$e JOULE_READ_TIMEOUT is '0'; allowed: a number of seconds > 0 and <= 1000000" JOULE_READ_TIMEOUT=0
+refused "$e JOULE_READ_TIMEOUT is 'abc'; allowed: a number of seconds > 0 and <= 1000000" JOULE_READ_TIMEOUT=abc
+refused "$e JOULE_READ_GUARD is 'of'; allowed: on or off" JOULE_READ_GUARD=of
+# Local rank and size: JOULE_* first, else the launcher's (atoi took text as 0).
+refused "$e JOULE_LOCAL_RANK is 'abc'; allowed: an integer in [0, 1048575]" JOULE_LOCAL_RANK=abc
+refused "$e JOULE_LOCAL_SIZE is '0'; allowed: an integer in [1, 1048576]" JOULE_LOCAL_SIZE=0
+refused "$e OMPI_COMM_WORLD_LOCAL_RANK is '-1'; allowed: an integer in [0, 1048575]" OMPI_COMM_WORLD_LOCAL_RANK=-1
+refused "$e SLURM_LOCALID is '1x'; allowed: an integer in [0, 1048575]" SLURM_LOCALID=1x
+
+# Good values are accepted and take effect (Kokkos reports the threads it was given).
+accepted "\(1 threads/concurrency\)" KOKKOS_NUM_THREADS=1
+accepted "\(1 threads/concurrency\)" OMP_NUM_THREADS=1
+accepted "\(2 threads/concurrency\)" OMP_NUM_THREADS=2,1
+accepted "\(1 threads/concurrency\)" -- --kokkos-threads=1
+accepted "\(1 threads/concurrency\)" -- --kokkos-num-threads=1
+accepted "Kokkos [0-9]" KOKKOS_NUM_THREADS= JOULE_MODEL_IDLE_W=0 JOULE_MODEL_CORE_W=2.5 JOULE_READ_TIMEOUT=5 \
+  JOULE_READ_GUARD=off JOULE_LOCAL_RANK=0 JOULE_LOCAL_SIZE=1 SLURM_LOCALID=3
+if [ "$cpus" -ge 2 ]; then
+  accepted "\($((cpus - 1)) threads/concurrency\)" JOULE_HOST_CORES=1
+fi
+echo "PASS: $checked cases"

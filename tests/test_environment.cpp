@@ -1,0 +1,209 @@
+// Environment variables read like configuration values (common/environment.hpp): the strict
+// parsers, the variable types' messages, JOULE_HOST_CORES's range on few CPUs, and
+// docs/configuration.md's table of environment variables against the tables in the code (names,
+// allowed values and defaults, both ways).
+#include "common/environment.hpp"
+#include "core/environment.hpp"
+#include "environment.hpp"
+
+#include "support/catch.hpp"
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using joule::environment::parse_integer;
+using joule::environment::parse_real;
+
+namespace {
+
+// Sets a variable for one test and restores what was there.
+struct ScopedVariable {
+  std::string name;
+  std::optional<std::string> before;
+  ScopedVariable(std::string n, char const* value) : name(std::move(n)) {
+    if (char const* old = std::getenv(name.c_str())) before = old;
+    if (value)
+      ::setenv(name.c_str(), value, 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+  ~ScopedVariable() {
+    if (before)
+      ::setenv(name.c_str(), before->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+};
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (joule::environment::Error const& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+constexpr joule::environment::Integer kTestInteger{"JOULE_TEST_INTEGER", "a test", 1, 5, 3, nullptr};
+constexpr joule::environment::Real kTestReal{"JOULE_TEST_REAL", "a test", 0.0, 10.0, true, 2.5, "watts"};
+constexpr joule::environment::Switch kTestSwitch{"JOULE_TEST_SWITCH", "a test", true};
+
+}  // namespace
+
+TEST_CASE("environment: integers are the whole text, in plain decimal", "[environment]") {
+  CHECK(parse_integer("0") == 0);
+  CHECK(parse_integer("42") == 42);
+  CHECK(parse_integer("-3") == -3);
+  CHECK(parse_integer("007") == 7);
+  CHECK(parse_integer("9223372036854775807") == 9223372036854775807LL);
+  for (char const* bad : {"", " 2", "2 ", "4x", "+2", "abc", "1.0", "1e3", "-", "0x10", "9223372036854775808",
+                          "99999999999999999999999999"}) {
+    INFO("'" << bad << "'");
+    CHECK_FALSE(parse_integer(bad).has_value());
+  }
+}
+
+TEST_CASE("environment: real numbers are finite and the whole text", "[environment]") {
+  CHECK(parse_real("20") == 20.0);
+  CHECK(parse_real("0.5") == 0.5);
+  CHECK(parse_real(".5") == 0.5);
+  CHECK(parse_real("1e3") == 1000.0);
+  CHECK(parse_real("2.5E-1") == 0.25);
+  CHECK(parse_real("-2") == -2.0);
+  for (char const* bad : {"", "nan", "NaN", "inf", "-inf", "infinity", "0x10", " 1", "1 ", "abc", "1e999", "e5", "1e",
+                          "+1", "-", ".", "1..2", "1,5"}) {
+    INFO("'" << bad << "'");
+    CHECK_FALSE(parse_real(bad).has_value());
+  }
+}
+
+TEST_CASE("environment: a variable's value, default and refusal", "[environment]") {
+  {
+    ScopedVariable unset("JOULE_TEST_INTEGER", nullptr);
+    CHECK_FALSE(kTestInteger.read().has_value());
+    CHECK(kTestInteger.value() == 3);
+  }
+  {
+    ScopedVariable empty("JOULE_TEST_INTEGER", "");  // empty counts as unset
+    CHECK(kTestInteger.value() == 3);
+  }
+  {
+    ScopedVariable set("JOULE_TEST_INTEGER", "5");
+    CHECK(kTestInteger.value() == 5);
+  }
+  for (char const* bad : {"0", "6", "abc", "-1"}) {
+    ScopedVariable set("JOULE_TEST_INTEGER", bad);
+    CHECK(error_of([] { kTestInteger.value(); }) ==
+          std::string("JOULE_TEST_INTEGER is '") + bad + "'; allowed: an integer in [1, 5]");
+  }
+  {
+    ScopedVariable set("JOULE_TEST_REAL", "10");
+    CHECK(kTestReal.value() == 10.0);
+  }
+  for (char const* bad : {"0", "nan", "-1", "10.5", "x"}) {
+    ScopedVariable set("JOULE_TEST_REAL", bad);
+    CHECK(error_of([] { kTestReal.value(); }) ==
+          std::string("JOULE_TEST_REAL is '") + bad + "'; allowed: a number of watts > 0 and <= 10");
+  }
+  {
+    ScopedVariable off("JOULE_TEST_SWITCH", "off");
+    CHECK_FALSE(kTestSwitch.value());
+  }
+  {
+    ScopedVariable bad("JOULE_TEST_SWITCH", "no");
+    CHECK(error_of([] { kTestSwitch.value(); }) == "JOULE_TEST_SWITCH is 'no'; allowed: on or off");
+  }
+}
+
+TEST_CASE("environment: JOULE_HOST_CORES's range follows the CPUs, and says when none works", "[environment]") {
+  {
+    ScopedVariable set("JOULE_HOST_CORES", "1");
+    CHECK(error_of([] { joule::core_environment::host_cores_wanted(1); }) ==
+          "JOULE_HOST_CORES is '1', but no value can work here: this process may use 1 CPU; JOULE_HOST_CORES "
+          "needs at least 2 (Kokkos keeps one)");
+    CHECK(joule::core_environment::host_cores_wanted(2) == 1);
+  }
+  {
+    ScopedVariable set("JOULE_HOST_CORES", "4");
+    CHECK(error_of([] { joule::core_environment::host_cores_wanted(4); }) ==
+          "JOULE_HOST_CORES is '4'; allowed: an integer in [1, 3] (this process may use 4 CPUs, and Kokkos keeps "
+          "at least one)");
+    CHECK(joule::core_environment::host_cores_wanted(5) == 4);
+  }
+  ScopedVariable unset("JOULE_HOST_CORES", nullptr);
+  CHECK_FALSE(joule::core_environment::host_cores_wanted(1).has_value());
+}
+
+namespace {
+// The cells of a markdown table row ("| a | b |"), trimmed; empty for a line that is not one.
+std::vector<std::string> cells(std::string const& line) {
+  std::vector<std::string> out;
+  if (line.size() < 2 || line[0] != '|') return out;
+  std::string cell;
+  for (std::size_t i = 1; i < line.size(); ++i) {
+    if (line[i] == '|' && line[i - 1] != '\\') {
+      auto const b = cell.find_first_not_of(' '), e = cell.find_last_not_of(' ');
+      out.push_back(b == std::string::npos ? "" : cell.substr(b, e - b + 1));
+      cell.clear();
+    } else {
+      cell += line[i];
+    }
+  }
+  return out;
+}
+std::string unquoted(std::string text) {  // `name` -> name; \| -> |
+  if (text.size() >= 2 && text.front() == '`' && text.back() == '`') text = text.substr(1, text.size() - 2);
+  for (std::size_t at; (at = text.find("\\|")) != std::string::npos;) text.replace(at, 2, "|");
+  return text;
+}
+}  // namespace
+
+TEST_CASE("docs: configuration.md's table of environment variables is the code's", "[docs][environment]") {
+  std::ifstream in(JOULE_SOURCE_DIR "/docs/configuration.md");
+  REQUIRE(in);
+  // The table whose header starts "| variable | meaning | allowed | default |".
+  std::map<std::string, std::vector<std::string>> documented;
+  std::string line;
+  bool in_table = false;
+  while (std::getline(in, line)) {
+    auto const row = cells(line);
+    if (!in_table) {
+      in_table = row.size() == 4 && row[0] == "variable" && row[2] == "allowed";
+      continue;
+    }
+    if (row.empty()) break;
+    if (row[0].rfind("---", 0) == 0) continue;
+    REQUIRE(row.size() == 4);
+    documented[unquoted(row[0])] = {row[1], unquoted(row[2]), unquoted(row[3])};
+  }
+  REQUIRE(documented.size() > 10);  // the table was found
+  std::ostringstream expected;      // the table as the code has it, printed when they differ
+  bool same = true;
+  for (auto const& v : joule::apps::environment_variables()) {
+    expected << "| `" << v.name << "` | " << v.meaning << " | " << v.allowed << " | " << v.fallback << " |\n";
+    auto const it = documented.find(v.name);
+    if (it == documented.end()) {
+      same = false;
+      UNSCOPED_INFO(v.name << " is read by joule but not in the table");
+      continue;
+    }
+    if (it->second[1] != v.allowed || it->second[2] != v.fallback) {
+      same = false;
+      UNSCOPED_INFO(v.name << ": the table says allowed '" << it->second[1] << "', default '" << it->second[2]
+                           << "'; the code: '" << v.allowed << "', '" << v.fallback << "'");
+    }
+    documented.erase(it);
+  }
+  for (auto const& [name, row] : documented) {
+    same = false;
+    UNSCOPED_INFO(name << " is in the table but joule does not read it");
+  }
+  INFO("the code's table:\n" << expected.str());
+  CHECK(same);
+}
