@@ -18,6 +18,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <new>
 #include <optional>
 
 namespace joule::apps {
@@ -210,7 +211,16 @@ int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o) {
     fmt::print("{} processes ({}): {} sequence shard(s) x {} data-parallel replica(s); micro-batches dealt "
                "round-robin to the replicas\n{}\n", layout.world, procs.backend(), layout.seq_shards, layout.dp,
                procs.collectives());
-  Trainer trainer(cfg, root ? &std::cout : nullptr, procs.data_parallel(), procs.sequence_shards());
+  // An allocation that fails although the memory check passed (memory taken meanwhile, or the
+  // check skipped) is reported with the memory model's figures, not as Kokkos' raw failure.
+  std::optional<Trainer> built;
+  try {
+    built.emplace(cfg, root ? &std::cout : nullptr, procs.data_parallel(), procs.sequence_shards());
+  } catch (std::bad_alloc const&) {
+    throw std::runtime_error("cannot allocate the model, its activations and its optimizer state: " +
+                             memory_summary(cfg.model, cfg.train, available_memory(), MemorySharing{}));
+  }
+  Trainer& trainer = *built;
   if (!o.resume.empty()) trainer.resume(o.resume);
 
   // Energy: sensors sampled on their own thread, every Kokkos region of the run stamped on the

@@ -126,22 +126,17 @@ while IFS= read -r f; do units+=("$f"); done < <(cd "$repo" && find core paralle
 [ "${#units[@]}" -gt 0 ] || die "no translation units found"
 common=(-I"$repo" -I"$work/gen" -I"$repo/apps" -I/usr/include/hdf5/serial -DJOULE_VERSION=\"check\" -DJOULE_GIT_COMMIT=\"check\")
 for d in $(mpicxx --showme:incdirs 2>/dev/null); do common+=(-I"$d"); done
-# Does the unit include Kokkos-Kernels (its headers' dependencies fail without them), or Kokkos at
-# all? Asked once per unit, all units at once, before the compilations (each compilation asking
-# again cost ~100 s on 2 cores).
-mkdir -p "$work/kernels" "$work/kokkos"
+# Does the unit include Kokkos-Kernels (its headers' dependencies fail without them)? Asked once
+# per unit, all units at once, before the compilations (each compilation asking again cost ~100 s
+# on 2 cores).
+mkdir -p "$work/kernels"
 for u in "${units[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 0.1; done
-  ( if "$cxx" -std=c++20 -fopenmp -M "${common[@]}" -I"$work/host5" -I"$k5" -I"$cuda_include" "$repo/$u" \
-         >"$work/kokkos/${u//\//_}.deps" 2>/dev/null; then
-      grep -q "Kokkos_Core.hpp" "$work/kokkos/${u//\//_}.deps" && touch "$work/kokkos/${u//\//_}"
-    else
-      touch "$work/kernels/${u//\//_}" "$work/kokkos/${u//\//_}"
-    fi ) &
+  ( "$cxx" -std=c++20 -fopenmp -M "${common[@]}" -I"$work/host5" -I"$k5" -I"$cuda_include" "$repo/$u" \
+      >/dev/null 2>&1 || touch "$work/kernels/${u//\//_}" ) &
 done
 wait
 needs_kernels() { [ -e "$work/kernels/${1//\//_}" ]; }
-uses_kokkos() { [ -e "$work/kokkos/${1//\//_}" ]; }
 
 # CUDA: the units of one folder compiled together, as one translation unit that includes them all
 # (a "unity" batch). Each unit's own compilation spent most of its time parsing the same Kokkos
