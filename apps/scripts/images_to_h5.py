@@ -53,13 +53,13 @@ import stat
 import sys
 import tempfile
 
-import h5py
-import numpy as np
-from PIL import Image
+# numpy, h5py and PIL (half a second to import) are imported by import_libraries() once the
+# arguments, the captions file and the output are checked: a refusal comes at once.
+h5py = np = Image = None
 
 BOS, EOS, PAD = 256, 257, 258
 MODES = {1: "L", 3: "RGB", 4: "RGBA"}
-FILTERS = {"bilinear": Image.BILINEAR, "nearest": Image.NEAREST, "none": None}
+FILTERS = {"bilinear": "BILINEAR", "nearest": "NEAREST", "none": None}  # PIL's names
 PROG = "images_to_h5.py"
 HERE = os.path.dirname(os.path.abspath(__file__))
 # joule's default configuration (the one embedded in the binary), for the default --eval-fraction.
@@ -68,6 +68,14 @@ DEFAULT_CONFIG = os.path.join(HERE, os.pardir, "configs", "tiny.json")
 LIMITS_FILE = os.path.normpath(os.path.join(HERE, os.pardir, os.pardir, "core", "model", "limits.json"))
 # HDF5's own structures (superblock, object headers, attributes) on top of the data: a few KiB.
 HDF5_OVERHEAD_BYTES = 1 << 20
+
+
+def import_libraries():
+    global h5py, np, Image
+    import h5py as h5py_module
+    import numpy as numpy_module
+    from PIL import Image as image_module
+    h5py, np, Image = h5py_module, numpy_module, image_module
 
 
 def fail(message):
@@ -104,7 +112,7 @@ def in_range(option, key, lo, hi):
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
         if not lo <= value <= hi:
             raise argparse.ArgumentTypeError(
-                f"{value} is outside {lo}..{hi}, joule's range of model.{key} ({LIMITS_FILE})")
+                f"{value} is outside [{lo}, {hi}], joule's range of model.{key} ({LIMITS_FILE})")
         return value
     parse.__name__ = option  # argparse names the type in some messages
     return parse
@@ -197,7 +205,7 @@ def load_image(path, mode, size, resize, where):
             fail(f"{where}: {path} is {img.size[0]}x{img.size[1]} pixels (width x height); "
                  f"--resize none needs {size}x{size} (--image-size {size}): pass --resize nearest or bilinear")
     else:
-        img = img.resize((size, size), FILTERS[resize])
+        img = img.resize((size, size), getattr(Image, FILTERS[resize]))
     pixels = np.asarray(img, dtype=np.uint8)
     if pixels.ndim == 2:  # mode "L"
         pixels = pixels[:, :, None]
@@ -276,6 +284,8 @@ def error_text(e):
     message as "errno = 28"), else the exception's own text."""
     if isinstance(e, KeyboardInterrupt):
         return "interrupted"
+    if isinstance(e, Terminated):
+        return str(e)
     code = getattr(e, "errno", None)
     if not isinstance(code, int):
         m = re.search(r"errno = (\d+)", str(e))
@@ -476,6 +486,7 @@ def main():
         fail(f"cannot write {args.out}: {n} samples of {args.frames} frame(s) of {args.channels}x{args.image_size}x"
              f"{args.image_size} and {args.text_len} tokens need about {size_text(need)}; {free_space(folder)}")
 
+    import_libraries()
     images = np.empty((n, args.frames, args.channels, args.image_size, args.image_size), dtype=np.uint8)
     tokens = np.asarray([t for _, _, t in samples], dtype=np.int32)
     order = np.arange(n)
@@ -503,7 +514,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
         sys.exit(main())
-    except KeyboardInterrupt:  # before the writing starts (it handles its own): nothing written
-        fail("interrupted; nothing was written")
+    except KeyboardInterrupt:  # before the writing starts (it handles its own)
+        fail("interrupted before writing; the output was not touched")
     except Terminated:
-        fail("terminated (SIGTERM); nothing was written")
+        fail("terminated (SIGTERM) before writing; the output was not touched")
