@@ -320,7 +320,8 @@ def write_h5(path, images, tokens, attrs):
     try:
         write_h5_file(path, images, tokens, attrs)
     except BaseException as e:
-        raise (ignored[0] if ignored and not re.search(r"errno = \d+", str(e)) else e)
+        # The first HDF5 error when the one raised does not carry the errno (but not over Ctrl-C).
+        raise (ignored[0] if ignored and isinstance(e, Exception) and not re.search(r"errno = \d+", str(e)) else e)
     finally:
         sys.excepthook, sys.unraisablehook = hooks
     if ignored:
