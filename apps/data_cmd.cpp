@@ -5,6 +5,7 @@
 
 #include "core/data/synth.hpp"
 #include "core/model/config.hpp"
+#include "core/model/limits.hpp"
 
 #include <fmt/format.h>
 
@@ -28,11 +29,13 @@ std::function<int()> add_data_command(CLI::App& app) {
   synth->add_option("--count", o->count, "samples")->check(whole_number())->check(CLI::Range(1, 10000000));
   // With --config the shapes are the model's: a flag for them too would be silently ignored.
   synth->add_option("--frames", o->frames, "frames per sample (> 1: moving shapes)")
-      ->check(whole_number())->check(CLI::Range(1, 256))->excludes(config_opt);
+      ->check(whole_number())->check(CLI::Range(limits::kFramesMin, limits::kFramesMax))->excludes(config_opt);
+  // The shapes need 8 pixels at least (core/data/synth.cpp); the maximum is the model's.
   synth->add_option("--image-size", o->image_size, "image height and width")
-      ->check(whole_number())->check(CLI::Range(8, 4096))->excludes(config_opt);
+      ->check(whole_number())->check(CLI::Range(std::max(8, limits::kImageSizeMin), limits::kImageSizeMax))
+      ->excludes(config_opt);
   synth->add_option("--text-len", o->text_len, "tokens per caption incl. BOS/EOS/PAD")
-      ->check(whole_number())->check(CLI::Range(3, 4096))->excludes(config_opt);
+      ->check(whole_number())->check(CLI::Range(limits::kTextLenMin, limits::kTextLenMax))->excludes(config_opt);
   synth->add_option("--seed", o->seed, "random seed (>= 0)")
       ->check(whole_number())->check(CLI::Range(0LL, std::numeric_limits<long long>::max()));
 

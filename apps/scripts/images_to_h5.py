@@ -27,28 +27,105 @@ samples drawn at random would be expected to hold.
 
 Writes /images uint8 [N, F, C, H, W], /tokens int32 [N, T] and the root attributes joule's
 reader checks (docs/datasets.md describes the format). Needs Debian's python3-h5py and python3-pil.
+
+Refused before any image is read or anything written: values joule would refuse (--image-size, --frames,
+--text-len, --channels, --eval-fraction outside the ranges of core/model/limits.json, the file
+joule's configuration parser reads them from), an empty caption or one too long for --text-len
+(naming its line), an OUT that is one of the inputs (the captions file, the image folder or an
+image it lists, also through a symlink or hard link) or a folder, and an OUT whose folder has less
+free space than the file needs.
+
+Writing cannot lose the previous OUT: the file is written to a temporary in OUT's folder
+(.OUT.XXXXXX.tmp), flushed, fsynced and read back (shapes, attributes and every value), and only
+then renamed over OUT (and the folder fsynced). On any failure (a full disk, an exceeded quota, an
+I/O error, an HDF5 error, Ctrl-C, SIGTERM) the temporary is removed, OUT is left as it was, and
+the script exits 1 with one line naming OUT, the error and the free space there.
 """
 import argparse
+import errno
 import json
 import math
 import os
+import re
+import shutil
+import signal
+import stat
 import sys
+import tempfile
 
-import h5py
-import numpy as np
-from PIL import Image
+# numpy, h5py and PIL (half a second to import) are imported by import_libraries() once the
+# arguments, the captions file and the output are checked: a refusal comes at once.
+h5py = np = Image = None
 
 BOS, EOS, PAD = 256, 257, 258
 MODES = {1: "L", 3: "RGB", 4: "RGBA"}
-FILTERS = {"bilinear": Image.BILINEAR, "nearest": Image.NEAREST, "none": None}
+FILTERS = {"bilinear": "BILINEAR", "nearest": "NEAREST", "none": None}  # PIL's names
+PROG = "images_to_h5.py"
+HERE = os.path.dirname(os.path.abspath(__file__))
 # joule's default configuration (the one embedded in the binary), for the default --eval-fraction.
-DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "configs", "tiny.json")
+DEFAULT_CONFIG = os.path.join(HERE, os.pardir, "configs", "tiny.json")
+# joule's limits (CMake embeds the same file in joule's configuration parser).
+LIMITS_FILE = os.path.normpath(os.path.join(HERE, os.pardir, os.pardir, "core", "model", "limits.json"))
+# HDF5's own structures (superblock, object headers, attributes) on top of the data: a few KiB.
+HDF5_OVERHEAD_BYTES = 1 << 20
+
+
+def import_libraries():
+    global h5py, np, Image
+    import h5py as h5py_module
+    import numpy as numpy_module
+    from PIL import Image as image_module
+    h5py, np, Image = h5py_module, numpy_module, image_module
+
+
+def fail(message):
+    """Stops with one line on stderr and exit status 1."""
+    print(f"{PROG}: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def load_limits():
+    """joule's ranges from core/model/limits.json: {name: (min, max)} for the model's shape and
+    (min, max, min_open) for data.eval_fraction."""
+    try:
+        with open(LIMITS_FILE, encoding="utf-8") as f:
+            doc = json.load(f)
+        model = {}
+        for name in ("image_size", "channels", "frames", "text_len"):
+            lo, hi = doc["model"][name]["min"], doc["model"][name]["max"]
+            if not (isinstance(lo, int) and isinstance(hi, int)):
+                raise ValueError(f"model.{name}: min and max must be whole numbers")
+            model[name] = (lo, hi)
+        ef = doc["data"]["eval_fraction"]
+        fraction = (float(ef["min"]), float(ef["max"]), bool(ef.get("min_open", False)))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        fail(f"cannot read joule's limits from {LIMITS_FILE} ({e})")
+    return model, fraction
+
+
+def in_range(option, key, lo, hi):
+    """An argparse type: a whole number within joule's range for model.KEY."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(
+                f"{value} is outside [{lo}, {hi}], joule's range of model.{key} ({LIMITS_FILE})")
+        return value
+    parse.__name__ = option  # argparse names the type in some messages
+    return parse
 
 
 def encode(caption, text_len, where):
     data = caption.encode("utf-8")
+    if not caption.strip():
+        fail(f"{where}: empty caption ({caption!r}); a caption holds 1 to {text_len - 2} bytes "
+             f"(--text-len {text_len} less BOS and EOS) and not only spaces")
     if len(data) + 2 > text_len:
-        sys.exit(f"{where}: caption needs {len(data) + 2} tokens with BOS/EOS, more than --text-len {text_len}")
+        fail(f"{where}: caption needs {len(data) + 2} tokens with BOS/EOS, more than --text-len {text_len} "
+             f"(at most {text_len - 2} bytes)")
     return [BOS] + list(data) + [EOS] + [PAD] * (text_len - len(data) - 2)
 
 
@@ -76,15 +153,18 @@ def expected_distinct(counts, n, m):
     return expected
 
 
-def eval_fraction(text):
-    try:
-        f = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
-    # The range joule's configuration parser accepts for data.eval_fraction (core/model/config.cpp).
-    if not 0.0 < f <= 0.9:
-        raise argparse.ArgumentTypeError(f"{text} is outside (0, 0.9], the range of data.eval_fraction")
-    return f
+def eval_fraction_type(lo, hi, lo_open):
+    """An argparse type: a number within joule's range for data.eval_fraction."""
+    def parse(text):
+        try:
+            f = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+        if not ((f > lo if lo_open else f >= lo) and f <= hi):
+            raise argparse.ArgumentTypeError(f"{text} is outside {'(' if lo_open else '['}{lo:g}, {hi:g}], "
+                                             f"the range of data.eval_fraction ({LIMITS_FILE})")
+        return f
+    return parse
 
 
 def seed(text):
@@ -102,15 +182,15 @@ def default_eval_fraction():
         with open(DEFAULT_CONFIG, encoding="utf-8") as f:
             return float(json.load(f)["data"]["eval_fraction"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        sys.exit(f"cannot read data.eval_fraction from joule's default configuration "
-                 f"{os.path.normpath(DEFAULT_CONFIG)} ({e}); pass --eval-fraction F")
+        fail(f"cannot read data.eval_fraction from joule's default configuration "
+             f"{os.path.normpath(DEFAULT_CONFIG)} ({e}); pass --eval-fraction F")
 
 
 def read_lines(f, path):
     try:
         yield from f
     except UnicodeDecodeError as e:
-        sys.exit(f"{path}: not UTF-8 text ({e})")
+        fail(f"{path}: not UTF-8 text ({e})")
 
 
 def load_image(path, mode, size, resize, where):
@@ -119,13 +199,13 @@ def load_image(path, mode, size, resize, where):
         with Image.open(path) as img:
             img = img.convert(mode)  # reads the whole file: a damaged one fails here
     except (OSError, ValueError, Image.DecompressionBombError) as e:
-        sys.exit(f"{where}: cannot read image {path}: {e}")
+        fail(f"{where}: cannot read image {path}: {e}")
     if resize == "none":
         if img.size != (size, size):
-            sys.exit(f"{where}: {path} is {img.size[0]}x{img.size[1]} pixels (width x height); "
-                     f"--resize none needs {size}x{size} (--image-size {size}): pass --resize nearest or bilinear")
+            fail(f"{where}: {path} is {img.size[0]}x{img.size[1]} pixels (width x height); "
+                 f"--resize none needs {size}x{size} (--image-size {size}): pass --resize nearest or bilinear")
     else:
-        img = img.resize((size, size), FILTERS[resize])
+        img = img.resize((size, size), getattr(Image, FILTERS[resize]))
     pixels = np.asarray(img, dtype=np.uint8)
     if pixels.ndim == 2:  # mode "L"
         pixels = pixels[:, :, None]
@@ -154,36 +234,227 @@ def report_split(captions, fraction, fraction_source):
               f"the samples in a random order.", file=sys.stderr)
 
 
+def size_text(n):
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def free_space(folder):
+    try:
+        return f"{size_text(shutil.disk_usage(folder).free)} free in {folder}"
+    except OSError as e:
+        return f"free space in {folder} unknown ({e.strerror or e})"
+
+
+def same_file(a, b):
+    """Whether paths a and b name one file: the same inode when both exist (through symlinks and
+    hard links), else the same path once resolved."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_output(out, inputs):
+    """Refuses an OUT that is one of the inputs [(role, path)] or a folder, or whose folder is not
+    there; returns the folder the file goes to (the symlink OUT resolved: the file it names is
+    replaced, not the link)."""
+    for role, path in inputs:
+        if same_file(out, path):
+            how = ("" if os.path.realpath(out) == os.path.realpath(path) and not os.path.islink(out) else
+                   " (a symlink to it)" if os.path.realpath(out) == os.path.realpath(path) else " (a hard link to it)")
+            fail(f"the output {out} is the same file as {role} {path}{how}: writing it would destroy an input "
+                 f"(choose another output)")
+    if os.path.isdir(out):
+        fail(f"the output {out} is a folder; give the path of the .h5 file to write")
+    folder = os.path.dirname(os.path.realpath(out))
+    if not os.path.isdir(folder):
+        fail(f"cannot write {out}: its folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        fail(f"cannot write {out}: its folder {folder} is not writable")
+    return folder
+
+
+def error_text(e):
+    """An exception as one line: the errno's name and text when there is one (h5py puts it in its
+    message as "errno = 28"), else the exception's own text."""
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(e, Terminated):
+        return str(e)
+    code = getattr(e, "errno", None)
+    if not isinstance(code, int):
+        m = re.search(r"errno = (\d+)", str(e))
+        code = int(m.group(1)) if m else None
+    detail = " ".join(str(e).split()) or type(e).__name__
+    if isinstance(code, int) and code in errno.errorcode:
+        name = f"{os.strerror(code)} ({errno.errorcode[code]})"
+        if isinstance(e, OSError) and e.strerror == os.strerror(code):
+            return name  # a plain OSError: its text is the errno's
+        # HDF5's message: what it was doing, then a long list of the write's details.
+        doing = re.sub(r"^\[Errno \d+\] ", "", detail.split(" (")[0])
+        return f"{name} (HDF5: {doing})"
+    return f"{type(e).__name__}: {detail}"
+
+
+class Terminated(Exception):
+    """SIGTERM, raised where the script is, so that the temporary is removed on the way out."""
+
+
+def on_sigterm(signum, frame):
+    raise Terminated("terminated (SIGTERM)")
+
+
+def write_h5(path, images, tokens, attrs):
+    # h5py reports an HDF5 error in releasing an object (a dataset's metadata that cannot be
+    # written) as tracebacks on stderr (through sys.excepthook and sys.unraisablehook) and goes on;
+    # here it fails the write instead.
+    ignored = []
+    hooks = sys.excepthook, sys.unraisablehook
+    sys.excepthook = lambda kind, value, tb: ignored.append(value)
+    sys.unraisablehook = lambda unraisable: ignored.append(unraisable.exc_value)
+    try:
+        write_h5_file(path, images, tokens, attrs)
+    except BaseException as e:
+        # The first HDF5 error when the one raised does not carry the errno (but not over Ctrl-C).
+        raise (ignored[0] if ignored and isinstance(e, Exception) and not re.search(r"errno = \d+", str(e)) else e)
+    finally:
+        sys.excepthook, sys.unraisablehook = hooks
+    if ignored:
+        raise ignored[0]
+
+
+def write_h5_file(path, images, tokens, attrs):
+    out = h5py.File(path, "w")
+    try:
+        out.create_dataset("images", data=images)
+        out.create_dataset("tokens", data=tokens)
+        for key, value in attrs.items():
+            out.attrs[key] = np.int64(value)
+        out.attrs["format"] = "joule-captions-v1"
+        out.flush()
+    except BaseException:
+        # Closing a file whose write failed fails too, with an HDF5 message that hides the cause
+        # ("Slist already enabled?"): the first error is the one reported.
+        try:
+            out.close()
+        except Exception:
+            pass
+        raise
+    out.close()
+
+
+def fsync_path(path, directory=False):
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def verify_h5(path, images, tokens, attrs):
+    """Reads the written file back: the format, every attribute, both shapes and types, and every
+    value (a slice at a time), so that only a complete file is renamed over OUT."""
+    with h5py.File(path, "r") as f:
+        fmt = f.attrs.get("format")
+        fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
+        if fmt != "joule-captions-v1":
+            raise ValueError(f"read back: root attribute format is {fmt!r}")
+        for key, value in attrs.items():
+            if key not in f.attrs or int(f.attrs[key]) != value:
+                raise ValueError(f"read back: root attribute {key} is {f.attrs.get(key)!r}, wrote {value}")
+        for name, want in (("images", images), ("tokens", tokens)):
+            d = f[name]
+            if d.shape != want.shape or d.dtype != want.dtype:
+                raise ValueError(f"read back: /{name} is {d.dtype} {list(d.shape)}, wrote {want.dtype} {list(want.shape)}")
+            step = max(1, (64 << 20) // max(1, want[0].nbytes))
+            for i in range(0, want.shape[0], step):
+                if not np.array_equal(d[i:i + step], want[i:i + step]):
+                    raise ValueError(f"read back: /{name}[{i}:{i + step}] differs from what was written")
+
+
+def write_atomically(out, folder, images, tokens, attrs):
+    """Writes the dataset to a temporary in OUT's folder, fsyncs and verifies it, then renames it
+    over OUT: OUT is at every moment either the previous file or the complete new one. Any failure
+    removes the temporary and stops with exit status 1."""
+    target = os.path.realpath(out)
+    previous = os.path.exists(target)
+    if previous:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask  # what h5py would have created
+    tmp = None
+    renamed = False
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder)
+        os.close(fd)
+        write_h5(tmp, images, tokens, attrs)
+        fsync_path(tmp)
+        verify_h5(tmp, images, tokens, attrs)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+        renamed = True
+        fsync_path(folder, directory=True)  # the rename itself reaches the disk
+    except (Exception, KeyboardInterrupt) as e:
+        if renamed:
+            fail(f"wrote {out} but could not sync its folder {folder}: {error_text(e)}; the new file is in "
+                 f"place but may not survive a crash")
+        if tmp is not None:
+            try:
+                os.remove(tmp)
+            except FileNotFoundError:
+                pass
+            except OSError as e2:
+                print(f"{PROG}: could not remove the temporary {tmp}: {e2.strerror or e2}", file=sys.stderr)
+        kept = f"{out} is left as it was" if previous else f"nothing was written to {out}"
+        print(f"{PROG}: cannot write {out}{f' (temporary {tmp})' if tmp else ''}: {error_text(e)}; "
+              f"{free_space(folder)}; {kept}", file=sys.stderr)
+        # Not sys.exit: HDF5 closes its open files at exit, and one whose write failed can crash it
+        # there (a segmentation fault instead of exit status 1).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
 def main():
+    model_limits, fraction_limits = load_limits()
+    channel_lo, channel_hi = model_limits["channels"]
+    channel_choices = [c for c in sorted(MODES) if channel_lo <= c <= channel_hi]
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("image_dir")
     ap.add_argument("captions")
     ap.add_argument("out")
-    ap.add_argument("--image-size", type=int, required=True)
-    ap.add_argument("--text-len", type=int, required=True)
-    ap.add_argument("--frames", type=int, default=1)
-    ap.add_argument("--channels", type=int, choices=sorted(MODES), default=3,
+    ap.add_argument("--image-size", type=in_range("--image-size", "image_size", *model_limits["image_size"]),
+                    required=True)
+    ap.add_argument("--text-len", type=in_range("--text-len", "text_len", *model_limits["text_len"]), required=True)
+    ap.add_argument("--frames", type=in_range("--frames", "frames", *model_limits["frames"]), default=1)
+    ap.add_argument("--channels", type=int, choices=channel_choices, default=3,
                     help="1 grayscale, 3 RGB, 4 RGBA (default 3); the model's model.channels")
     ap.add_argument("--resize", choices=list(FILTERS), default="bilinear",
                     help="how images get to image-size x image-size (default bilinear); none: they must have it")
     ap.add_argument("--shuffle", type=seed, metavar="SEED",
                     help="write the samples in a random order, the same for the same seed")
-    ap.add_argument("--eval-fraction", type=eval_fraction, metavar="F",
+    ap.add_argument("--eval-fraction", type=eval_fraction_type(*fraction_limits), metavar="F",
                     help="your configuration's data.eval_fraction, for the held-out report "
                          "(default: the default configuration's)")
     args = ap.parse_args()
-    if args.image_size < 1 or args.text_len < 3 or args.frames < 1:
-        sys.exit("--image-size >= 1, --text-len >= 3 and --frames >= 1 are required")
     if args.eval_fraction is None:
         fraction, fraction_source = default_eval_fraction(), "data.eval_fraction of the default configuration,"
     else:
         fraction, fraction_source = args.eval_fraction, "--eval-fraction"
 
-    images, tokens, captions = [], [], []
+    # The captions file first (cheap): every check on it, and the list of inputs, before any image is read.
+    samples, captions = [], []  # samples: (where, [image paths], tokens)
     try:
         f = open(args.captions, encoding="utf-8")
     except OSError as e:
-        sys.exit(f"cannot read the captions file: {e}")
+        fail(f"cannot read the captions file: {e}")
     with f:
         for number, line in enumerate(read_lines(f, args.captions), 1):
             line = line.rstrip("\n")
@@ -191,41 +462,60 @@ def main():
                 continue
             where = f"{args.captions}:{number}"
             if "\t" not in line:
-                sys.exit(f"{where}: expected 'file<TAB>caption'")
+                fail(f"{where}: expected 'file<TAB>caption'")
             files, caption = line.split("\t", 1)
             names = files.split(",")
             if len(names) != args.frames:
-                sys.exit(f"{where}: {len(names)} frame(s) listed, --frames is {args.frames}")
-            clip = [load_image(os.path.join(args.image_dir, name), MODES[args.channels], args.image_size,
-                               args.resize, where) for name in names]
-            images.append(np.stack(clip))
-            tokens.append(encode(caption, args.text_len, where))
+                fail(f"{where}: {len(names)} frame(s) listed, --frames is {args.frames}")
+            samples.append((where, [os.path.join(args.image_dir, name) for name in names],
+                            encode(caption, args.text_len, where)))
             captions.append(caption)
-    if not images:
-        sys.exit(f"{args.captions}: no samples")
+    if not samples:
+        fail(f"{args.captions}: no samples")
 
-    order = np.arange(len(images))
+    inputs = [("the captions file", args.captions), ("the image folder", args.image_dir)]
+    inputs += [(f"the image of {where}", path) for where, paths, _ in samples for path in paths]
+    folder = check_output(args.out, inputs)
+    n, frame_bytes = len(samples), args.channels * args.image_size * args.image_size
+    need = n * args.frames * frame_bytes + n * args.text_len * 4
+    need += HDF5_OVERHEAD_BYTES + need // 100
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        free = None
+    if free is not None and free < need:
+        fail(f"cannot write {args.out}: {n} samples of {args.frames} frame(s) of {args.channels}x{args.image_size}x"
+             f"{args.image_size} and {args.text_len} tokens need about {size_text(need)}; {free_space(folder)}")
+
+    import_libraries()
+    images = np.empty((n, args.frames, args.channels, args.image_size, args.image_size), dtype=np.uint8)
+    tokens = np.asarray([t for _, _, t in samples], dtype=np.int32)
+    order = np.arange(n)
     if args.shuffle is not None:
         # NumPy's legacy generator: its stream is frozen (NEP 19), so a seed gives the same order
         # with every NumPy version.
-        order = np.random.RandomState(args.shuffle).permutation(len(images))
-    try:
-        with h5py.File(args.out, "w") as out:
-            out.create_dataset("images", data=np.stack([images[i] for i in order]).astype(np.uint8))
-            out.create_dataset("tokens", data=np.asarray([tokens[i] for i in order], dtype=np.int32))
-            n = len(images)
-            for key, value in dict(count=n, frames=args.frames, channels=args.channels, height=args.image_size,
-                                   width=args.image_size, text_len=args.text_len).items():
-                out.attrs[key] = np.int64(value)
-            out.attrs["format"] = "joule-captions-v1"
-    except OSError as e:
-        sys.exit(f"cannot write {args.out}: {e}")
+        order = np.random.RandomState(args.shuffle).permutation(n)
+    # Sample order[i] goes to row i.
+    for row, i in enumerate(order):
+        where, paths, _ = samples[i]
+        for frame, path in enumerate(paths):
+            images[row, frame] = load_image(path, MODES[args.channels], args.image_size, args.resize, where)
+    tokens = tokens[order]
+    attrs = dict(count=n, frames=args.frames, channels=args.channels, height=args.image_size,
+                 width=args.image_size, text_len=args.text_len)
+    write_atomically(args.out, folder, images, tokens, attrs)
     shuffled = "" if args.shuffle is None else f", shuffled with seed {args.shuffle}"
-    print(f"wrote {len(images)} samples ({args.frames} frame(s) of {args.channels}x{args.image_size}x{args.image_size}, "
+    print(f"wrote {n} samples ({args.frames} frame(s) of {args.channels}x{args.image_size}x{args.image_size}, "
           f"text length {args.text_len}{shuffled}) to {args.out}")
     report_split([captions[i] for i in order], fraction, fraction_source)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # before the writing starts (it handles its own)
+        fail("interrupted before writing; the output was not touched")
+    except Terminated:
+        fail("terminated (SIGTERM) before writing; the output was not touched")

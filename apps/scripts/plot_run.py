@@ -15,8 +15,12 @@ the trial) and the search (shaded) on the loss and the /train power curves.
 A plot whose data is missing (no /train group, no power samples...) is skipped with a one-line
 note on stderr; the others are still written. Before anything is written, every PNG path is
 checked: it must not be the run log itself (also through a symlink or hard link) nor a folder, and
-DIR must be writable (a probe file is created and removed there). Exit status: 0 when every plot
-that had data was written; 1 when a plot failed on malformed data; 2 when the file is not a joule
+DIR must be writable (a probe file is created and removed there). Each PNG is written to a
+temporary in DIR (.NAME.XXXXXX.tmp), fsynced and renamed over NAME: a failed write (a full disk, an
+exceeded quota, an I/O error, Ctrl-C) removes the temporary and leaves the previous PNG as it was,
+with one line naming the file, the error and the free space; the other plots are still written.
+Exit status: 0 when every plot that had data was written; 1 when a plot failed on malformed data or
+could not be written; 2 when the file is not a joule
 run log (root attribute format != "joule-run-log-v1"), none of the plots has data, or an output
 path is refused.
 Needs Debian's python3-h5py, python3-matplotlib and python3-numpy.
@@ -32,10 +36,14 @@ regions and power as in a trial). Like joule's reader, groups without the attrib
 (being written, or left by a run that died) are ignored.
 """
 import argparse
+import errno
 import json
 import math
 import os
+import shutil
+import stat
 import sys
+import tempfile
 import time
 
 import h5py
@@ -282,10 +290,69 @@ def read_regions(g):
 # ---------------------------------------------------------------------------------------------
 # plots
 
+class WriteFailed(Exception):
+    """A plot could not be written; the message names the file, the error and the free space."""
+
+
+def free_space(folder):
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError as e:
+        return f"free space in {folder} unknown ({e.strerror or e})"
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if free < 1024 or unit == "TiB":
+            return f"{free} bytes free in {folder}" if unit == "bytes" else f"{free:.1f} {unit} free in {folder}"
+        free /= 1024
+
+
 def save(fig, path, written):
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    """Writes the figure to a temporary in the plot's folder, fsyncs it and renames it over `path`:
+    a failed write (full disk, quota, I/O error) leaves the previous plot as it was and removes the
+    temporary; it raises WriteFailed naming the file, the error and the free space."""
+    folder = os.path.dirname(path) or "."
+    tmp, previous, renamed = None, False, False
+    try:
+        os.makedirs(folder, exist_ok=True)
+        previous = os.path.exists(path)
+        if previous:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask  # what savefig(path) would have created
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, dpi=110, format="png")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+        renamed = True
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)  # the rename itself reaches the disk
+        finally:
+            os.close(dfd)
+    except (Exception, KeyboardInterrupt) as e:
+        if tmp is not None and not renamed:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        if isinstance(e, OSError) and e.errno in errno.errorcode:
+            why = f"{os.strerror(e.errno)} ({errno.errorcode[e.errno]})"
+        else:
+            why = f"{type(e).__name__}: {e}"
+        if renamed:
+            raise WriteFailed(f"wrote {path} but could not sync its folder: {why}; the new plot may not "
+                              f"survive a crash") from None
+        kept = f"{path} is left as it was" if previous else f"nothing was written to {path}"
+        raise WriteFailed(f"cannot write {path}{f' (temporary {tmp})' if tmp else ''}: {why}; "
+                          f"{free_space(folder)}; {kept}") from None
+    finally:
+        plt.close(fig)
     written.append(path)
 
 
@@ -647,6 +714,9 @@ def main():
                 job(os.path.join(out, name), written)
             except Skip as e:
                 note(f"skipped {name}: {e}")
+            except WriteFailed as e:  # the others may still fit (a smaller plot, a freed disk)
+                note(str(e))
+                failed += 1
             except Exception as e:  # malformed data: report it, still write the other plots
                 plt.close("all")
                 note(f"skipped {name}: could not plot {args.log}: {type(e).__name__}: {e}")
@@ -662,4 +732,8 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # save() has removed its temporary; the plots written so far stay
+        note("interrupted")
+        sys.exit(1)

@@ -1,4 +1,5 @@
 #include "core/model/config.hpp"
+#include "core/model/limits.hpp"  // generated from core/model/limits.json
 
 #include <nlohmann/json.hpp>
 
@@ -303,11 +304,11 @@ Config parse_config(std::string const& json_text, std::string const& source) {
     m.d_model = s.integer("d_model", 16, 16384);
     m.heads = s.integer("heads", 1, 256);
     m.mlp_ratio = s.integer("mlp_ratio", 1, 16);
-    m.image_size = s.integer("image_size", 1, 4096);
+    m.image_size = s.integer("image_size", limits::kImageSizeMin, limits::kImageSizeMax);
     m.patch_size = s.integer("patch_size", 1, 256);
-    m.channels = s.integer("channels", 1, 4);
-    m.frames = s.integer("frames", 1, 256);
-    m.text_len = s.integer("text_len", 3, 4096);
+    m.channels = s.integer("channels", limits::kChannelsMin, limits::kChannelsMax);
+    m.frames = s.integer("frames", limits::kFramesMin, limits::kFramesMax);
+    m.text_len = s.integer("text_len", limits::kTextLenMin, limits::kTextLenMax);
     m.tie_embeddings = s.boolean("tie_embeddings");
     s.reject_unknown();
     if (m.d_model % m.heads != 0)
@@ -324,7 +325,8 @@ Config parse_config(std::string const& json_text, std::string const& source) {
   {
     Section s(root, "data", source, overflows);
     cfg.data.path = s.string("path", false);
-    cfg.data.eval_fraction = s.number("eval_fraction", 0.0, 0.9, /*lo_open=*/true);
+    cfg.data.eval_fraction = s.number("eval_fraction", limits::kEvalFractionMin, limits::kEvalFractionMax,
+                                       limits::kEvalFractionMinOpen);
     s.reject_unknown();
   }
   {

@@ -5,8 +5,52 @@
 # loss.png into OUTDIR, each a valid PNG (magic bytes) of more than 5 kB with more than a handful
 # of distinct pixel colours and some coloured (non-grey) pixels, i.e. data drawn; and it must exit 2, writing no plot, on an HDF5 file that is not a
 # joule run log and on a file that is not HDF5 at all.
+#   plot_run_check.sh --faults FAULT_WRITES_SO SCRIPT
+# Writing under a fault instead (tests/support/fault_writes.c): on a small run log of its own (a
+# /train loss curve, made here in a second), loss.png is plotted once, then again with its writes
+# failing (ENOSPC) a few KiB in: exit 1 with one line naming loss.png, the error and the free space,
+# the previous loss.png bitwise unchanged, no temporary left in the folder.
 set -euo pipefail
-if [ "$#" -ne 3 ]; then echo "usage: $0 LOG SCRIPT OUTDIR" >&2; exit 2; fi
+if [ "${1:-}" = --faults ] && [ "$#" -eq 3 ]; then
+  fault_so="$2"; script="$3"
+  py=/usr/bin/python3
+  fail() { echo "plot_run_check --faults: $*" >&2; exit 1; }
+  [ -f "$fault_so" ] || fail "no write-failure injector at $fault_so"
+  work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+  "$py" - "$work/run.h5" <<'PY'
+import sys
+
+import h5py
+import numpy as np
+
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["format"] = "joule-run-log-v1"
+    train = f.create_group("train")
+    train["step"] = np.arange(1, 41, dtype=np.int64)
+    train["loss"] = np.linspace(5.0, 1.0, 40) + 0.1 * np.sin(np.arange(40))
+    train.attrs["complete"] = 1
+PY
+  plot="$work/plots/loss.png"
+  "$py" "$script" "$work/run.h5" --out "$work/plots" >"$work/stdout" 2>"$work/stderr" ||
+    { cat "$work/stdout" "$work/stderr" >&2; fail "the plot without a fault failed"; }
+  size="$(stat -c %s "$plot")"
+  [ "$size" -gt 4096 ] || fail "loss.png is only $size bytes: a fault a few KiB in would miss it"
+  cp "$plot" "$work/loss.copy"
+  rc=0
+  LD_PRELOAD="$fault_so" JOULE_FAULT_PATH=loss.png JOULE_FAULT_AFTER_BYTES=2048 JOULE_FAULT_ERRNO=ENOSPC \
+    "$py" "$script" "$work/run.h5" --out "$work/plots" >"$work/stdout" 2>"$work/stderr" || rc=$?
+  [ "$rc" -eq 1 ] || { cat "$work/stdout" "$work/stderr" >&2; fail "exit $rc under ENOSPC, want 1"; }
+  grep -vE "^plot_run.py: skipped (pareto|power_trace|regions)\.png: " "$work/stderr" >"$work/errors" || true
+  [ "$(wc -l <"$work/errors")" -eq 1 ] || { cat "$work/stderr" >&2; fail "not one error line"; }
+  grep -qE "^plot_run.py: cannot write $plot \(temporary [^)]*\): No space left on device \(ENOSPC\); [0-9.]+ ([KMGT]iB|bytes) free in $work/plots; $plot is left as it was\$" \
+    "$work/errors" || { cat "$work/errors" >&2; fail "the message lacks the file, the error or the free space"; }
+  if grep -q Traceback "$work/stderr"; then cat "$work/stderr" >&2; fail "a traceback"; fi
+  cmp "$plot" "$work/loss.copy" || fail "the previous loss.png changed"
+  [ "$(ls -A "$work/plots")" = loss.png ] || fail "left in the folder: $(ls -A "$work/plots" | tr '\n' ' ')"
+  echo "plot_run check --faults: ENOSPC after 2048 of $size bytes refused, loss.png unchanged"
+  exit 0
+fi
+if [ "$#" -ne 3 ]; then echo "usage: $0 LOG SCRIPT OUTDIR | $0 --faults FAULT_WRITES_SO SCRIPT" >&2; exit 2; fi
 log="$1"; script="$2"; outdir="${3%/}"
 py=/usr/bin/python3
 fail() { echo "plot_run_check: $*" >&2; exit 1; }

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# apps/scripts/images_to_h5.py on bad outputs, bad values and failing writes:
+#   an output that is an input   the captions file, a listed image, a symlink and a hard link to one,
+#                                the image folder: refused (exit 1, the input named), the input
+#                                bitwise unchanged;
+#   values joule refuses         --image-size, --frames, --text-len and --eval-fraction just outside
+#                                joule's ranges are refused with the range joule itself prints for
+#                                the same value in a configuration (core/model/limits.json is the one
+#                                source of both); an empty caption is refused naming its line; a
+#                                dataset larger than the free space is refused before any work;
+#   failing writes               a full disk (ENOSPC), an exceeded quota (EDQUOT) and an I/O error
+#                                (EIO) injected (tests/support/fault_writes.c) at the first byte, a
+#                                few KiB in and at the last byte of the write, over an existing good
+#                                output: exit 1 with one line naming the output, the error and the
+#                                free space, the previous output bitwise unchanged, no temporary left;
+#                                with every byte allowed the same run succeeds.
+#   converter_faults.sh JOULE REPO FAULT_WRITES_SO
+set -euo pipefail
+joule="$1"; repo="$2"; fault_so="$3"
+conv="$repo/apps/scripts/images_to_h5.py"
+py=/usr/bin/python3
+export PYTHONDONTWRITEBYTECODE=1  # no .pyc writes among the bytes counted below
+[ -f "$fault_so" ] || { echo "no write-failure injector at $fault_so"; exit 1; }
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+img="$work/img"; mkdir "$img"
+fail() { echo "converter_faults: $*" >&2; exit 1; }
+
+$py - "$img" "$work" <<'PY'
+import sys
+import numpy as np
+from PIL import Image
+img, work = sys.argv[1:]
+rng = np.random.RandomState(3)
+with open(f"{work}/caps.tsv", "w") as f:
+    for i in range(4):
+        Image.fromarray(rng.randint(0, 256, size=(4, 4, 3), dtype=np.uint8), "RGB").save(f"{img}/p{i}.png")
+        f.write(f"p{i}.png\tpicture {i}\n")
+with open(f"{work}/empty_caption.tsv", "w") as f:
+    f.write("p0.png\tfine\n\np1.png\t\n")
+# 64 clips of 256 frames of 4096x4096 RGBA: about 1 TiB, more than any test machine's free space.
+with open(f"{work}/huge.tsv", "w") as f:
+    for i in range(64):
+        f.write(",".join(["p0.png"] * 256) + f"\thuge {i}\n")
+PY
+opts=(--image-size 4 --text-len 12)
+
+# expect_refusal 'MESSAGE' ARGS...: exit status 1 or 2 (argparse), MESSAGE on stderr, no traceback.
+expect_refusal() {
+  local want="$1"; shift
+  local rc=0
+  $py "$conv" "$@" >"$work/out" 2>"$work/err" || rc=$?
+  [ "$rc" -eq 1 ] || [ "$rc" -eq 2 ] || { cat "$work/out" "$work/err"; fail "exit $rc (want 1 or 2): $*"; }
+  grep -qF -- "$want" "$work/err" || { cat "$work/err"; fail "expected '$want' for: $*"; }
+  if grep -q Traceback "$work/err"; then cat "$work/err"; fail "a traceback for: $*"; fi
+}
+
+# --- An output that is one of the inputs -------------------------------------------------------
+cp "$work/caps.tsv" "$work/caps.copy"; cp "$img/p2.png" "$work/p2.copy"; cp "$img/p3.png" "$work/p3.copy"
+ln -s "$img/p1.png" "$work/link.h5"; cp "$img/p1.png" "$work/p1.copy"
+ln "$img/p3.png" "$work/hard.h5"
+expect_refusal "the output $work/caps.tsv is the same file as the captions file" \
+  "$img" "$work/caps.tsv" "$work/caps.tsv" "${opts[@]}"
+expect_refusal "the output $img/p2.png is the same file as the image of $work/caps.tsv:3" \
+  "$img" "$work/caps.tsv" "$img/p2.png" "${opts[@]}"
+expect_refusal "the output $work/link.h5 is the same file as the image of $work/caps.tsv:2 $img/p1.png (a symlink to it)" \
+  "$img" "$work/caps.tsv" "$work/link.h5" "${opts[@]}"
+expect_refusal "the output $work/hard.h5 is the same file as the image of $work/caps.tsv:4 $img/p3.png (a hard link to it)" \
+  "$img" "$work/caps.tsv" "$work/hard.h5" "${opts[@]}"
+expect_refusal "is the same file as the image folder" "$img" "$work/caps.tsv" "$img/" "${opts[@]}"
+cmp "$work/caps.tsv" "$work/caps.copy" && cmp "$img/p1.png" "$work/p1.copy" && cmp "$img/p2.png" "$work/p2.copy" &&
+  cmp "$img/p3.png" "$work/p3.copy" || fail "an input changed"
+[ -L "$work/link.h5" ] || fail "the symlink output was replaced"
+[ "$(ls -A "$img" | grep -c tmp || true)" -eq 0 ] && [ "$(ls -A "$work" | grep -c '\.tmp$' || true)" -eq 0 ] ||
+  fail "a temporary was left"
+
+# --- Values joule refuses: the range in the converter's message is the one joule prints ---------
+cat > "$work/cfg.json" <<JSON
+{"model": {"layers": 1, "d_model": 32, "heads": 2, "mlp_ratio": 2, "image_size": 4, "patch_size": 1,
+           "channels": 3, "frames": 1, "text_len": 12, "tie_embeddings": true},
+ "data": {"path": "$work/good.h5", "eval_fraction": 0.5},
+ "train": {"batch": 2, "micro_batch": 2, "steps": 1, "lr": 0.001, "min_lr": 0.0, "warmup_steps": 0,
+           "weight_decay": 0.0, "beta1": 0.9, "beta2": 0.95, "grad_clip": 1.0, "eval_every": 0,
+           "eval_samples": 1, "log_every": 1, "seed": 1, "recompute_depth": 0}}
+JSON
+# joule_range SECTION KEY VALUE: the "allowed: ..." range joule's configuration parser prints for it.
+joule_range() {
+  $py - "$work/cfg.json" "$work/bad.json" "$1" "$2" "$3" <<'PY'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg[sys.argv[3]][sys.argv[4]] = json.loads(sys.argv[5])
+json.dump(cfg, open(sys.argv[2], "w"))
+PY
+  if "$joule" data info "$work/none.h5" --config "$work/bad.json" >/dev/null 2>"$work/joule.err"; then
+    fail "joule accepted $1.$2 = $3"
+  fi
+  grep -o "$1\.$2 is [^;]*; allowed: [[(][^]]*\]" "$work/joule.err" | sed 's/.*allowed: //' | grep . ||
+    { cat "$work/joule.err"; fail "joule's message for $1.$2 = $3 names no range"; }
+}
+# limit SECTION KEY min|max: the number in core/model/limits.json.
+limit() { $py -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]][sys.argv[3]][sys.argv[4]])' \
+            "$repo/core/model/limits.json" "$@"; }
+for key in image_size frames text_len; do
+  option="--${key//_/-}"
+  lo="$(limit model $key min)"; hi="$(limit model $key max)"
+  range="$(joule_range model $key $((hi + 1)))"
+  [ "$range" = "[$lo, $hi]" ] || fail "joule's range of model.$key is $range, core/model/limits.json says [$lo, $hi]"
+  for value in $((lo - 1)) $((hi + 1)); do
+    expect_refusal "argument $option: $value is outside $range, joule's range of model.$key" \
+      "$img" "$work/caps.tsv" "$work/x.h5" "${opts[@]}" "$option" "$value"
+  done
+done
+range="$(joule_range data eval_fraction 0.95)"
+expect_refusal "argument --eval-fraction: 0.95 is outside $range, the range of data.eval_fraction" \
+  "$img" "$work/caps.tsv" "$work/x.h5" "${opts[@]}" --eval-fraction 0.95
+expect_refusal "$work/empty_caption.tsv:3: empty caption (''); a caption holds 1 to 10 bytes (--text-len 12 less BOS and EOS)" \
+  "$img" "$work/empty_caption.tsv" "$work/x.h5" "${opts[@]}"
+# About 1 TiB: refused at once from the sizes alone (the old script started loading 16 GiB clips).
+( ulimit -v 4000000; timeout 20 $py "$conv" "$img" "$work/huge.tsv" "$work/huge.h5" --image-size 4096 --frames 256 \
+    --channels 4 --text-len 12 >"$work/out" 2>"$work/err" ) && fail "a 1 TiB dataset was accepted" || true
+grep -qF "cannot write $work/huge.h5: 64 samples of 256 frame(s) of 4x4096x4096 and 12 tokens need about 1.0 TiB;" \
+  "$work/err" && grep -qF "free in $work" "$work/err" || { cat "$work/err"; fail "no free-space refusal"; }
+[ ! -e "$work/huge.h5" ] || fail "the refused dataset left a file"
+# The boundary values themselves are accepted (the cheap ones).
+$py "$conv" "$img" "$work/caps.tsv" "$work/edge.h5" --image-size 4 --text-len "$(limit model text_len max)" \
+  --eval-fraction "$(limit data eval_fraction max)" >/dev/null
+
+# --- Failing writes over a good output ----------------------------------------------------------
+out="$work/good.h5"
+$py "$conv" "$img" "$work/caps.tsv" "$out" "${opts[@]}" >/dev/null
+cp "$out" "$work/good.copy"
+new=("$img" "$work/caps.tsv" "$out" "${opts[@]}" --shuffle 1)  # another file: a success would show
+# The bytes the converter writes for the new file (all of them to the temporary): counted by the
+# kernel (/proc/self/io wchar), with the script's own output kept in memory.
+total="$($py - "$conv" "$img" "$work/caps.tsv" "$work/count.h5" "${new[@]:3}" <<'PY'
+import contextlib, io, os, runpy, sys
+import h5py, numpy, PIL.Image  # noqa: F401 (imported, and any of their writes made, before counting)
+def written():
+    with open("/proc/self/io") as f:
+        return int(next(line for line in f if line.startswith("wchar:")).split()[1])
+conv = sys.argv[1]
+sys.argv = sys.argv[1:]
+before = written()
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        runpy.run_path(conv, run_name="__main__")
+    except SystemExit as e:
+        assert not e.code, e.code
+print(written() - before)
+PY
+)"
+[ "$total" -gt 4096 ] || fail "counted only $total bytes written"
+run_faulty() {  # run_faulty ERRNO BYTES: the new conversion with writes to $out (or its temporary) failing
+  local rc=0
+  LD_PRELOAD="$fault_so" JOULE_FAULT_PATH="$(basename "$out")" JOULE_FAULT_ERRNO="$1" JOULE_FAULT_AFTER_BYTES="$2" \
+    $py "$conv" "${new[@]}" >"$work/out" 2>"$work/err" || rc=$?
+  return $rc
+}
+declare -A errtext=([ENOSPC]="No space left on device (ENOSPC)" [EDQUOT]="Disk quota exceeded (EDQUOT)"
+                    [EIO]="Input/output error (EIO)")
+for fault in ENOSPC:0 ENOSPC:3000 ENOSPC:$((total - 1)) EDQUOT:3000 EIO:$((total - 1)); do
+  e="${fault%:*}"; bytes="${fault#*:}"
+  rc=0; run_faulty "$e" "$bytes" || rc=$?
+  [ "$rc" -eq 1 ] || { cat "$work/out" "$work/err"; fail "$e after $bytes bytes: exit $rc, want 1"; }
+  grep -qF "cannot write $out (temporary $work/.good.h5." "$work/err" && grep -qF "${errtext[$e]}" "$work/err" &&
+    grep -qE "; [0-9.]+ ([KMGT]iB|bytes) free in $work; $out is left as it was\$" "$work/err" ||
+    { cat "$work/err"; fail "$e after $bytes bytes: the message lacks the file, the error or the free space"; }
+  [ "$(wc -l <"$work/err")" -eq 1 ] || { cat "$work/err"; fail "$e after $bytes bytes: more than one line"; }
+  cmp "$out" "$work/good.copy" || fail "$e after $bytes bytes: the previous output changed"
+  leftover="$(ls -A "$work" | grep '\.tmp$' || true)"
+  [ -z "$leftover" ] || fail "$e after $bytes bytes: temporary $leftover left behind"
+  echo "$e after $bytes of $total bytes: refused, $out unchanged"
+done
+# No previous output: nothing is left either.
+rm "$work/count.h5"
+rc=0; LD_PRELOAD="$fault_so" JOULE_FAULT_PATH=count.h5 JOULE_FAULT_AFTER_BYTES=3000 \
+  $py "$conv" "$img" "$work/caps.tsv" "$work/count.h5" "${opts[@]}" >/dev/null 2>"$work/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -qF "nothing was written to $work/count.h5" "$work/err" || { cat "$work/err"; fail "fresh output"; }
+[ -z "$(ls -A "$work" | grep 'count\.h5' || true)" ] || fail "a failed fresh output left a file"
+# Every byte allowed: the same run replaces the output with the new, valid file.
+run_faulty ENOSPC "$total" || { cat "$work/err"; fail "the run failed with all its $total bytes allowed"; }
+cmp -s "$out" "$work/good.copy" && fail "the shuffled output equals the old one (the test shows nothing)"
+"$joule" data info "$out" --config "$work/cfg.json" | grep -qF "4 samples, 1 frame(s) of 3x4x4, text length 12" ||
+  fail "the new output does not validate"
+echo "converter faults: ok"
