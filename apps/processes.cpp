@@ -7,11 +7,14 @@
 #include "parallel/agreement.hpp"
 
 #include <fmt/core.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace joule::apps {
 
@@ -21,6 +24,42 @@ bool launched_by_mpi() {
   return false;
 }
 
+namespace {
+
+// A rank that ends by a signal says so in one line before it goes, with its rank and host: a
+// launcher ends every rank when one of them dies, and without this line the dying rank left only
+// the launcher's "exited on signal" and the others a stray SIGABRT from inside MPI. Prepared when
+// the job starts; the handler itself only write()s (async-signal-safe) and re-raises.
+char g_signal_line[256];
+std::size_t g_signal_line_size = 0;
+
+void report_signal(int sig) {
+  char const* name = sig == SIGTERM ? "SIGTERM (the launcher or the batch system stopped it)"
+                     : sig == SIGINT ? "SIGINT (interrupted)"
+                     : sig == SIGHUP ? "SIGHUP (its terminal or launcher went away)"
+                     : sig == SIGSEGV ? "SIGSEGV (a crash)"
+                     : sig == SIGBUS ? "SIGBUS (a crash: memory that is gone, e.g. a file truncated under it)"
+                     : sig == SIGABRT ? "SIGABRT (aborted; inside MPI this usually means another rank died first)"
+                     : sig == SIGFPE ? "SIGFPE (a crash)"
+                                     : "a fatal signal";
+  [[maybe_unused]] auto a = ::write(2, g_signal_line, g_signal_line_size);
+  [[maybe_unused]] auto b = ::write(2, name, std::strlen(name));
+  [[maybe_unused]] auto c = ::write(2, "\n", 1);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void install_signal_report(int rank, int size) {
+  char host[128] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");
+  int const n = std::snprintf(g_signal_line, sizeof g_signal_line, "joule: rank %d of %d (process %d on %s) ended by ",
+                              rank, size, int(::getpid()), host);
+  g_signal_line_size = n > 0 ? std::min<std::size_t>(std::size_t(n), sizeof g_signal_line - 1) : 0;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGSEGV, SIGBUS, SIGABRT, SIGFPE}) std::signal(sig, report_signal);
+}
+
+}  // namespace
+
 Processes::Processes(Config const& cfg) {
   if (!launched_by_mpi()) {
     parallel::requested_comm_backend(cfg.json);  // checked here too: a bad value is an error anywhere
@@ -29,6 +68,7 @@ Processes::Processes(Config const& cfg) {
   }
   mpi_ = std::make_unique<parallel::MpiSession>(nullptr, nullptr);
   world_ = mpi_->world();
+  install_signal_report(world_->rank(), world_->size());
   parallel::require_same_config(*world_, cfg.json);
   choose_collectives(cfg);
   relayout(cfg.train.seq_shards, cfg);

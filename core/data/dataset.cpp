@@ -2,6 +2,7 @@
 
 #include "core/io/commit.hpp"
 #include "core/io/h5file.hpp"
+#include "core/model/limits.hpp"
 
 #include <sys/stat.h>
 
@@ -69,11 +70,12 @@ Dataset Dataset::open_checked(std::string const& path, ModelConfig const* model,
     if (im[0] > kMaxSamples)
       fail(path, "/images and /tokens claim " + std::to_string(im[0]) + " samples; joule reads at most " +
                      std::to_string(kMaxSamples));
-    for (Extent const& e : {Extent{"/images", &im, "frames per sample", im[1], 1, 256, "model.frames"},
-                            Extent{"/images", &im, "channels", im[2], 1, 4, "model.channels"},
-                            Extent{"/images", &im, "image height", im[3], 1, 4096, "model.image_size"},
-                            Extent{"/images", &im, "image width", im[4], 1, 4096, "model.image_size"},
-                            Extent{"/tokens", &tk, "text length", tk[1], 3, 4096, "model.text_len"}})
+    using namespace limits;  // core/model/limits.json, as the configuration's ranges
+    for (Extent const& e : {Extent{"/images", &im, "frames per sample", im[1], kFramesMin, kFramesMax, "model.frames"},
+                            Extent{"/images", &im, "channels", im[2], kChannelsMin, kChannelsMax, "model.channels"},
+                            Extent{"/images", &im, "image height", im[3], kImageSizeMin, kImageSizeMax, "model.image_size"},
+                            Extent{"/images", &im, "image width", im[4], kImageSizeMin, kImageSizeMax, "model.image_size"},
+                            Extent{"/tokens", &tk, "text length", tk[1], kTextLenMin, kTextLenMax, "model.text_len"}})
       if (e.value < e.lo || e.value > e.hi)
         fail(path, std::string(e.object) + " has shape " + dims_text(*e.shape) + ": " + e.what + " " +
                        std::to_string(e.value) + " is outside " + std::to_string(e.lo) + ".." +
