@@ -45,7 +45,10 @@ written() {
 
 # --- the writers -------------------------------------------------------------------------------
 "$joule" data synth --out data.h5 --count 48 --image-size 32 --text-len 36 >/dev/null
-train=(train --config "$config" --data data.h5 --steps 2 --no-energy --no-memory-check)
+# The same model printing every step, for the runs that wait for a step before they act (under the
+# sanitizers the default log_every 20 made each wait ~20 steps).
+/usr/bin/python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["train"]["log_every"] = 1; json.dump(c, open("every-step.json", "w"))' "$config"
+train=(train --config "$config" --data data.h5 --steps 1 --no-energy --no-memory-check)
 n=$(written ckpt.h5 "$joule" "${train[@]}" --checkpoint ckpt.h5)
 for case in "0 ENOSPC" "$((n / 2)) EDQUOT" "$((n - 1)) EIO"; do
   set -- $case
@@ -54,7 +57,8 @@ done
 # A fault at the second checkpoint of a run: the first one of the same run is kept, and resumable.
 rc=0
 LD_PRELOAD="$injector" JOULE_FAULT_PATH=ckpt2.h5 JOULE_FAULT_AFTER_BYTES=$((n + n / 2)) \
-  "$joule" "${train[@]}" --checkpoint ckpt2.h5 --checkpoint-every 1 >out.txt 2>&1 || rc=$?
+  "$joule" train --config "$config" --data data.h5 --steps 2 --no-energy --no-memory-check --checkpoint ckpt2.h5 \
+  --checkpoint-every 1 >out.txt 2>&1 || rc=$?
 [ $rc = 1 ] || fail "a fault at the second checkpoint: exit status $rc: $(tail -3 out.txt)"
 "$joule" train --config "$config" --data data.h5 --steps 3 --no-energy --no-memory-check --resume ckpt2.h5 \
   --checkpoint ckpt3.h5 >out.txt 2>&1 || fail "the checkpoint before the fault does not resume: $(tail -3 out.txt)"
@@ -99,7 +103,7 @@ fi
 
 # --- one writer per output ------------------------------------------------------------------------
 # A job holding ckpt.h5 (a long run, stopped once the second job has been refused).
-"$joule" train --config "$config" --data data.h5 --steps 100000 --no-energy --no-memory-check --checkpoint ckpt.h5 \
+"$joule" train --config every-step.json --data data.h5 --steps 100000 --no-energy --no-memory-check --checkpoint ckpt.h5 \
   >first.txt 2>&1 &
 first=$!
 for _ in $(seq 100); do grep -q "^step " first.txt && break; sleep 0.1; done
@@ -137,7 +141,7 @@ for case in "larger mv" "smaller mv" "larger in-place"; do
   set -- $case
   other=$1 how=$2
   cp data.h5 swapped.h5
-  "$joule" train --config "$config" --data swapped.h5 --steps 100000 --no-energy --no-memory-check >run.txt 2>&1 &
+  "$joule" train --config every-step.json --data swapped.h5 --steps 100000 --no-energy --no-memory-check >run.txt 2>&1 &
   job=$!
   for _ in $(seq 600); do grep -q "^step " run.txt && break; sleep 0.1; done
   grep -q "^step " run.txt || fail "the run never got to a step: $(tail -3 run.txt)"
