@@ -117,8 +117,12 @@ work="$(mktemp -d)"; trap '[ -n "${KEEP:-}" ] && echo "kept $work" >&2 || rm -rf
 generate "$work/cuda5" "$k5" cuda_openmp.settings OPENMP SERIAL CUDA
 generate "$work/host5" "$k5" openmp.settings OPENMP SERIAL
 generate "$work/host45" "$k45" openmp.settings OPENMP SERIAL
-# The generated header `joule` itself needs (apps/default_config.hpp from CMake).
+# The generated headers: `joule`'s apps/default_config.hpp (from CMake)
 mkdir -p "$work/gen" && { echo '#pragma once'; echo 'namespace joule::apps { inline constexpr char const* kDefaultConfigJson = "{}"; }'; } > "$work/gen/default_config.hpp"
+# ... and core/model/limits.hpp, made from core/model/limits.json by the build's own generator.
+cmake -DJOULE_LIMITS_JSON="$repo/core/model/limits.json" -DJOULE_LIMITS_TEMPLATE="$repo/core/model/limits.hpp.in" \
+  -DJOULE_LIMITS_HEADER="$work/gen/core/model/limits.hpp" -P "$repo/cmake/detail/generate_limits.cmake" ||
+  die "cannot generate core/model/limits.hpp from core/model/limits.json"
 
 # --- 3. Compile every translation unit ---------------------------------------------------------
 units=()
@@ -138,13 +142,13 @@ done
 wait
 needs_kernels() { [ -e "$work/kernels/${1//\//_}" ]; }
 
-# CUDA: the units of one folder compiled together, as one translation unit that includes them all
-# (a "unity" batch). Each unit's own compilation spent most of its time parsing the same Kokkos
-# (CUDA) headers again: an apps/ unit's preprocessed source is 9 MB, its device code empty. One
-# batch of the 12 units of apps/ took 44 s; the 12 alone ~280 s. Every unit's device code is still
-# compiled in full (cicc, ptxas for sm_90) and its host side checked by nvcc's front end and g++.
-# What a batch cannot see, a unit missing an include that an earlier unit of its batch provided,
-# is seen by the host compilations below (each unit alone) and by the build itself.
+# The units of one folder are compiled together, as one translation unit that includes them all
+# (a "unity" batch), for CUDA and for the host. Each unit's own compilation spent most of its time
+# parsing the same Kokkos headers again: an apps/ unit's preprocessed CUDA source is 9 MB, its
+# device code empty; one nvcc batch of the 12 units of apps/ took 44 s, the 12 alone ~280 s. Every
+# unit's device code is still compiled in full (cicc, ptxas for sm_90) and its host side checked
+# by nvcc's front end and g++. What a batch cannot see, a unit missing an include that an earlier
+# unit of its batch provided, is seen by the build itself, which compiles every unit alone.
 # JOULE_COMPILE_CHECK_UNITY=0: every unit alone, as before (to time one, or to bisect a clash).
 compile_cuda() {  # compile_cuda NAME UNIT... -> prints a result line
   local name="$1"; shift
@@ -172,22 +176,22 @@ compile_cuda() {  # compile_cuda NAME UNIT... -> prints a result line
   fi
   return 0
 }
-compile_host() {  # compile_host UNIT -> prints a result line
-  local unit="$1" set cfg inc logf="$work/log.host.${1//\//_}" rc=0 t0=$SECONDS
-  if needs_kernels "$unit"; then
+compile_host() {  # compile_host NAME SET UNIT... -> prints a result line; SET: 5 or 4.5 (Kokkos-Kernels units)
+  local name="$1" which="$2"; shift 2
+  local set cfg inc logf="$work/log.host.${name//\//_}.$which" src="$work/unity/${name//\//_}.$which.cpp" rc=0 t0=$SECONDS
+  if [ "$which" = 4.5 ]; then
     set="4.5+KK4.5"; inc=(-I"$k45" -I"$kk45"); cfg=host45
   else
     set="$v5"; inc=(-I"$k5"); cfg=host5
   fi
-  # The NCCL backend exists on CUDA builds (JOULE_HAVE_NCCL); on host builds it is not compiled.
-  if [ "$unit" = parallel/nccl_communicator.cpp ]; then
-    printf '%-6s %-17s %-38s %s\n' host "-" "$unit" "ok (CUDA builds only)"; return 0
-  fi
-  "$cxx" -std=c++20 -fopenmp -fsyntax-only -Wall "${common[@]}" -I"$work/$cfg" "${inc[@]}" \
-    "$repo/$unit" >"$logf" 2>&1 || rc=$?
-  printf '%-6s %-17s %-38s %-7s %4ds\n' host "$set" "$unit" "$([ $rc = 0 ] && echo ok || echo FAILED)" $((SECONDS - t0))
+  mkdir -p "$work/unity"
+  { for u in "$@"; do echo "#include \"$repo/$u\""; done; } > "$src"
+  "$cxx" -std=c++20 -fopenmp -fsyntax-only -Wall "${common[@]}" -I"$work/$cfg" "${inc[@]}" "$src" >"$logf" 2>&1 || rc=$?
+  local what="$name ($# unit$([ $# = 1 ] || echo s))"
+  [ $# = 1 ] && what="$1"
+  printf '%-6s %-17s %-38s %-7s %4ds\n' host "$set" "$what" "$([ $rc = 0 ] && echo ok || echo FAILED)" $((SECONDS - t0))
   if [ $rc != 0 ]; then
-    { echo "--- host $unit:"; grep -m 12 -E 'error' "$logf" || tail -20 "$logf"; } >>"$work/errors"
+    { echo "--- host $what ($*):"; grep -m 12 -E 'error' "$logf" || tail -20 "$logf"; } >>"$work/errors"
   fi
   return 0
 }
@@ -214,7 +218,7 @@ else
     printf '%s\n' "${batches[@]}" | grep -qx "$(dirname "$u")" || batches+=("$(dirname "$u")")
   done
 fi
-log "compiling ${#units[@]} translation units for CUDA sm_90 (nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'); $([ "${JOULE_COMPILE_CHECK_UNITY:-1}" = 0 ] && echo "each alone" || echo "one batch per folder")) and each alone for g++ C++20, $jobs at a time"
+log "compiling ${#units[@]} translation units for CUDA sm_90 (nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')) and for g++ C++20, $([ "${JOULE_COMPILE_CHECK_UNITY:-1}" = 0 ] && echo "each alone" || echo "one batch per folder"), $jobs at a time"
 results="$work/results"
 : > "$results"
 for b in "${batches[@]}"; do
@@ -229,20 +233,40 @@ for b in "${batches[@]}"; do
   ( compile_cuda "$b" "${members[@]}" >>"$results" ) &
   echo "${#members[@]}" >>"$work/cuda_counted"
 done
+# The host compilations in the same batches, split by the Kokkos they are checked against. The
+# NCCL backend exists on CUDA builds only (JOULE_HAVE_NCCL).
 for u in "${units[@]}"; do
-  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 0.2; done
-  ( compile_host "$u" >>"$results" ) &
+  [ "$u" = parallel/nccl_communicator.cpp ] && echo "host   -                 $u ok (CUDA builds only)" >>"$work/notes"
+done
+for b in "${batches[@]}"; do
+  for which in 4.5 5; do
+    members=()
+    for u in "${units[@]}"; do
+      [ "$u" = parallel/nccl_communicator.cpp ] && continue
+      if needs_kernels "$u"; then [ $which = 4.5 ] || continue; else [ $which = 5 ] || continue; fi
+      if [ "$u" = "$b" ] || { [ "$(dirname "$u")" = "$b" ] && ! printf '%s\n' "${batches[@]}" | grep -qx "$u"; }; then
+        members+=("$u")
+      fi
+    done
+    [ "${#members[@]}" -gt 0 ] || continue
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 0.2; done
+    ( compile_host "$b" $which "${members[@]}" >>"$results" ) &
+    echo "${#members[@]}" >>"$work/host_counted"
+  done
 done
 wait
 sort "$results"
 [ -f "$work/errors" ] && cat "$work/errors" >&2
 [ -f "$work/notes" ] && cat "$work/notes"
-expected=$(( ${#units[@]} + $(cat "$work/cuda_counted" 2>/dev/null | wc -l) ))
+expected=$(( $(cat "$work/host_counted" 2>/dev/null | wc -l) + $(cat "$work/cuda_counted" 2>/dev/null | wc -l) ))
 cuda_checked=$(awk '{n += $1} END {print n + 0}' "$work/cuda_counted" 2>/dev/null || echo 0)
+host_checked=$(awk '{n += $1} END {print n + 0}' "$work/host_counted" 2>/dev/null || echo 0)
+host_units=$(printf '%s\n' "${units[@]}" | grep -vcx parallel/nccl_communicator.cpp || true)
 [ "$cuda_checked" = "${#cuda_units[@]}" ] || die "only $cuda_checked of ${#cuda_units[@]} units were given to nvcc"
+[ "$host_checked" = "$host_units" ] || die "only $host_checked of $host_units units were given to g++"
 [ "$(wc -l < "$results")" = "$expected" ] || die "only $(wc -l < "$results") of $expected compilations reported"
 if grep -q FAILED "$results"; then die "$(grep -c FAILED "$results") translation unit(s) do not compile (errors above)"; fi
-log "all $(wc -l < "$results") compilations passed (${#cuda_units[@]} units for CUDA, ${#units[@]} for the host)$([ "$have_nccl" = 1 ] || echo " (the NCCL backend NOT checked: no NCCL in the toolkit)")"
+log "all $(wc -l < "$results") compilations passed (${#cuda_units[@]} units for CUDA, $host_units for the host)$([ "$have_nccl" = 1 ] || echo " (the NCCL backend NOT checked: no NCCL in the toolkit)")"
 
 # --- 4. The NCCL backend links against the toolkit's libnccl and libcudart (it cannot run here:
 # no GPU). Only when no JOULE_COMPILE_CHECK_ONLY filter excludes it.
