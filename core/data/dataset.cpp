@@ -9,12 +9,17 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 namespace joule {
 
 namespace {
 [[noreturn]] void fail(std::string const& path, std::string const& what) {
   throw DatasetError(path + ": " + what);
+}
+[[noreturn]] void fail_changed(std::string const& path, std::string const& how) {
+  fail(path, "the dataset changed while this run was reading it (" + how +
+                 "); a dataset must not be replaced or rewritten under a running job");
 }
 std::string dims_text(io::Dims const& d) {
   std::string s = "[";
@@ -116,7 +121,9 @@ Dataset Dataset::open_checked(std::string const& path, ModelConfig const* model,
   }
   if (check_contents) ds.check_contents();
   struct stat st;
-  if (::stat(path.c_str(), &st) == 0) ds.identity_ = {std::uint64_t(st.st_dev), std::uint64_t(st.st_ino)};
+  if (::stat(path.c_str(), &st) == 0)
+    ds.identity_ = {std::uint64_t(st.st_dev), std::uint64_t(st.st_ino), std::uint64_t(st.st_size),
+                    std::uint64_t(st.st_mtim.tv_sec) * 1000000000u + std::uint64_t(st.st_mtim.tv_nsec)};
   return ds;
 }
 
@@ -124,15 +131,20 @@ Dataset Dataset::open_checked(std::string const& path, ModelConfig const* model,
 // opened (not replaced under the run: `mv new.h5 data.h5`), and its datasets still have the
 // shapes opened, so that no read copies rows of another size into the batch (a larger swapped-in
 // file corrupted the heap; a smaller one was read silently).
-void Dataset::check_unchanged(io::H5File const& f) const {
-  auto const changed = [&](std::string const& how) {
-    fail(path_, "the dataset changed while this run was reading it (" + how +
-                    "); a dataset must not be replaced or rewritten under a running job");
-  };
+void Dataset::check_same_file() const {
   struct stat st;
-  if (identity_.second != 0 && (::stat(path_.c_str(), &st) != 0 || std::uint64_t(st.st_dev) != identity_.first ||
-                                std::uint64_t(st.st_ino) != identity_.second))
-    changed("another file is now at this path");
+  if (identity_.inode == 0) return;
+  if (::stat(path_.c_str(), &st) != 0 || std::uint64_t(st.st_dev) != identity_.device ||
+      std::uint64_t(st.st_ino) != identity_.inode)
+    fail_changed(path_, "another file is now at this path");
+  // Rewritten in place (the same inode): found before HDF5 reads a file that may be half written.
+  if (std::uint64_t(st.st_size) != identity_.size ||
+      std::uint64_t(st.st_mtim.tv_sec) * 1000000000u + std::uint64_t(st.st_mtim.tv_nsec) != identity_.modified_ns)
+    fail_changed(path_, "it was rewritten in place: its size or modification time is not what it was when the run opened it");
+}
+
+void Dataset::check_unchanged(io::H5File const& f) const {
+  auto const changed = [&](std::string const& how) { fail_changed(path_, how); };
   io::Dims const images{shape_.count, std::size_t(shape_.frames), std::size_t(shape_.channels),
                         std::size_t(shape_.height), std::size_t(shape_.width)};
   io::Dims const tokens{shape_.count, std::size_t(shape_.text_len)};
@@ -178,6 +190,7 @@ void Dataset::read(std::vector<std::size_t> const& samples, HostBatch& b) const 
   b.images.resize(samples.size() * px);
   b.tokens.resize(samples.size() * tl);
   try {
+    check_same_file();
     io::H5File f(path_, io::H5File::Mode::read);
     check_unchanged(f);
     for (std::size_t i = 0; i < samples.size();) {
@@ -192,6 +205,7 @@ void Dataset::read(std::vector<std::size_t> const& samples, HostBatch& b) const 
       i += run;
     }
   } catch (io::H5Error const& e) {
+    check_same_file();  // a file rewritten while it was read: say that, not what HDF5 made of it
     throw DatasetError(e.what());
   }
   for (std::size_t i = 0; i < b.tokens.size(); ++i)

@@ -12,7 +12,6 @@
 #include <random>
 #include <stdexcept>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace joule {
@@ -66,10 +65,13 @@ class Dataset {
  private:
   static Dataset open_checked(std::string const& path, ModelConfig const* model, bool check_contents);
   void check_contents() const;  // every sample, kCheckChunkBytes at a time
-  void check_unchanged(io::H5File const& f) const;  // before every read
+  void check_same_file() const;                     // before every read: the file opened, unchanged
+  void check_unchanged(io::H5File const& f) const;  // ... and its datasets' shapes
   std::string path_;
   DatasetShape shape_;
-  std::pair<std::uint64_t, std::uint64_t> identity_{0, 0};  // (device, inode) when opened
+  struct Identity {
+    std::uint64_t device = 0, inode = 0, size = 0, modified_ns = 0;
+  } identity_;  // of the file when it was opened (stat)
 };
 
 // How many samples of n form the held-out set (the last ones): round(n * fraction), at least 1 and,
