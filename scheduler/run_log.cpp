@@ -596,8 +596,7 @@ void RunLogWriter::commit(std::string const& what, Start start, Change const& ch
     problem(fmt::format("cannot sync {} to the disk ({}); {}", temporary, std::strerror(errno), io::free_space_text(path_)));
   if (std::rename(temporary.c_str(), path_.c_str()) != 0)
     problem(fmt::format("cannot rename {} to it ({})", temporary, std::strerror(errno)));
-  auto const slash = path_.find_last_of('/');
-  io::sync_path(slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash), true);
+  io::sync_path(io::folder_of(path_), true);
 }
 
 RunLogWriter RunLogWriter::create(std::string const& path, RunHeader const& header) {

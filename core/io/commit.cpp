@@ -20,11 +20,6 @@ namespace joule::io {
 
 namespace {
 
-std::string folder_of(std::string const& path) {
-  auto const slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-}
-
 std::string host_name() {
   char name[256] = {};
   if (gethostname(name, sizeof name - 1) != 0) return "an unknown host";
@@ -34,6 +29,11 @@ std::string host_name() {
 }  // namespace
 
 std::string temporary_path(std::string const& path) { return path + ".tmp"; }
+
+std::string folder_of(std::string const& path) {
+  auto const slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
 
 long long free_bytes(std::string const& path) {
   struct statvfs s;

@@ -22,6 +22,8 @@ class WriteError : public std::runtime_error {
 // Where commit_file writes before the rename: PATH.tmp (checked by the commands' plans, which
 // refuse a PATH.tmp that is an input).
 std::string temporary_path(std::string const& path);
+// The folder holding `path` ("." for a bare name, "/" for a file at the root).
+std::string folder_of(std::string const& path);
 
 struct CommitChecks {
   // Bytes the new file will take, if known (0: unknown): refused before writing when the folder
