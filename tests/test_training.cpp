@@ -1,6 +1,7 @@
 // The training loop: a checkpointed and resumed run continues the uninterrupted loss trajectory,
 // training drives the loss down, and a non-finite loss stops with a clear message.
 #include "core/data/synth.hpp"
+#include "core/detail/ordering_trace.hpp"
 #include "core/train/host_cores.hpp"
 #include "core/train/memory_check.hpp"
 #include "core/io/h5file.hpp"
@@ -290,6 +291,64 @@ TEST_CASE("offload: with cores set aside, the host updates run on the worker, on
       REQUIRE(std::find(cores.optimizer.begin(), cores.optimizer.end(), cpu) != cores.optimizer.end());
     }
   }
+}
+
+// ---- ordering between instances, checked as a GPU would run it (issue 28) ------------------
+
+TEST_CASE("ordering trace: an access pair no event orders is reported, an event-ordered one is not", "[ordering]") {
+  using ordering::Lane;
+  ordering::Trace t;
+  int e1 = 0, e2 = 0;
+  // d2h reads grad[0] on the copy stream after an event from compute: ordered.
+  t.on_stream(Lane::launcher, Lane::compute, "backward", {}, {{"grad", 0}});
+  t.event_recorded(Lane::launcher, &e1, Lane::compute);
+  t.stream_waits(Lane::launcher, Lane::copies, &e1);
+  t.on_stream(Lane::launcher, Lane::copies, "d2h", {{"grad", 0}}, {{"host_grad", 0}});
+  t.event_recorded(Lane::launcher, &e2, Lane::copies);
+  REQUIRE(t.violations().empty());
+  // A host thread reads what the copy wrote only after waiting for its event.
+  t.host_waits(Lane::worker, &e2);
+  t.on_host(Lane::worker, "adamw", {{"host_grad", 0}}, {});
+  REQUIRE(t.violations().empty());
+  // The next memset on compute, with nothing ordering it after the copy's read: a race.
+  t.on_stream(Lane::launcher, Lane::compute, "zero_gradients", {}, {{"grad", 0}});
+  auto const v = t.violations();
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].buffer == "grad[0]");
+  CHECK_THAT(v[0].first, Contains("d2h on copies"));
+  CHECK_THAT(v[0].second, Contains("zero_gradients on compute"));
+  // Fencing the copy stream from the launching thread orders what it queues afterwards.
+  t.fence(Lane::launcher, Lane::copies);
+  t.on_stream(Lane::launcher, Lane::compute, "zero_gradients", {}, {{"grad", 0}});
+  REQUIRE(t.violations().size() == 1);
+}
+
+TEST_CASE("offload ordering: every buffer one instance writes and another reads is ordered by an event, "
+          "a fence or a hand-over, as a GPU would run the steps", "[.worker][ordering]") {
+  // Run with JOULE_HOST_CORES (ctest: offload_host_worker): with the jobs on the worker, nothing
+  // but the data path's events orders the copies with the next step's kernels.
+  REQUIRE_FALSE(host_cores().optimizer.empty());
+  TempFile data(".h5");
+  auto cfg = write_data_and_config(data.path());
+  for (double const ratio : {0.5, 1.0})
+    for (double const clip : {0.0, 1.0}) {
+      INFO("offload ratio " << ratio << ", grad_clip " << clip);
+      cfg.train.offload_ratio = ratio;
+      cfg.train.grad_clip = clip;
+      ordering::Trace trace;
+      ordering::installed_trace() = &trace;
+      struct Uninstall {
+        ~Uninstall() { ordering::installed_trace() = nullptr; }
+      } uninstall;
+      Trainer t(cfg, nullptr);
+      REQUIRE(t.optimizer().host_worker() != nullptr);
+      t.run(3);
+      t.optimizer().wait_all();
+      REQUIRE(trace.accesses("host_grad") > 0);  // the trace saw the copies
+      REQUIRE(trace.accesses("param") > 0);
+      for (auto const& v : trace.violations()) UNSCOPED_INFO(v.buffer << ": " << v.first << ", then " << v.second);
+      REQUIRE(trace.violations().empty());
+    }
 }
 
 // ---- hostile checkpoints and datasets (issue 15) --------------------------------------------

@@ -1,5 +1,6 @@
 #include "core/train/optimizer.hpp"
 
+#include "core/detail/ordering_trace.hpp"
 #include "core/io/h5file.hpp"
 #include "core/train/host_cores.hpp"
 
@@ -144,6 +145,17 @@ void Optimizer::sync_master_weights() {
 void Optimizer::begin_step(double lr, long step) {
   lr_ = lr;
   step_ = step;
+  if (auto* t = ordering::trace()) t->set_step(step);
+  // This step's backward passes overwrite the gradient buffers (zero_gradients first): on the
+  // compute instance, after last step's device -> host copies of them have read them. Without
+  // this the next memset can run while the copy instance is still reading, and the host AdamW
+  // would update with a partly zeroed gradient (tests/test_training.cpp, "[ordering]").
+  for (std::size_t i = 0; i < groups_.size(); ++i) {
+    Group& g = groups_[i];
+    if (!g.copied) continue;
+    g.landed.make_wait(compute_);
+    ordering::stream_waits(ordering::Lane::compute, &g.landed);
+  }
   for (auto& g : groups_) g.copied = g.handed_over = false;
   std::fill(norm_started_.begin(), norm_started_.end(), 0);
 }
@@ -192,13 +204,18 @@ void Optimizer::copy_gradient_to_host(int group) {
   if (g.copied) return;
   // The copy instance starts once the compute instance has written the gradient (an event, not a
   // host fence); "landed" tells the host job when it is there.
+  using ordering::Lane;
   g.grad_final.record(compute_);
+  ordering::event_recorded(&g.grad_final, Lane::compute);
   g.grad_final.make_wait(copies_);
+  ordering::stream_waits(Lane::copies, &g.grad_final);
   {
     compat::ScopedRegion region(copies_, "d2h");
     Kokkos::deep_copy(copies_, g.host_grad, g.grad);
+    ordering::on_stream(Lane::copies, "d2h", {{"grad", group}}, {{"host_grad", group}});
   }
   g.landed.record(copies_);
+  ordering::event_recorded(&g.landed, Lane::copies);
   g.copied = true;
 }
 
@@ -213,6 +230,7 @@ void Optimizer::hand_over(int group, double grad_scale) {
   g.handed_over = true;
   g.ordered = false;
   if (worker_) {
+    ordering::signal(&g.trace_submitted);
     worker_->submit(group);
   } else {
     auto const t0 = HostWorker::Clock::now();
@@ -223,8 +241,13 @@ void Optimizer::hand_over(int group, double grad_scale) {
 }
 
 void Optimizer::host_job(int group) {
+  using ordering::Lane;
   Group& g = groups_[group];
+  ordering::OnThread lane(worker_ ? Lane::worker : Lane::launcher);
+  if (worker_) ordering::await(&g.trace_submitted);
   g.landed.synchronize();
+  ordering::host_waits(&g.landed);
+  ordering::on_host("optimizer_host", {{"host_grad", group}}, {{"host_param", group}});
   {
     compat::ScopedRegion region(HostExecSpace(), "optimizer_host");
     if (worker_) {
@@ -256,18 +279,28 @@ void Optimizer::host_job(int group) {
   compat::ScopedRegion region(host_to_device_, "h2d");
   if constexpr (kDeviceIsHost) {
     // Host memory on both sides, and kernels complete when launched: a plain copy, made by the
-    // thread that has the new weights (no Kokkos call from the worker thread).
+    // thread that has the new weights (no Kokkos call from the worker thread). It follows the
+    // compute instance's last read of the old weights (the group's backward pass), as below.
+    g.grad_final.synchronize();
+    ordering::host_waits(&g.grad_final);
     std::memcpy(g.param.data(), g.host_param.data(), g.param.span() * sizeof(float));
+    ordering::on_host("h2d", {{"host_param", group}}, {{"param", group}});
   } else {
     // After the compute instance's last read of the old weights (the backward pass of the group).
     g.grad_final.make_wait(host_to_device_);
+    ordering::stream_waits(Lane::host_to_device, &g.grad_final);
     Kokkos::deep_copy(host_to_device_, g.param, g.host_param);
+    ordering::on_stream(Lane::host_to_device, "h2d", {{"host_param", group}}, {{"param", group}});
     g.params_ready.record(host_to_device_);
+    ordering::event_recorded(&g.params_ready, Lane::host_to_device);
   }
+  if (worker_) ordering::signal(&g.trace_done);
 }
 
 void Optimizer::gradients_ready(int group) {
   if (group < 0 || group >= int(groups_.size())) return;
+  // The backward pass has queued the group's last kernels: they read its weights, wrote its gradient.
+  ordering::on_stream(ordering::Lane::compute, "backward", {{"param", group}}, {{"grad", group}});
   start_norm_part(group);
   if (!offloaded_[group]) return;
   wait_for_group(group);  // last step's job (normally already waited for by the forward pass)
@@ -291,6 +324,7 @@ void Optimizer::start_norm_part(int group) {
   // its placement: the norm (and so the clipping scale) does not depend on the offload ratio.
   if (norm_started_[group]) return;
   queue_sum_of_squares(compute_, groups_[group].grad, Kokkos::subview(norm_parts_, group));
+  ordering::on_stream(ordering::Lane::compute, "grad_norm_part", {{"grad", group}}, {});
   norm_started_[group] = 1;
 }
 
@@ -298,6 +332,7 @@ double Optimizer::gradient_norm() {
   for (std::size_t g = 0; g < groups_.size(); ++g) start_norm_part(int(g));
   Kokkos::deep_copy(compute_, norm_parts_host_, norm_parts_);
   compute_.fence();
+  ordering::fence(ordering::Lane::compute);
   double sum = 0;
   for (std::size_t g = 0; g < groups_.size(); ++g) sum += norm_parts_host_(g);  // a fixed order
   return std::sqrt(sum);
@@ -310,6 +345,7 @@ void Optimizer::finish_step(double grad_scale) {
     compat::ScopedRegion region(compute_, "optimizer_device");
     adamw_slices(compute_, g.decayed, g.param, g.grad, g.m, g.v, adamw_config(), settings_.weight_decay,
                  step_, grad_scale, 0);
+    ordering::on_stream(ordering::Lane::compute, "optimizer_device", {{"grad", int(i)}}, {{"param", int(i)}});
   }
   // The jobs not handed over yet (with clipping: all of them), in the order the next forward
   // pass needs their weights.
@@ -324,18 +360,22 @@ void Optimizer::wait_for_group(int group) {
   if (worker_) {
     auto const t0 = HostWorker::Clock::now();
     worker_->wait(group);  // rethrows what the job threw
+    ordering::await(&g.trace_done);
     times_.wait_seconds += std::chrono::duration<double>(HostWorker::Clock::now() - t0).count();
     auto const span = worker_->last_span(group);
     times_.host_seconds += std::chrono::duration<double>(span.end - span.start).count();
     ++times_.jobs;
   }
   g.params_ready.make_wait(compute_);
+  ordering::stream_waits(ordering::Lane::compute, &g.params_ready);
   g.ordered = true;
 }
 
 void Optimizer::wait_all() {
   for (std::size_t i = 0; i < groups_.size(); ++i) wait_for_group(int(i));
   Kokkos::fence();
+  for (auto lane : {ordering::Lane::compute, ordering::Lane::copies, ordering::Lane::host_to_device})
+    ordering::fence(lane);
 }
 
 void Optimizer::reset_offload_times() {

@@ -20,6 +20,10 @@
 //   - the next forward pass calls wait_for_group() just before it queues the first kernel that
 //     reads a group: the launching thread waits there for that group's job (the layers before are
 //     queued and running meanwhile), then makes the compute instance wait for "params ready".
+//   - the next step's first write of the gradient buffers (zero_gradients, begin_step()) is queued
+//     after the compute instance was made to wait for "landed": the copy has read them.
+// Every one of these orderings is stated to core/detail/ordering_trace.hpp as well, which replays
+// them with a GPU's semantics on any backend (the "[ordering]" tests).
 // Where the device is the host (a CPU-only build) and no cores are set aside, there is nothing to
 // overlap with: the jobs run on the launching thread, as they are handed over.
 // The gradient norm is summed from per-group sums of squares the device computes as the groups
@@ -139,6 +143,7 @@ class Optimizer {
     AdamWConfig job_config;  // its host job's settings, step and gradient scale
     long job_step = 0;
     double scale = 1.0;
+    char trace_submitted = 0, trace_done = 0;  // keys of the job's hand-overs in an ordering trace
   };
   AdamWConfig adamw_config() const;      // this step's settings, weight decay aside
   void start_norm_part(int group);       // its sum of squares, into norm_parts_ (asynchronous)

@@ -1,5 +1,6 @@
 #include "core/train/trainer.hpp"
 
+#include "core/detail/ordering_trace.hpp"
 #include "core/io/commit.hpp"
 #include "core/io/h5file.hpp"
 #include "core/train/captioning.hpp"
@@ -249,6 +250,9 @@ StepRecord Trainer::train_step() {
   double const lr = learning_rate(step_);
   optimizer_->begin_step(lr, step_ + 1);
   model_->zero_gradients(space_);
+  if (ordering::trace())
+    for (int g = 0; g < int(optimizer_->group_names().size()); ++g)
+      ordering::on_stream(ordering::Lane::compute, "zero_gradients", {}, {{"grad", g}});
   double loss = 0;
   // On the last micro-batch each group is handed on as soon as the backward pass has finished it:
   // on a single process to the optimizer, with several to the all-reduce of its bucket first.
@@ -266,7 +270,10 @@ StepRecord Trainer::train_step() {
     model_->set_batch(space_, batch, cfg_.train.micro_batch);
     // Each group's weights are waited for just before their first use (the optimizer's host
     // jobs of the last step may still be running for later layers).
-    loss += model_->forward(space_, [this](int group) { optimizer_->wait_for_group(group); }).loss / accumulation;
+    loss += model_->forward(space_, [this](int group) {
+      optimizer_->wait_for_group(group);
+      ordering::on_stream(ordering::Lane::compute, "forward", {{"param", group}}, {});
+    }).loss / accumulation;
     model_->backward(space_, 1.0 / accumulation, micro == last_mine ? group_ready : std::function<void(int)>());
   }
   if (distributed()) {
