@@ -46,14 +46,17 @@ class CudaEdgeClock final : public EdgeClock {
     Lane const lane = stream_ ? stream_() : Lane{};
     if (lane.host) return {sampler_.now(), -1};  // host work: its edge is now
     int slot;
+    cudaEvent_t event;
     {
+      // The handle is read under the lock: another thread's stamp() may grow events_ meanwhile.
       std::lock_guard<std::mutex> lock(mutex_);
       if (free_.empty()) grow(events_.size());  // more edges unresolved than the pool holds
       slot = free_.back();
       free_.pop_back();
+      event = events_[slot];
     }
     auto const stream = lane.stream ? static_cast<cudaStream_t>(lane.stream) : Kokkos::Cuda().cuda_stream();
-    check(cudaEventRecord(events_[slot], stream), "cudaEventRecord");
+    check(cudaEventRecord(event, stream), "cudaEventRecord");
     return {0.0, slot};
   }
 
