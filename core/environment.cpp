@@ -41,7 +41,9 @@ void validate_environment() {
 std::vector<environment::Description> environment_variables() {
   return {{kHostCoresName,
            "the last k CPUs of the process's affinity mask go to the host optimizer's threads, the others to Kokkos",
-           "an integer in [1, CPUs this process may use - 1]", "none set aside"},
+           "an integer in [1, CPUs this process may use - 1]",
+           "CPU builds: none set aside (the host jobs run inline); GPU builds: all but 4 of the process's CPUs (half of "
+           "them below 8), pinned"},
           kReadTimeout.describe(),
           kReadGuard.describe()};
 }

@@ -4,6 +4,7 @@
 // allowed values and defaults, both ways).
 #include "common/environment.hpp"
 #include "core/environment.hpp"
+#include "core/train/host_cores.hpp"
 #include "environment.hpp"
 
 #include "support/catch.hpp"
@@ -138,6 +139,14 @@ TEST_CASE("environment: JOULE_HOST_CORES's range follows the CPUs, and says when
   }
   ScopedVariable unset("JOULE_HOST_CORES", nullptr);
   CHECK_FALSE(joule::core_environment::host_cores_wanted(1).has_value());
+  // Unset, a CPU build sets nothing aside; a GPU build all but 4 of the process's own CPUs (an
+  // mpirun-bound rank's 72 on a 288-CPU node, not the node's), half below 8, Kokkos keeping one.
+  CHECK(joule::default_host_cores(72, /*device_is_host=*/true) == 0);
+  CHECK(joule::default_host_cores(72, false) == 68);
+  CHECK(joule::default_host_cores(8, false) == 4);
+  CHECK(joule::default_host_cores(7, false) == 3);
+  CHECK(joule::default_host_cores(2, false) == 1);
+  CHECK(joule::default_host_cores(1, false) == 0);
 }
 
 namespace {

@@ -1,8 +1,10 @@
 #include "core/train/host_cores.hpp"
 
 #include "core/environment.hpp"
+#include "core/model/model.hpp"
 
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -18,8 +20,14 @@ HostCores g_cores;
 
 HostCores const& host_cores() { return g_cores; }
 
+long default_host_cores(long cpus, bool device_is_host) {
+  if (device_is_host) return 0;  // CPU builds: the host jobs run inline unless cores are asked for
+  return cpus >= 8 ? cpus - 4 : cpus / 2;
+}
+
 HostCores const& reserve_host_cores_from_environment() {
-  if (!environment::text_of(core_environment::kHostCoresName)) return g_cores;
+  bool const asked = environment::text_of(core_environment::kHostCoresName).has_value();
+  if (!asked && kDeviceIsHost) return g_cores;
 #if defined(__linux__)
   cpu_set_t mask;
   CPU_ZERO(&mask);
@@ -28,8 +36,11 @@ HostCores const& reserve_host_cores_from_environment() {
   std::vector<int> cpus;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &mask)) cpus.push_back(c);
-  auto const wanted = core_environment::host_cores_wanted(long(cpus.size()));  // the one parse of it
-  if (!wanted) return g_cores;
+  // Unset on a GPU build: the default share of this process's own CPUs (its affinity mask, which
+  // mpirun's binding sets; not the node's core count), pinned like an asked-for one.
+  auto const wanted = asked ? core_environment::host_cores_wanted(long(cpus.size()))  // the one parse of it
+                            : std::optional<long>(default_host_cores(long(cpus.size()), kDeviceIsHost));
+  if (!wanted || *wanted <= 0) return g_cores;
   long const k = *wanted;
   HostCores cores;
   cores.kokkos.assign(cpus.begin(), cpus.end() - k);
@@ -45,7 +56,7 @@ HostCores const& reserve_host_cores_from_environment() {
   g_cores = cores;
   return g_cores;
 #else
-  core_environment::host_cores_wanted(1);  // refuses any value: no CPU affinity here
+  if (asked) core_environment::host_cores_wanted(1);  // refuses any value: no CPU affinity here
   return g_cores;
 #endif
 }

@@ -3,7 +3,8 @@
 // process's affinity mask to the offloaded optimizer's worker threads (core/train/host_worker.hpp)
 // and the others to Kokkos: on a GH200 it keeps Grace cores for AdamW; on a CPU-only machine it
 // separates the "device" kernels from the host optimizer, so that their overlap can be seen and
-// measured (`joule bench --suite offload`, the tests' worker mode). Without it nothing changes.
+// measured (`joule bench --suite offload`, the tests' worker mode). Without it a CPU build sets
+// nothing aside, and a GPU build sets aside default_host_cores() of the process's CPUs, pinned.
 //
 // reserve_host_cores_from_environment() must run before Kokkos::initialize: it restricts the
 // calling thread, and so the OpenMP threads Kokkos starts from it, to the remaining CPUs, and
@@ -21,5 +22,9 @@ struct HostCores {
 // [1, CPUs - 1] (core/environment.hpp).
 HostCores const& reserve_host_cores_from_environment();
 HostCores const& host_cores();  // what was reserved (both empty if nothing)
+// The CPUs set aside when JOULE_HOST_CORES is unset, for a process that may use `cpus` CPUs: none
+// on a CPU build; on a GPU build all but 4 (the launching thread, the energy sampler, the data
+// reader and Kokkos' host threads keep those), or half of them on a process with fewer than 8.
+long default_host_cores(long cpus, bool device_is_host);
 
 }  // namespace joule

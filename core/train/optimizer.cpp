@@ -115,7 +115,7 @@ Optimizer::Optimizer(Model& model, OptimizerSettings const& settings)
   if (host > 0 && (!kDeviceIsHost || !reserved.empty())) {
     int const threads = settings.host_threads > 0 ? settings.host_threads
                         : !reserved.empty()       ? int(reserved.size())
-                                                  : std::max(1, int(std::thread::hardware_concurrency()) - 1);
+                                                  : 1;  // a GPU build on a 1-CPU process
     worker_ = std::make_unique<HostWorker>(int(groups_.size()), threads, reserved, [this](int g) { host_job(g); });
   }
   times_.on_worker = worker_ != nullptr;
