@@ -5,6 +5,17 @@
 #include <KokkosBlas3_gemm.hpp>
 #include <KokkosKernels_config.h>
 
+#if defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS)
+#include <cublas_v2.h>
+#if __has_include(<KokkosKernels_tpl_handles_decl.hpp>)
+#include <KokkosKernels_tpl_handles_decl.hpp>  // Kokkos-Kernels 4.x: the cuBLAS handle singleton
+#else
+#include <KokkosBlas_tpl_spec.hpp>
+#endif
+#include <stdexcept>
+#include <string>
+#endif
+
 namespace joule::compat {
 
 // KokkosBlas::gemm takes an execution space instance from Kokkos-Kernels 3.7 on (the version
@@ -20,6 +31,21 @@ void gemm(ExecutionSpace const& space, char const* trans_a, char const* trans_b,
   space.fence();
   KokkosBlas::gemm(trans_a, trans_b, alpha, a, b, beta, c);
   typename C::execution_space().fence();
+#endif
+}
+
+// TF32 tensor cores for the fp32 GEMMs Kokkos-Kernels hands to cuBLAS: the math mode of the cuBLAS
+// handle it uses (one per process). Returns false where no GEMM goes to cuBLAS (nothing changes).
+inline bool set_tf32_gemms(bool on) {
+#if defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS)
+  cublasHandle_t const handle = KokkosBlas::Impl::CudaBlasSingleton::singleton().handle;
+  cublasStatus_t const s = cublasSetMathMode(handle, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("joule: cublasSetMathMode failed (status " + std::to_string(int(s)) + ")");
+  return true;
+#else
+  (void)on;
+  return false;
 #endif
 }
 

@@ -28,6 +28,10 @@ TEST_CASE("config: the tiny test configuration parses with its values", "[config
   REQUIRE(cfg.model.seq_len() == 8 + 34);
   REQUIRE(cfg.train.micro_batch == 3);
   REQUIRE(cfg.data.path == "d.h5");
+  REQUIRE_FALSE(cfg.train.tf32);  // absent: exact fp32 GEMMs
+  auto j = tiny_config_json("d.h5");
+  j["train"]["tf32"] = true;
+  REQUIRE(parse_config(j.dump()).train.tf32);
 }
 
 TEST_CASE("config: bad values and missing fields are rejected before anything is allocated",
@@ -51,6 +55,7 @@ TEST_CASE("config: bad values and missing fields are rejected before anything is
       {"misspelt field", [](json& j) { j["train"]["lerning_rate"] = 0.1; }, "train.lerning_rate unknown field"},
       {"unknown section", [](json& j) { j["optimizer"] = json::object(); }, "unknown section 'optimizer'"},
       {"min_lr above lr", [](json& j) { j["train"]["min_lr"] = 0.01; }, "train.min_lr must not exceed lr"},
+      {"tf32 not a boolean", [](json& j) { j["train"]["tf32"] = 1; }, "train.tf32 must be true or false"},
       {"eval fraction", [](json& j) { j["data"]["eval_fraction"] = 0.0; }, "data.eval_fraction is 0; allowed: (0, 0.9]"},
   };
   for (auto const& c : cases) {

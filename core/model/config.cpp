@@ -353,6 +353,7 @@ Config parse_config(std::string const& json_text, std::string const& source) {
     s.mark_known("host_threads");
     s.mark_known("seq_shards");
     s.mark_known("micro_batch");
+    s.mark_known("tf32");
     // Absent: the whole batch in one pass (under mpirun, joule train deals it to the replicas).
     t.micro_batch = s.has("micro_batch") ? s.integer("micro_batch", 1, 1 << 20) : t.batch;
     if (s.has("seq_shards")) {
@@ -366,6 +367,7 @@ Config parse_config(std::string const& json_text, std::string const& source) {
     if (s.has("host_threads")) t.host_threads = s.integer("host_threads", 0, 4096);
     if (s.has("checkpoint")) t.checkpoint = s.string("checkpoint", true);
     if (s.has("checkpoint_every")) t.checkpoint_every = s.integer("checkpoint_every", 0, 1 << 30);
+    if (s.has("tf32")) t.tf32 = s.boolean("tf32");
     s.reject_unknown();
     if (t.batch % t.micro_batch != 0)
       s.fail("micro_batch", "is " + std::to_string(t.micro_batch) + ", which does not divide batch = " +

@@ -70,6 +70,7 @@ struct TrainConfig {
   int seq_shards = 1;          // processes sharing each sequence (Ulysses); divides the process count
   std::string checkpoint;      // "" = no checkpoints
   int checkpoint_every = 0;    // 0: only at the end (if checkpoint is set)
+  bool tf32 = false;           // CUDA: fp32 GEMMs on TF32 tensor cores (10-bit mantissa products)
 };
 
 struct Config {

@@ -1,5 +1,6 @@
 #include "core/train/trainer.hpp"
 
+#include "core/compat_kernels.hpp"
 #include "core/detail/ordering_trace.hpp"
 #include "core/io/commit.hpp"
 #include "core/io/h5file.hpp"
@@ -88,6 +89,11 @@ Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_para
     throw TrainingError("data parallelism over " + std::to_string(dp_.size) + " processes: train.batch / "
                         "train.micro_batch = " + std::to_string(micro_batches) +
                         " micro-batches per step must be a multiple of the number of processes");
+  // The cuBLAS handle is the process's: every trainer sets its math mode, on or off.
+  bool const tf32_applies = compat::set_tf32_gemms(config.train.tf32);
+  if (log_ && config.train.tf32)
+    *log_ << (tf32_applies ? "fp32 GEMMs on TF32 tensor cores (train.tf32): results differ from fp32 products in their low bits\n"
+                           : "train.tf32: no effect on this build (its GEMMs do not go to cuBLAS)\n");
   model_->init_parameters(config.train.seed);
   optimizer_->sync_master_weights();
   stage_buffers();
