@@ -7,6 +7,7 @@
 #include "core/ops/patch_embed.hpp"
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 namespace joule {
@@ -81,9 +82,10 @@ Model::Model(ModelConfig const& config, int batch, int recompute_depth, Sequence
                                      cfg_.image_size, cfg_.image_size);
   tokens_ = Kokkos::View<int*, DeviceMemory>(label("work.tokens"), Nt);
   targets_ = Kokkos::View<int*, DeviceMemory>(label("work.targets"), N);
-  images_host_ = Kokkos::create_mirror_view(images_);
-  tokens_host_ = Kokkos::create_mirror_view(tokens_);
-  targets_host_ = Kokkos::create_mirror_view(targets_);
+  images_host_ = decltype(images_host_)(label("staging.images"), images_.extent(0), images_.extent(1),
+                                        images_.extent(2), images_.extent(3));
+  tokens_host_ = decltype(tokens_host_)(label("staging.tokens"), tokens_.extent(0));
+  targets_host_ = decltype(targets_host_)(label("staging.targets"), targets_.extent(0));
 
   patches_ = alloc<Tensor2<T, DeviceMemory>>("act.patches", Ni, cfg_.patch_features());
   image_emb_ = alloc<Tensor2<T, DeviceMemory>>("act.image_emb", Ni, C);
@@ -162,6 +164,7 @@ void Model::set_batch(ExecSpace const& space, HostBatch const& batch, int n_vali
       int const row = logits_row(b, t);
       if (row >= 0) h_targets(row) = kIgnoreIndex;
     }
+  require_tokens_in_vocabulary("Model::set_batch", batch.tokens.data(), std::size_t(B) * T_);
   for (int b = 0; b < B; ++b) {
     for (int j = 0; j < T_; ++j) {
       h_tokens(b * T_ + j) = batch.tokens[b * T_ + j];
@@ -170,10 +173,25 @@ void Model::set_batch(ExecSpace const& space, HostBatch const& batch, int n_vali
       if (b < n_valid && has_next && row >= 0) h_targets(row) = batch.tokens[b * T_ + j + 1];
     }
   }
+  // The rows that count, from the host copy: a deferred loss (forward() with a LossSlot) needs no
+  // device read for them. Tokens are in the vocabulary (the dataset checks every sample).
+  batch_counted_rows_ = 0;
+  for (std::size_t r = 0; r < h_targets.extent(0); ++r) batch_counted_rows_ += h_targets(r) != kIgnoreIndex;
   Kokkos::deep_copy(space, images_, h_images);
   Kokkos::deep_copy(space, tokens_, h_tokens);
   Kokkos::deep_copy(space, targets_, h_targets);
   staged_.record(space);
+}
+
+void Model::require_tokens_in_vocabulary(char const* op, std::int32_t const* tokens, std::size_t n) const {
+  // On the host, where the batch is staged: the forward pass needs no device read to check them.
+  int const vocab = cfg_.vocab();
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = n; i-- > 0;)
+    if (tokens[i] < 0 || tokens[i] >= vocab) ++bad, first = i;
+  require(bad == 0, op, std::to_string(bad) + " token(s) outside the vocabulary [0, " + std::to_string(vocab) +
+                            "), the first at position " + std::to_string(first) + ": " +
+                            std::to_string(bad ? tokens[first] : 0));
 }
 
 int Model::logits_row(int b, int position) const {
@@ -183,6 +201,7 @@ int Model::logits_row(int b, int position) const {
 
 void Model::set_tokens(ExecSpace const& space, std::int32_t const* tokens) {
   staged_.synchronize();  // the previous copy has read the staging
+  require_tokens_in_vocabulary("Model::set_tokens", tokens, tokens_host_.span());
   auto const& h_tokens = tokens_host_;
   for (std::size_t i = 0; i < h_tokens.span(); ++i) h_tokens.data()[i] = tokens[i];
   Kokkos::deep_copy(space, tokens_, h_tokens);
@@ -245,7 +264,8 @@ void copy_shard_rows(ExecSpace const& space, Local const& local, Whole const& wh
 }
 }  // namespace detail
 
-CrossEntropyResult Model::forward(ExecSpace const& space, std::function<void(int)> const& before_group) {
+CrossEntropyResult Model::forward(ExecSpace const& space, std::function<void(int)> const& before_group,
+                                  LossSlot const& deferred) {
   auto before = [&](int group) {
     if (before_group) before_group(group);
   };
@@ -254,7 +274,7 @@ CrossEntropyResult Model::forward(ExecSpace const& space, std::function<void(int
   before(0);
   int const n_img = cfg_.image_tokens();
   patch_embed_forward(space, image_emb_, patches_, images_, e.patch_weight, e.patch_bias, cfg_.patch_size);
-  token_embedding_forward(space, text_emb_, tokens_, e.wte);
+  token_embedding_forward(space, text_emb_, tokens_, e.wte, TokenCheck::by_caller);  // set_batch/set_tokens did
   // Every shard embeds whole sequences (cheap next to the blocks) and keeps its rows.
   sequence_concat_forward(space, x0_, image_emb_, text_emb_, e.wpe, n_img, cfg_.text_len);
   if (shards_.size > 1)
@@ -267,6 +287,14 @@ CrossEntropyResult Model::forward(ExecSpace const& space, std::function<void(int
   auto const& h = params.head;
   layernorm_forward(space, lnf_, lnf_mean_, lnf_rstd_, residual_[cfg_.layers], h.lnf_weight, h.lnf_bias);
   linear_forward(space, logits_, lnf_, h.lm_head, Tensor1<T, DeviceMemory>());
+  if (deferred.sums.data() != nullptr && shards_.size == 1) {
+    // The loss stays on the device: no wait for the launching thread here (Trainer reads the
+    // step's sums with the gradient norm, its one wait per step).
+    cross_entropy_rows(space, ce_lse_, ce_losses_, logits_, targets_);
+    queue_sum(space, "cross_entropy_sum", Kokkos::subview(deferred.sums, deferred.index), ce_losses_);
+    counted_rows_ = batch_counted_rows_;
+    return {std::numeric_limits<double>::quiet_NaN(), counted_rows_};
+  }
   auto result = cross_entropy_forward(space, ce_lse_, ce_losses_, logits_, targets_);
   if (shards_.size > 1) {  // the mean over every shard's text positions
     double sums[2] = {result.loss * result.counted_rows, double(result.counted_rows)};

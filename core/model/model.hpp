@@ -27,6 +27,15 @@ using ExecSpace = Kokkos::DefaultExecutionSpace;
 using DeviceMemory = ExecSpace::memory_space;
 // A CPU-only build: "device" memory is host memory and kernels are complete when launched.
 inline constexpr bool kDeviceIsHost = Kokkos::SpaceAccessibility<Kokkos::HostSpace, DeviceMemory>::accessible;
+// Host buffers that cross the link (batch staging, the offloaded optimizer's state): pinned on
+// CUDA, where a copy from pageable memory is staged by the driver and does not overlap.
+#if defined(KOKKOS_ENABLE_CUDA)
+using PinnedHostMemory = Kokkos::CudaHostPinnedSpace;
+#else
+using PinnedHostMemory = Kokkos::HostSpace;
+#endif
+template <class View>
+using PinnedMirror = Kokkos::View<typename View::data_type, typename View::array_layout, PinnedHostMemory>;
 
 template <class T, class MemorySpace>
 struct EmbeddingParameters {  // group "embed"
@@ -121,6 +130,12 @@ struct MemoryEstimate {
 // sequence_shards.hpp).
 MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_depth, int seq_shards = 1);
 
+// Where Model::forward leaves a loss on the device (see there).
+struct DeviceLossSlot {
+  Kokkos::View<double*, DeviceMemory> sums;
+  int index = 0;
+};
+
 class Model {
  public:
   using T = float;
@@ -147,7 +162,12 @@ class Model {
   // The loss is the mean over the text positions of the whole sequences (all shards).
   // before_group(g), if given, is called just before the first kernel that reads the weights of
   // parameter group g is queued (an optimizer may still be writing them).
-  CrossEntropyResult forward(ExecSpace const& space, std::function<void(int group)> const& before_group = {});
+  // With a LossSlot (and one shard) the loss is not brought to the host: the sum of the rows'
+  // losses is queued into slot.sums(slot.index) on the device, and the result carries the
+  // counted rows and a NaN loss; the mean is sums(index) / counted_rows.
+  using LossSlot = DeviceLossSlot;
+  CrossEntropyResult forward(ExecSpace const& space, std::function<void(int group)> const& before_group = {},
+                             LossSlot const& deferred = {});
   // Backward of d_loss * loss; accumulates into gradients. Needs the preceding forward().
   // group_ready(g), if given, is called as soon as the gradients of parameter group g
   // (for_each_group order: 0 embed, 1 + l block l, L + 1 head) are complete — kernels enqueued
@@ -188,8 +208,9 @@ class Model {
   Tensor4<T, DeviceMemory> images_;           // [B*F, C_in, H, W]
   Kokkos::View<int*, DeviceMemory> tokens_;   // [B*T]
   Kokkos::View<int*, DeviceMemory> targets_;  // [B*S/P]  this rank's positions
-  compat::host_mirror_t<Tensor4<T, DeviceMemory>> images_host_;
-  compat::host_mirror_t<Kokkos::View<int*, DeviceMemory>> tokens_host_, targets_host_;
+  PinnedMirror<Tensor4<T, DeviceMemory>> images_host_;  // pinned: the copies are asynchronous
+  PinnedMirror<Kokkos::View<int*, DeviceMemory>> tokens_host_, targets_host_;
+  int batch_counted_rows_ = 0;  // targets of the staged batch that count (set_batch, on the host)
   detail::StreamEvent staged_;  // the last batch's copies have read the host staging
   // Activations kept for the backward pass.
   Tensor2<T, DeviceMemory> patches_, image_emb_, text_emb_;   // [B*n_img, Fp], [B*n_img, C], [B*T, C]
@@ -211,6 +232,7 @@ class Model {
   std::vector<double> shard_sum_;  // batch() values summed over the shards
 
   HostInts const& sample_result_to_host(ExecSpace const& space);
+  void require_tokens_in_vocabulary(char const* op, std::int32_t const* tokens, std::size_t n) const;
 
   BlockActivations<T, DeviceMemory> const& acts_for(int layer) const;
   SequenceExchange<T, DeviceMemory> const* exchange() const { return shards_.size > 1 ? &exchange_ : nullptr; }

@@ -3,6 +3,7 @@
 // ignore_index (image positions, padding) contribute nothing; the loss is the mean over the rest,
 // as PyTorch's F.cross_entropy(reduction="mean", ignore_index=...).
 #include "core/ops/cross_entropy_result.hpp"
+#include "core/detail/launch_shape.hpp"
 #include "core/ops/detail/row_kernels.hpp"
 #include "core/tensor.hpp"
 
@@ -13,19 +14,16 @@ namespace joule {
 
 
 // Writes lse[r] = log(sum_v exp(logits[r, v])) for every row (the backward pass needs it) and
-// losses[r] = lse[r] - logits[r, target] (0 for ignored rows). Throws if a target is neither
-// ignore_index nor a valid class.
+// losses[r] = lse[r] - logits[r, target] (0 for ignored rows and for out-of-range targets, which
+// cross_entropy_forward reports). Queued on `space`; nothing comes back to the host.
 template <class ExecutionSpace, class Lse, class Losses, class Logits, class Targets>
-CrossEntropyResult cross_entropy_forward(ExecutionSpace const& space, Lse const& lse,
-                                         Losses const& losses, Logits const& logits,
-                                         Targets const& targets, int ignore_index = kIgnoreIndex) {
+void cross_entropy_rows(ExecutionSpace const& space, Lse const& lse, Losses const& losses, Logits const& logits,
+                        Targets const& targets, int ignore_index = kIgnoreIndex) {
   using T = typename Lse::non_const_value_type;
   int const n = logits.extent(0), vocab = logits.extent(1);
   require(int(targets.extent(0)) == n && int(lse.extent(0)) == n && int(losses.extent(0)) == n,
           "cross_entropy_forward", "logits " + shape_of(logits) + ", targets " +
                                        shape_of(targets) + ", lse " + shape_of(lse));
-  // A row whose target is out of range is counted in the final reduction (and its logits never
-  // indexed by it): the check costs no pass of its own.
   detail::for_each_row(space, "cross_entropy_forward", n,
                        KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     T const row_max = detail::vector_max<ExecutionSpace, T>(team, vocab, [&](int v) { return T(logits(r, v)); });
@@ -38,6 +36,26 @@ CrossEntropyResult cross_entropy_forward(ExecutionSpace const& space, Lse const&
       losses(r) = (t == ignore_index || t < 0 || t >= vocab) ? T(0) : l - logits(r, t);
     });
   });
+}
+
+// out() = sum_r values[r] in double, into a device scalar: queued, the host does not wait.
+template <class ExecutionSpace, class Out, class Values>
+void queue_sum(ExecutionSpace const& space, char const* name, Out const& out, Values const& values) {
+  detail::note_launch(name, long(values.extent(0)));
+  Kokkos::parallel_reduce(
+      label(name), Kokkos::RangePolicy<ExecutionSpace>(space, 0, values.extent(0)),
+      KOKKOS_LAMBDA(int r, double& s) { s += values(r); }, out);
+}
+
+// cross_entropy_rows, then the mean loss and the counted rows on the host (a wait for the
+// device). Throws if a target is neither ignore_index nor a valid class: the check costs no pass
+// of its own (out-of-range rows are counted in the final reduction, their logits never indexed).
+template <class ExecutionSpace, class Lse, class Losses, class Logits, class Targets>
+CrossEntropyResult cross_entropy_forward(ExecutionSpace const& space, Lse const& lse,
+                                         Losses const& losses, Logits const& logits,
+                                         Targets const& targets, int ignore_index = kIgnoreIndex) {
+  int const n = logits.extent(0), vocab = logits.extent(1);
+  cross_entropy_rows(space, lse, losses, logits, targets, ignore_index);
   CrossEntropyResult result;
   double total = 0;
   int bad = 0;

@@ -15,20 +15,26 @@
 
 namespace joule {
 
-// out[r, c] = wte[tokens[r], c]. Throws if a token is outside [0, V).
+// Who checks that every token is in [0, V): the operator, on the device (a wait for the host), or
+// the caller, who had the tokens on the host (the model checks its staged batch).
+enum class TokenCheck { on_device, by_caller };
+
+// out[r, c] = wte[tokens[r], c]. Throws if a token is outside [0, V) (TokenCheck::on_device).
 template <class ExecutionSpace, class Out, class Tokens, class Wte>
 void token_embedding_forward(ExecutionSpace const& space, Out const& out, Tokens const& tokens,
-                             Wte const& wte) {
+                             Wte const& wte, TokenCheck check = TokenCheck::on_device) {
   int const n = out.extent(0), c = out.extent(1), vocab = wte.extent(0);
   require(int(tokens.extent(0)) == n && int(wte.extent(1)) == c, "token_embedding_forward",
           "out " + shape_of(out) + ", tokens " + shape_of(tokens) + ", wte " + shape_of(wte));
-  int bad = 0;
-  Kokkos::parallel_reduce(
-      label("embedding_check_tokens"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
-      KOKKOS_LAMBDA(int r, int& count) { count += (tokens(r) < 0 || tokens(r) >= vocab) ? 1 : 0; },
-      bad);
-  require(bad == 0, "token_embedding_forward",
-          std::to_string(bad) + " token(s) outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  if (check == TokenCheck::on_device) {
+    int bad = 0;
+    Kokkos::parallel_reduce(
+        label("embedding_check_tokens"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
+        KOKKOS_LAMBDA(int r, int& count) { count += (tokens(r) < 0 || tokens(r) >= vocab) ? 1 : 0; },
+        bad);
+    require(bad == 0, "token_embedding_forward",
+            std::to_string(bad) + " token(s) outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  }
   detail::for_each_row(space, "token_embedding_forward", n,
                        KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     int const t = tokens(r);

@@ -43,11 +43,7 @@ namespace io {
 class H5File;
 }
 
-#if defined(KOKKOS_ENABLE_CUDA)
-using HostStateMemory = Kokkos::CudaHostPinnedSpace;
-#else
-using HostStateMemory = Kokkos::HostSpace;
-#endif
+using HostStateMemory = PinnedHostMemory;
 using HostExecSpace = Kokkos::DefaultHostExecutionSpace;
 
 struct OptimizerSettings {

@@ -192,7 +192,7 @@ void Trainer::stage_buffers() {
   staged_.clear();
   if (distributed() && !dp_.device_pointers && !kDeviceIsHost)  // MPI without device support
     for (std::size_t g = 0; g < optimizer_->group_names().size(); ++g)
-      staged_.push_back(Kokkos::create_mirror_view(optimizer_->gradient_buffer(int(g))));
+      staged_.emplace_back(label("staging.grad"), optimizer_->gradient_buffer(int(g)).extent(0));
 }
 
 std::string Trainer::offload_summary() const {
@@ -220,13 +220,15 @@ void Trainer::start_gradient_sum(int group) {
   Bucket b;
   b.group = group;
   b.grad = optimizer_->gradient_buffer(group);
-  space_.fence();  // the backward kernels that wrote this group are done
   float* data = b.grad.data();
-  if (!staged_.empty()) {  // MPI without device support: stage through the host
+  if (!staged_.empty()) {  // MPI without device support: stage through the host (pinned)
     b.staged = staged_[group];
-    Kokkos::deep_copy(b.staged, b.grad);
-    data = b.staged.data();
+    Kokkos::deep_copy(space_, b.staged, b.grad);
   }
+  // MPI reads the buffer from this thread: the kernels that wrote it (and the staging copy) must
+  // be done. This waits for the compute instance alone.
+  space_.fence();
+  if (b.staged.data() != nullptr) data = b.staged.data();
   if (dp_.start_allreduce_sum) {
     b.pending = dp_.start_allreduce_sum(data, b.grad.extent(0));
   } else {
@@ -242,7 +244,7 @@ void Trainer::finish_gradient_sums() {
     {
       compat::ScopedRegion region("comm");
       b.pending.wait();
-      if (b.staged.data() != nullptr && b.staged.data() != b.grad.data()) Kokkos::deep_copy(b.grad, b.staged);
+      if (b.staged.data() != nullptr && b.staged.data() != b.grad.data()) Kokkos::deep_copy(space_, b.grad, b.staged);
     }
     optimizer_->gradients_ready(b.group);
   }
@@ -254,6 +256,14 @@ StepRecord Trainer::train_step() {
   auto const t0 = std::chrono::steady_clock::now();
   int const accumulation = cfg_.train.batch / cfg_.train.micro_batch;
   double const lr = learning_rate(step_);
+  // The loss stays on the device until the gradient norm is read (one shard: the sequence-
+  // parallel loss needs its all-reduce on the host at once).
+  bool const deferred_loss = model_->shards().size == 1;
+  if (int(micro_losses_.extent(0)) < accumulation) {
+    micro_losses_ = Kokkos::View<double*, DeviceMemory>(label("train.micro_losses"), accumulation);
+    micro_losses_host_ = decltype(micro_losses_host_)(label("train.micro_losses_host"), accumulation);
+  }
+  micro_counted_.assign(std::size_t(accumulation), -1);
   optimizer_->begin_step(lr, step_ + 1);
   model_->zero_gradients(space_);
   if (ordering::trace())
@@ -276,21 +286,45 @@ StepRecord Trainer::train_step() {
     model_->set_batch(space_, batch, cfg_.train.micro_batch);
     // Each group's weights are waited for just before their first use (the optimizer's host
     // jobs of the last step may still be running for later layers).
-    loss += model_->forward(space_, [this](int group) {
+    auto const hook = [this](int group) {
       optimizer_->wait_for_group(group);
       ordering::on_stream(ordering::Lane::compute, "forward", {{"param", group}}, {});
-    }).loss / accumulation;
+    };
+    auto const result = model_->forward(space_, hook, deferred_loss ? Model::LossSlot{micro_losses_, micro}
+                                                                     : Model::LossSlot{});
+    if (deferred_loss)
+      micro_counted_[std::size_t(micro)] = result.counted_rows;
+    else
+      loss += result.loss / accumulation;
     model_->backward(space_, 1.0 / accumulation, micro == last_mine ? group_ready : std::function<void(int)>());
   }
+  // The micro-batches' means, in micro-batch order (the same sum as the loss read one by one).
+  auto const add_deferred_loss = [&] {
+    for (int micro = 0; micro < accumulation; ++micro) {
+      int const counted = micro_counted_[std::size_t(micro)];
+      if (counted < 0) continue;
+      double const mean = counted ? micro_losses_host_(micro) / counted : 0.0;
+      loss += mean / accumulation;
+    }
+  };
+  if (deferred_loss) Kokkos::deep_copy(space_, micro_losses_host_, micro_losses_);  // lands by the next wait
   if (distributed()) {
     finish_gradient_sums();
+    if (deferred_loss) {
+      space_.fence();
+      add_deferred_loss();
+    }
     loss /= model_->shards().size;  // every shard of a replica holds the same (whole-sequence) loss
     dp_.allreduce_sum_double(&loss, 1);
+  }
+  double const norm = optimizer_->gradient_norm();  // the launching thread's wait of the step
+  if (deferred_loss && !distributed()) {
+    space_.fence();  // the same instance as the norm's: already done
+    add_deferred_loss();
   }
   if (!std::isfinite(loss))
     throw TrainingError(fmt::format("step {}: the loss is {} — stopping (lower train.lr or raise "
                                     "train.warmup_steps)", step_ + 1, loss));
-  double const norm = optimizer_->gradient_norm();
   if (!std::isfinite(norm))
     throw TrainingError(fmt::format("step {}: the gradient norm is {} — stopping", step_ + 1, norm));
   double const clip = cfg_.train.grad_clip;

@@ -161,12 +161,18 @@ class Trainer {
   struct Bucket {
     int group;
     Tensor1<float, DeviceMemory> grad;
-    compat::host_mirror_t<Tensor1<float, DeviceMemory>> staged;  // host copy, when MPI needs one
+    PinnedMirror<Tensor1<float, DeviceMemory>> staged;  // host copy, when MPI needs one
     PendingSum pending;
   };
   std::vector<Bucket> buckets_;  // this step's, in the order the backward pass finished them
   // Per group, the host copy MPI sums when it cannot read device memory (allocated once).
-  std::vector<compat::host_mirror_t<Tensor1<float, DeviceMemory>>> staged_;
+  std::vector<PinnedMirror<Tensor1<float, DeviceMemory>>> staged_;
+  // The step's loss: per micro-batch the sum of its rows' losses, left on the device by forward()
+  // and brought to the host with the gradient norm (the step's one wait), and its counted rows
+  // (-1: another replica's micro-batch). Grown when the micro-batch count grows, not per step.
+  Kokkos::View<double*, DeviceMemory> micro_losses_;
+  PinnedMirror<Kokkos::View<double*, DeviceMemory>> micro_losses_host_;
+  std::vector<int> micro_counted_;
   int step_ = 0;  // optimizer steps done
   bool announced_ = false;  // the "training: ..." line is printed once per trainer
   std::pair<std::chrono::steady_clock::time_point, int> progress_since_;  // (time, step) of the first run()
