@@ -8,6 +8,7 @@
 #include "support/test_support.hpp"
 #include "support/tiny_config.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -66,6 +67,28 @@ TEST_CASE("model: gradients with every recompute depth equal those without, bit 
     REQUIRE(g.size() == reference.size());
     REQUIRE(std::memcmp(g.data(), reference.data(), g.size() * sizeof(float)) == 0);
   }
+}
+
+TEST_CASE("model: a loss left on the device is the loss read at once; tokens outside the vocabulary are "
+          "refused when the batch is staged", "[model]") {
+  auto const cfg = tiny_config();
+  int const batch = 3;
+  auto host = synthetic_batch(cfg.model, batch, 12);
+  ExecSpace space;
+  Model model(cfg.model, batch, 0);
+  model.init_parameters(7);
+  model.set_batch(space, host, batch - 1);  // the last sample's targets ignored: fewer counted rows
+  auto const read = model.forward(space);
+  Model::LossSlot slot{Kokkos::View<double*, DeviceMemory>("sums", 3), 1};
+  auto const deferred = model.forward(space, {}, slot);
+  REQUIRE(std::isnan(deferred.loss));
+  REQUIRE(deferred.counted_rows == read.counted_rows);
+  REQUIRE(read.counted_rows > 0);
+  auto const sums = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), slot.sums);
+  REQUIRE(sums(1) / deferred.counted_rows == read.loss);  // the same sum, bit for bit
+  host.tokens[5] = cfg.model.vocab();
+  REQUIRE_THROWS_WITH(model.set_batch(space, host, batch),
+                      Contains("Model::set_batch: 1 token(s) outside the vocabulary") && Contains("position 5"));
 }
 
 TEST_CASE("model: gradient agrees with a directional finite difference in every parameter group",
