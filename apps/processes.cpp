@@ -208,9 +208,11 @@ DataParallel Processes::data_parallel() const {
   dp.device_pointers = floats->device_buffers();
   dp.allreduce_sum = [floats](float* p, std::size_t n) { floats->allreduce_sum(p, n); };
   dp.allreduce_sum_double = [host](double* p, std::size_t n) { host->allreduce_sum(p, n); };
-  dp.start_allreduce_sum = [floats](float* p, std::size_t n) {
-    std::shared_ptr<parallel::Request> request = floats->start_allreduce_sum(p, n);
-    return PendingSum{[request] { return request->test(); }, [request] { request->wait(); }};
+  dp.orders_on_device = floats->orders_on_device();
+  dp.start_allreduce_sum = [floats](float* p, std::size_t n, void* after_stream) {
+    std::shared_ptr<parallel::Request> request = floats->start_allreduce_sum(p, n, after_stream);
+    return PendingSum{[request] { return request->test(); }, [request] { request->wait(); },
+                      [request](void* stream) { return request->order_before(stream); }};
   };
   return dp;
 }

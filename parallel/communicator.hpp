@@ -22,6 +22,10 @@ class Request {
   virtual ~Request() = default;
   virtual bool test() = 0;  // lets the library make progress; true once complete
   virtual void wait() = 0;  // returns once complete; throws CommError on failure
+  // Device-ordered communicators (orders_on_device()): makes the work queued on `stream` (a
+  // cudaStream_t) from now on wait for the collective, on the device, and returns true; the caller
+  // then need not wait(). Others return false.
+  virtual bool order_before(void* /*stream*/) { return false; }
 };
 
 class Communicator {
@@ -36,7 +40,13 @@ class Communicator {
   // The same, started now and completed by the returned request, so that communication overlaps
   // with work done meanwhile (gradient buckets during the backward pass). The buffer must stay
   // untouched until wait() returns.
-  virtual std::unique_ptr<Request> start_allreduce_sum(float* data, std::size_t count) = 0;
+  // after_stream: where the kernels that wrote `data` were queued. A device-ordered communicator
+  // makes its own stream wait for them (an event: no host wait); for the others the caller must
+  // have waited for them, and it is ignored.
+  virtual std::unique_ptr<Request> start_allreduce_sum(float* data, std::size_t count, void* after_stream = nullptr) = 0;
+  // Whether start_allreduce_sum orders itself after `after_stream` and its requests can order
+  // later work by order_before() (NCCL, on its own CUDA stream), so nobody waits on the host.
+  virtual bool orders_on_device() const { return false; }
   // Where the float buffers of allreduce_sum / alltoall live: false = host memory.
   virtual bool device_buffers() const { return false; }
   // Rank r sends send[j*count .. (j+1)*count) to rank j and receives rank j's block r into

@@ -58,7 +58,7 @@ class MpiCommunicator final : public Communicator {
   void allreduce_sum(float* data, std::size_t count) override { allreduce(data, count, MPI_FLOAT); }
   void allreduce_sum(double* data, std::size_t count) override { allreduce(data, count, MPI_DOUBLE); }
 
-  std::unique_ptr<Request> start_allreduce_sum(float* data, std::size_t count) override {
+  std::unique_ptr<Request> start_allreduce_sum(float* data, std::size_t count, void* /*after_stream*/) override {
     auto request = std::make_unique<MpiRequest>();
     for (std::size_t done = 0; done < count; done += kMaxChunk) {
       std::size_t const n = count - done < kMaxChunk ? count - done : kMaxChunk;

@@ -33,6 +33,10 @@ class NcclRequest final : public Request {
     return true;
   }
   void wait() override { check_cuda(cudaEventSynchronize(done_), "EventSynchronize"); }
+  bool order_before(void* stream) override {
+    check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done_, 0), "StreamWaitEvent");
+    return true;
+  }
 
  private:
   cudaEvent_t done_{};
@@ -45,10 +49,12 @@ class NcclCommunicator final : public Communicator {
     if (mpi_->rank() == 0) check_nccl(ncclGetUniqueId(&id), "GetUniqueId");
     mpi_->broadcast(&id, sizeof id, 0);
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "StreamCreate");
+    check_cuda(cudaEventCreateWithFlags(&written_, cudaEventDisableTiming), "EventCreate");
     check_nccl(ncclCommInitRank(&comm_, mpi_->size(), id, mpi_->rank()), "CommInitRank");
   }
   ~NcclCommunicator() override {
     ncclCommDestroy(comm_);
+    cudaEventDestroy(written_);
     cudaStreamDestroy(stream_);
   }
   std::string backend() const override { return "nccl"; }
@@ -56,10 +62,18 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return mpi_->size(); }
   bool device_buffers() const override { return true; }
 
+  bool orders_on_device() const override { return true; }
+
   void allreduce_sum(float* data, std::size_t count) override { start_allreduce_sum(data, count)->wait(); }
   void allreduce_sum(double* data, std::size_t count) override { mpi_->allreduce_sum(data, count); }  // host
-  std::unique_ptr<Request> start_allreduce_sum(float* data, std::size_t count) override {
-    // The caller has fenced the kernels that wrote `data`; the sum runs on this stream.
+  std::unique_ptr<Request> start_allreduce_sum(float* data, std::size_t count, void* after_stream) override {
+    // The sum runs on this stream, after the kernels that wrote `data` (an event on their stream;
+    // nullptr: the caller has waited for them). One event serves every call: a wait takes the
+    // event's state when it is queued.
+    if (after_stream) {
+      check_cuda(cudaEventRecord(written_, static_cast<cudaStream_t>(after_stream)), "EventRecord");
+      check_cuda(cudaStreamWaitEvent(stream_, written_, 0), "StreamWaitEvent");
+    }
     check_nccl(ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_, stream_), "AllReduce");
     return std::make_unique<NcclRequest>(stream_);
   }
@@ -82,6 +96,7 @@ class NcclCommunicator final : public Communicator {
  private:
   std::unique_ptr<Communicator> mpi_;
   cudaStream_t stream_{};
+  cudaEvent_t written_{};
   ncclComm_t comm_{};
 };
 

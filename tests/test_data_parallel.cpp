@@ -170,9 +170,9 @@ TEST_CASE("sequence shards x data parallel: loss, gradients and parameters equal
     dp.size = layout.dp;
     dp.allreduce_sum = [&](float* p, std::size_t n) { w.allreduce_sum(p, n); };
     dp.allreduce_sum_double = [&](double* p, std::size_t n) { w.allreduce_sum(p, n); };
-    dp.start_allreduce_sum = [&](float* p, std::size_t n) {
-      std::shared_ptr<parallel::Request> r = w.start_allreduce_sum(p, n);
-      return PendingSum{[r] { return r->test(); }, [r] { r->wait(); }};
+    dp.start_allreduce_sum = [&](float* p, std::size_t n, void* after_stream) {
+      std::shared_ptr<parallel::Request> r = w.start_allreduce_sum(p, n, after_stream);
+      return PendingSum{[r] { return r->test(); }, [r] { r->wait(); }, [r](void* stream) { return r->order_before(stream); }};
     };
     SequenceShards seq;
     seq.rank = layout.seq_rank;

@@ -224,16 +224,18 @@ void Trainer::start_gradient_sum(int group) {
   if (!staged_.empty()) {  // MPI without device support: stage through the host (pinned)
     b.staged = staged_[group];
     Kokkos::deep_copy(space_, b.staged, b.grad);
+    data = b.staged.data();
   }
-  // MPI reads the buffer from this thread: the kernels that wrote it (and the staging copy) must
-  // be done. This waits for the compute instance alone.
-  space_.fence();
-  if (b.staged.data() != nullptr) data = b.staged.data();
+  // NCCL orders the sum after the kernels that wrote the bucket by an event on the device. MPI
+  // reads the buffer from this thread: those kernels (and the staging copy) must be done first,
+  // a wait for the compute instance alone.
+  bool const on_device = dp_.orders_on_device && staged_.empty() && dp_.start_allreduce_sum;
+  if (!on_device) space_.fence();
   if (dp_.start_allreduce_sum) {
-    b.pending = dp_.start_allreduce_sum(data, b.grad.extent(0));
+    b.pending = dp_.start_allreduce_sum(data, b.grad.extent(0), on_device ? compat::lane_of(space_).stream : nullptr);
   } else {
     dp_.allreduce_sum(data, b.grad.extent(0));
-    b.pending = {[] { return true; }, [] {}};
+    b.pending = {[] { return true; }, [] {}, {}};
   }
   for (auto& earlier : buckets_) earlier.pending.test();  // MPI progresses only inside MPI calls
   buckets_.push_back(std::move(b));
@@ -243,7 +245,8 @@ void Trainer::finish_gradient_sums() {
   for (auto& b : buckets_) {
     {
       compat::ScopedRegion region("comm");
-      b.pending.wait();
+      // NCCL: the compute instance waits for the sum on the device; MPI: this thread does.
+      if (!(b.pending.order_before && b.pending.order_before(compat::lane_of(space_).stream))) b.pending.wait();
       if (b.staged.data() != nullptr && b.staged.data() != b.grad.data()) Kokkos::deep_copy(space_, b.grad, b.staged);
     }
     optimizer_->gradients_ready(b.group);

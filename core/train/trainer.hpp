@@ -53,6 +53,9 @@ struct TrainSummary {
 struct PendingSum {
   std::function<bool()> test;  // progress; true once complete
   std::function<void()> wait;
+  // Optional: makes later work on a stream (cudaStream_t) wait for the sum on the device; false
+  // when it cannot (then wait()).
+  std::function<bool(void* stream)> order_before;
 };
 struct DataParallel {
   int rank = 0, size = 1;  // this process's replica, and the number of replicas
@@ -61,8 +64,11 @@ struct DataParallel {
   std::function<void(double* data, std::size_t count)> allreduce_sum_double;  // host memory
   // Optional: starts a sum and returns its completion, so gradient buckets travel while the
   // backward pass goes on. Without it, buckets are summed after the backward pass.
-  std::function<PendingSum(float* data, std::size_t count)> start_allreduce_sum;
+  // after_stream: the stream whose kernels wrote `data`, when orders_on_device; else nullptr and
+  // those kernels are done.
+  std::function<PendingSum(float* data, std::size_t count, void* after_stream)> start_allreduce_sum;
   bool device_pointers = false;
+  bool orders_on_device = false;  // NCCL: the sums are ordered by events, nobody waits on the host
 };
 
 class Trainer;
