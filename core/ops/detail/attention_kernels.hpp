@@ -2,19 +2,23 @@
 // Kernels behind joule::attention_forward / attention_backward (see core/ops/attention.hpp).
 //
 // Work decomposition: one team per (batch, head, tile of rows). A tile's K/V (or Q/dO) rows are
-// staged in team scratch and reused by every row of the other side. Each thread owns kR rows
-// of its tile: on GPUs kR = 1 (a team has one thread per row, scratch in shared memory, at most
-// 32 KiB); on CPUs a team is one thread that walks its tile in groups of kR = 4 rows (scratch is
-// an L2-resident cache block, up to 160 KiB, so tiles are 64 rows). Tile sizes are compile-time,
-// from the head size, the scalar size and the scratch budget, so per-thread arrays have static
-// bounds.
+// staged in team scratch and reused by every row of the other side. Two shapes of the same
+// algorithm (launch_attention_forward / _backward pick by backend, Block = !host):
+//   host kernels (CPUs): a team is one thread that walks its tile in groups of kR = 4 rows
+//     (scratch is an L2-resident cache block, up to 160 KiB, so tiles are 64 rows). Tile sizes
+//     are compile-time, from the head size, the scalar size and the scratch budget, so
+//     per-thread arrays have static bounds. (On a GPU this shape would be one thread per row,
+//     kR = 1, in <= 32 KiB: slow, kept only as the host shape.)
+//   block kernels (GPUs, "GPU-shaped kernels" below): a team is a 256-thread block, tiles of
+//     16-64 rows in up to 100 KiB of shared memory, register micro-tiles per thread, padded
+//     conflict-free shared tiles; they run on host backends too (the tests do).
 //
-// Dot products against a tile are register-blocked micro-tiles (kR rows x a chunk of columns of
-// accumulators, attention_tile_dot / attention_tile_axpy): the inner loop runs over a contiguous
-// dimension with independent accumulators, so CPU compilers vectorise it without reassociating a
-// reduction (no -ffast-math), and each result is summed in the same order on every backend and
-// every run. Masks cost nothing outside the diagonal tiles: key (query) ranges stop at the
-// tile's last visible key, and column chunks no row of a group sees are skipped.
+// Host kernels: dot products against a tile are register-blocked micro-tiles (kR rows x a chunk
+// of columns of accumulators, attention_tile_dot / attention_tile_axpy): the inner loop runs
+// over a contiguous dimension with independent accumulators, so CPU compilers vectorise it
+// without reassociating a reduction (no -ffast-math), and each result is summed in the same
+// order on every run. Masks cost nothing outside the diagonal tiles: key (query) ranges stop at
+// the tile's last visible key, and column chunks no row of a group sees are skipped.
 #include "core/detail/launch_shape.hpp"
 #include "core/ops/detail/vector_math.hpp"
 #include "core/tensor.hpp"
