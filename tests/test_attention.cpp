@@ -141,15 +141,17 @@ TEMPLATE_TEST_CASE("attention: the GPU-shaped block kernels, run on any backend,
                    "[ops][attention]", JOULE_TEST_SPACES) {
   // The 256-thread block kernels run here as they do on a GPU, their roles one after the other:
   // sequences that end inside the 16/32/64-row tiles and the 16-row thread grid, prefixes that
-  // end inside a tile, every head size (hd 128 gets 32-row tiles), float and double.
+  // end inside a tile, every tile shape the head sizes get, float and double.
   TestType space;
   Rng rng(46);
-  auto const hd = GENERATE(16, 32, 64, 128);
+  // hd 16 (and 32): 64-row tiles everywhere; 64: 32 x 64 backward tiles; 128: 32 x 32 forward,
+  // 16 x 32 and 32 x 32 backward tiles. A prefix mask has an open block and a causal part.
+  auto const hd = GENERATE(16, 64, 128);
   auto const seq = GENERATE(1, 47, 131);
-  for (auto const& mask : {AttentionMask::causal(), AttentionMask::prefix(seq / 2 + 3)}) {
-    compare_with_naive<double, TestType, true>(space, 1, seq, 1, hd, mask, rng, 1e-10, 1e-12);
-  }
-  compare_with_naive<float, TestType, true>(space, 2, seq, 1, hd, AttentionMask::none(), rng, 2e-4, 2e-5);
+  compare_with_naive<double, TestType, true>(space, 1, seq, 1, hd, AttentionMask::prefix(seq / 2 + 3), rng, 1e-10,
+                                             1e-12);
+  if (seq > 1)
+    compare_with_naive<float, TestType, true>(space, 2, seq, 1, hd, AttentionMask::causal(), rng, 2e-4, 2e-5);
 }
 
 TEMPLATE_TEST_CASE("attention: both kernel shapes give the same bits on every run",
