@@ -4,6 +4,9 @@
 #include "core/ops/attention.hpp"
 #include "support/test_support.hpp"
 
+#include <cstring>
+#include <type_traits>
+
 using namespace joule;
 using namespace joule::test;
 
@@ -72,7 +75,9 @@ NaiveAttention naive_attention(std::vector<double> const& qkv, std::vector<doubl
   return r;
 }
 
-template <class T, class Space>
+// Block: run the GPU-shaped kernels (256-thread blocks, see attention_kernels.hpp) whatever the
+// backend; else the backend's own (the host kernels on CPUs).
+template <class T, class Space, bool Block = detail::attention_block_default<Space>()>
 void compare_with_naive(Space const& space, int batch, int seq, int heads, int hd,
                         AttentionMask const& mask, Rng& rng, double rtol, double atol) {
   using Mem = typename Space::memory_space;
@@ -81,12 +86,12 @@ void compare_with_naive(Space const& space, int batch, int seq, int heads, int h
   Tensor2<T, Mem> lse("lse", batch * heads, seq), delta("delta", batch * heads, seq);
   fill_uniform(qkv, rng, -2, 2);  // wide enough that softmax rows are far from uniform
   fill_uniform(d_out, rng);
-  attention_forward(space, out, lse, qkv, batch, heads, mask);
-  attention_backward(space, d_qkv, delta, d_out, qkv, out, lse, batch, heads, mask);
+  detail::attention_forward_as<Block>(space, out, lse, qkv, batch, heads, mask);
+  detail::attention_backward_as<Block>(space, d_qkv, delta, d_out, qkv, out, lse, batch, heads, mask);
   auto const ref = naive_attention(to_vector(qkv), to_vector(d_out), batch, seq, heads, hd,
                                    mask.open_prefix(seq));
   INFO("mask " << mask.name() << ", seq " << seq << ", head size " << hd << ", "
-               << (sizeof(T) == 4 ? "float" : "double"));
+               << (sizeof(T) == 4 ? "float" : "double") << (Block ? ", block kernels" : ", host kernels"));
   JOULE_REQUIRE_CLOSE("attention out", to_vector(out), ref.out, rtol, atol);
   JOULE_REQUIRE_CLOSE("attention lse", to_vector(lse), ref.lse, rtol, atol);
   JOULE_REQUIRE_CLOSE("attention d_qkv", to_vector(d_qkv), ref.d_qkv, rtol, atol);
@@ -129,6 +134,57 @@ TEMPLATE_TEST_CASE("attention: awkward sizes for the CPU tiling (64-row tiles, 4
                            AttentionMask::prefix(seq - 1)}) {
     compare_with_naive<double>(space, 2, seq, 1, hd, mask, rng, 1e-10, 1e-12);
     compare_with_naive<float>(space, 1, seq, 2, hd, mask, rng, 2e-4, 2e-5);
+  }
+}
+
+TEMPLATE_TEST_CASE("attention: the GPU-shaped block kernels, run on any backend, equal the reference",
+                   "[ops][attention]", JOULE_TEST_SPACES) {
+  // The 256-thread block kernels run here as they do on a GPU, their roles one after the other:
+  // sequences that end inside the 16/32/64-row tiles and the 16-row thread grid, prefixes that
+  // end inside a tile, every tile shape the head sizes get, float and double.
+  TestType space;
+  Rng rng(46);
+  // hd 16 (and 32): 64-row tiles everywhere; 64: 32 x 64 backward tiles; 128: 32 x 32 forward,
+  // 16 x 32 and 32 x 32 backward tiles. A prefix mask has an open block and a causal part.
+  auto const hd = GENERATE(16, 64, 128);
+  auto const seq = GENERATE(1, 47, 131);
+  compare_with_naive<double, TestType, true>(space, 1, seq, 1, hd, AttentionMask::prefix(seq / 2 + 3), rng, 1e-10,
+                                             1e-12);
+  if (seq > 1)
+    compare_with_naive<float, TestType, true>(space, 2, seq, 1, hd, AttentionMask::causal(), rng, 2e-4, 2e-5);
+}
+
+TEMPLATE_TEST_CASE("attention: both kernel shapes give the same bits on every run",
+                   "[ops][attention]", JOULE_TEST_SPACES) {
+  // Every reduction runs in a fixed order (no atomics, no order left to the scheduler): two runs
+  // of the same inputs agree bit for bit, host and block kernels alike.
+  using Mem = typename TestType::memory_space;
+  TestType space;
+  Rng rng(47);
+  int const batch = 2, seq = 77, heads = 2, hd = 32, c = heads * hd, n = batch * seq;
+  Tensor2<float, Mem> qkv("qkv", n, 3 * c), d_out("d_out", n, c);
+  fill_uniform(qkv, rng, -2, 2);
+  fill_uniform(d_out, rng);
+  auto const run = [&](auto block) {
+    constexpr bool kBlock = decltype(block)::value;
+    Tensor2<float, Mem> out("out", n, c), d_qkv("d_qkv", n, 3 * c);
+    Tensor2<float, Mem> lse("lse", batch * heads, seq), delta("delta", batch * heads, seq);
+    auto const mask = AttentionMask::prefix(30);
+    detail::attention_forward_as<kBlock>(space, out, lse, qkv, batch, heads, mask);
+    detail::attention_backward_as<kBlock>(space, d_qkv, delta, d_out, qkv, out, lse, batch, heads, mask);
+    auto r = to_vector(out);
+    for (auto x : to_vector(lse)) r.push_back(x);
+    for (auto x : to_vector(d_qkv)) r.push_back(x);
+    return r;
+  };
+  for (int shape = 0; shape < 2; ++shape) {
+    INFO((shape ? "block kernels" : "host kernels"));
+    auto const a = shape ? run(std::true_type{}) : run(std::false_type{});
+    auto const b = shape ? run(std::true_type{}) : run(std::false_type{});
+    REQUIRE(a.size() == b.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    REQUIRE(differ == 0);
   }
 }
 

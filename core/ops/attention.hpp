@@ -53,31 +53,33 @@ inline AttentionShape attention_shape(char const* op, int rows, int qkv_cols, in
 
 }  // namespace detail
 
-template <class ExecutionSpace, class Out, class Lse, class Qkv>
-void attention_forward(ExecutionSpace const& space, Out const& out, Lse const& lse, Qkv const& qkv,
-                       int batch, int n_heads, AttentionMask const& mask) {
-  auto const s = detail::attention_shape("attention_forward", qkv.extent(0), qkv.extent(1), batch,
-                                         n_heads, mask);
+namespace detail {
+// Block: the GPU-shaped kernels (256-thread blocks) on any backend, else the host kernels; the
+// public functions below pick by backend (attention_block_default), the tests run both on the CPU.
+template <bool Block, class ExecutionSpace, class Out, class Lse, class Qkv>
+void attention_forward_as(ExecutionSpace const& space, Out const& out, Lse const& lse, Qkv const& qkv,
+                          int batch, int n_heads, AttentionMask const& mask) {
+  auto const s = attention_shape("attention_forward", qkv.extent(0), qkv.extent(1), batch,
+                                 n_heads, mask);
   require(out.extent(0) == qkv.extent(0) && int(out.extent(1)) == s.channels &&
               int(lse.extent(0)) == batch * n_heads && int(lse.extent(1)) == s.seq,
           "attention_forward", "qkv " + shape_of(qkv) + ", out " + shape_of(out) + ", lse " +
                                    shape_of(lse) + " (expected lse [B*H, S])");
   switch (s.head_dim) {
-    case 16: detail::launch_attention_forward<16>(space, s, out, lse, qkv); break;
-    case 32: detail::launch_attention_forward<32>(space, s, out, lse, qkv); break;
-    case 64: detail::launch_attention_forward<64>(space, s, out, lse, qkv); break;
-    case 128: detail::launch_attention_forward<128>(space, s, out, lse, qkv); break;
+    case 16: launch_attention_forward<16, Block>(space, s, out, lse, qkv); break;
+    case 32: launch_attention_forward<32, Block>(space, s, out, lse, qkv); break;
+    case 64: launch_attention_forward<64, Block>(space, s, out, lse, qkv); break;
+    case 128: launch_attention_forward<128, Block>(space, s, out, lse, qkv); break;
   }
 }
 
-// d_qkv is overwritten. delta [B*H, S] is workspace (rowsum(d_out * out) per head).
-template <class ExecutionSpace, class DQkv, class Delta, class DOut, class Qkv, class Out,
+template <bool Block, class ExecutionSpace, class DQkv, class Delta, class DOut, class Qkv, class Out,
           class Lse>
-void attention_backward(ExecutionSpace const& space, DQkv const& d_qkv, Delta const& delta,
-                        DOut const& d_out, Qkv const& qkv, Out const& out, Lse const& lse,
-                        int batch, int n_heads, AttentionMask const& mask) {
-  auto const s = detail::attention_shape("attention_backward", qkv.extent(0), qkv.extent(1), batch,
-                                         n_heads, mask);
+void attention_backward_as(ExecutionSpace const& space, DQkv const& d_qkv, Delta const& delta,
+                           DOut const& d_out, Qkv const& qkv, Out const& out, Lse const& lse,
+                           int batch, int n_heads, AttentionMask const& mask) {
+  auto const s = attention_shape("attention_backward", qkv.extent(0), qkv.extent(1), batch,
+                                 n_heads, mask);
   require(d_qkv.extent(0) == qkv.extent(0) && d_qkv.extent(1) == qkv.extent(1) &&
               d_out.extent(0) == out.extent(0) && d_out.extent(1) == out.extent(1) &&
               out.extent(0) == qkv.extent(0) && int(out.extent(1)) == s.channels &&
@@ -87,11 +89,30 @@ void attention_backward(ExecutionSpace const& space, DQkv const& d_qkv, Delta co
                                     ", out " + shape_of(out) + ", d_out " + shape_of(d_out) +
                                     ", lse " + shape_of(lse) + ", delta " + shape_of(delta));
   switch (s.head_dim) {
-    case 16: detail::launch_attention_backward<16>(space, s, d_qkv, delta, d_out, qkv, out, lse); break;
-    case 32: detail::launch_attention_backward<32>(space, s, d_qkv, delta, d_out, qkv, out, lse); break;
-    case 64: detail::launch_attention_backward<64>(space, s, d_qkv, delta, d_out, qkv, out, lse); break;
-    case 128: detail::launch_attention_backward<128>(space, s, d_qkv, delta, d_out, qkv, out, lse); break;
+    case 16: launch_attention_backward<16, Block>(space, s, d_qkv, delta, d_out, qkv, out, lse); break;
+    case 32: launch_attention_backward<32, Block>(space, s, d_qkv, delta, d_out, qkv, out, lse); break;
+    case 64: launch_attention_backward<64, Block>(space, s, d_qkv, delta, d_out, qkv, out, lse); break;
+    case 128: launch_attention_backward<128, Block>(space, s, d_qkv, delta, d_out, qkv, out, lse); break;
   }
+}
+
+}  // namespace detail
+
+template <class ExecutionSpace, class Out, class Lse, class Qkv>
+void attention_forward(ExecutionSpace const& space, Out const& out, Lse const& lse, Qkv const& qkv,
+                       int batch, int n_heads, AttentionMask const& mask) {
+  detail::attention_forward_as<detail::attention_block_default<ExecutionSpace>()>(space, out, lse, qkv, batch,
+                                                                                  n_heads, mask);
+}
+
+// d_qkv is overwritten. delta [B*H, S] is workspace (rowsum(d_out * out) per head).
+template <class ExecutionSpace, class DQkv, class Delta, class DOut, class Qkv, class Out,
+          class Lse>
+void attention_backward(ExecutionSpace const& space, DQkv const& d_qkv, Delta const& delta,
+                        DOut const& d_out, Qkv const& qkv, Out const& out, Lse const& lse,
+                        int batch, int n_heads, AttentionMask const& mask) {
+  detail::attention_backward_as<detail::attention_block_default<ExecutionSpace>()>(
+      space, d_qkv, delta, d_out, qkv, out, lse, batch, n_heads, mask);
 }
 
 }  // namespace joule

@@ -2,19 +2,24 @@
 // Kernels behind joule::attention_forward / attention_backward (see core/ops/attention.hpp).
 //
 // Work decomposition: one team per (batch, head, tile of rows). A tile's K/V (or Q/dO) rows are
-// staged in team scratch and reused by every row of the other side. Each thread owns kR rows
-// of its tile: on GPUs kR = 1 (a team has one thread per row, scratch in shared memory, at most
-// 32 KiB); on CPUs a team is one thread that walks its tile in groups of kR = 4 rows (scratch is
-// an L2-resident cache block, up to 160 KiB, so tiles are 64 rows). Tile sizes are compile-time,
-// from the head size, the scalar size and the scratch budget, so per-thread arrays have static
-// bounds.
+// staged in team scratch and reused by every row of the other side. Two shapes of the same
+// algorithm (launch_attention_forward / _backward pick by backend, Block = !host):
+//   host kernels (CPUs): a team is one thread that walks its tile in groups of kR = 4 rows
+//     (scratch is an L2-resident cache block, up to 160 KiB, so tiles are 64 rows). Tile sizes
+//     are compile-time, from the head size, the scalar size and the scratch budget, so
+//     per-thread arrays have static bounds. (On a GPU this shape would be one thread per row,
+//     kR = 1, in <= 32 KiB: slow, kept only as the host shape.)
+//   block kernels (GPUs, "GPU-shaped kernels" below): a team is a 256-thread block, tiles of
+//     16-64 rows in up to 100 KiB of shared memory, register micro-tiles per thread, padded
+//     conflict-free shared tiles; they run on host backends too (the tests do).
 //
-// Dot products against a tile are register-blocked micro-tiles (kR rows x a chunk of columns of
-// accumulators, attention_tile_dot / attention_tile_axpy): the inner loop runs over a contiguous
-// dimension with independent accumulators, so CPU compilers vectorise it without reassociating a
-// reduction (no -ffast-math), and each result is summed in the same order on every backend and
-// every run. Masks cost nothing outside the diagonal tiles: key (query) ranges stop at the
-// tile's last visible key, and column chunks no row of a group sees are skipped.
+// Host kernels: dot products against a tile are register-blocked micro-tiles (kR rows x a chunk
+// of columns of accumulators, attention_tile_dot / attention_tile_axpy): the inner loop runs
+// over a contiguous dimension with independent accumulators, so CPU compilers vectorise it
+// without reassociating a reduction (no -ffast-math), and each result is summed in the same
+// order on every run. Masks cost nothing outside the diagonal tiles: key (query) ranges stop at
+// the tile's last visible key, and column chunks no row of a group sees are skipped.
+#include "core/detail/launch_shape.hpp"
 #include "core/ops/detail/vector_math.hpp"
 #include "core/tensor.hpp"
 
@@ -247,7 +252,8 @@ KOKKOS_INLINE_FUNCTION T attention_row_sum(T const (&s)[N]) {
 template <class ExecutionSpace, int HD, class Out, class Lse, class Qkv>
 struct AttentionForwardKernel {
   using T = typename Out::non_const_value_type;
-  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
+  using Member = typename Policy::member_type;
   using Tile2 = ScratchMatrix<T, ExecutionSpace>;
   using Tile1 = ScratchVector<T, ExecutionSpace>;
   static constexpr int kTile = attention_tile<T, HD, 4, attention_scratch_budget<ExecutionSpace>()>();
@@ -326,15 +332,561 @@ struct AttentionForwardKernel {
   }
 };
 
-template <int HD, class ExecutionSpace, class Out, class Lse, class Qkv>
+// ---------------------------------------------------------------------------------------------
+// GPU-shaped kernels ("block" kernels). One team = one CUDA block of kBlockThreads = 256 threads
+// (8 warps), seen as a 16 x 16 grid: tid = 16 ty + tx, so a warp holds two ty values (2w, 2w+1)
+// and all 16 tx. Each phase between two team barriers is one TeamThreadRange over the 256 roles;
+// on CUDA every thread takes exactly its own role, on a host team (one thread) the roles run one
+// after the other, so the same code, in the same summation order, runs and is tested on the CPU.
+// No state lives in registers across a barrier: accumulators (O, dK, dV, dQ) and softmax
+// statistics stay in team scratch (shared memory), and each phase reads them into registers.
+//
+// Phases per tile of the other side: (load) K/V (or Q/dO) rows, a flat index over the tile, so
+// consecutive threads read consecutive columns of a row (128-byte segments per warp for
+// hd >= 32); (A) a register micro-tile of the score products, thread (ty, tx) owns rows
+// ty + 16 r and columns tx + 16 c; (B, forward only) the online softmax of the tile's rows;
+// (C) the products with V (dO, Q, K) into the accumulators, thread (ty, tx) owns rows ty + 16 r
+// and head columns tx + 16 c. Every sum runs in a fixed order (over d, j or i ascending, partial
+// maxima and sums over tx / part ascending): the same bits every run.
+//
+// Shared-memory layout (4-byte words, 32 banks; bank = word index mod 32):
+//   tiles read by row in the dot loop of phase A, Q/K/V/dO [rows][hd + 1] (an odd stride):
+//     the tx-indexed operand: lanes tx = 0..15 read rows tx + 16c at column d, banks
+//     (tx (hd + 1) + d) mod 32, 16 distinct banks (hd + 1 is odd), each word read by the 2 lanes
+//     of the same tx (a broadcast); the ty-indexed operand: 2 words per warp (rows ty, ty + 1),
+//     banks one apart. Loads write a row's consecutive columns: distinct banks for hd >= 32
+//     (hd = 16: a warp stores two rows, one bank taken twice, once per tile).
+//   tiles read by column, rows ty + 16 r and columns tx + 16 c (O, dK, dV, dQ and the score
+//     tiles P / dS of the backward pass), stride = 16 mod 32 (attention_stride16): lanes of ty
+//     = 2w hit banks tx + e, those of 2w + 1 banks 16 + tx + e: 32 distinct. Phase C reads P/dS
+//     rows ty, ty + 1 at one column: 2 words, 16 banks apart.
+//   the forward's P^T [key][query] and partial maxima [tx][query], stride = 2 mod 32
+//     (attention_stride2): phase A writes key tx + 16c, query ty + 16r: banks 2 tx + ty + e, 32
+//     distinct; phase B reads 32 consecutive queries of one key: 32 consecutive banks; phase C
+//     reads queries ty, ty + 1 of one key: 2 adjacent words.
+//   V in phase C: row j, columns tx + 16c: 16 consecutive words, no padding needed.
+// (Double uses 2 banks per word; the same patterns are at most 2-way there.)
+inline constexpr int kBlockThreads = 256;
+inline constexpr int kBlockGrid = 16;  // the thread grid is kBlockGrid x kBlockGrid
+// Scratch per block for a GPU team: at most 100 KiB, so that 2 blocks of 256 threads share an
+// SM (228 KB, 1 KB reserved per block, Kokkos' own team buffer on top): occupancy >= 25%.
+inline constexpr std::size_t kBlockScratchBytes = 102400;
+constexpr int attention_stride16(int w) { return w + ((16 - w % 32) + 32) % 32; }
+constexpr int attention_stride2(int w) { return w + ((2 - w % 32) + 32) % 32; }
+
+struct AttentionBlockTiles {
+  int rows = 16, cols = 16;  // the team's own tile, the tile of the other side it walks
+};
+// The pair (rows, cols) in {16, 32, 64}^2 with the most rows x cols whose scratch fits the
+// budget, the smaller scratch on a tie (more blocks per SM); (16, 16) if none fits.
+template <class Layout>
+constexpr AttentionBlockTiles attention_block_tiles() {
+  AttentionBlockTiles best;
+  std::size_t best_bytes = Layout::bytes(16, 16);
+  for (int r = 64; r >= 16; r /= 2)
+    for (int c = 64; c >= 16; c /= 2) {
+      std::size_t const b = Layout::bytes(r, c);
+      if (b > kBlockScratchBytes) continue;
+      bool const more = r * c > best.rows * best.cols;
+      if (more || (r * c == best.rows * best.cols && b < best_bytes)) {
+        best = AttentionBlockTiles{r, c};
+        best_bytes = b;
+      }
+    }
+  return best;
+}
+
+// How many keys of [key0, key0 + n_keys) query `query` sees (0 for padding rows: in = false).
+KOKKOS_INLINE_FUNCTION int attention_row_keys(AttentionShape const& s, int query, bool in, int key0,
+                                              int n_keys) {
+  int const e = in ? attention_key_end(query, s.seq, s.open_prefix) - key0 : 0;
+  return e < 0 ? 0 : e < n_keys ? e : n_keys;
+}
+
+// Forward, GPU shape: a team owns kQ query rows and walks key tiles of kK keys.
+template <class T, int HD>
+struct AttentionForwardBlockLayout {
+  static constexpr int ldq = HD + 1, ldk = HD + 1, ldv = HD, ldo = attention_stride16(HD);
+  static constexpr std::size_t elements(int q, int k) {  // q, k, v, o, p^t, max parts, sum parts, m[2], l, corr
+    return std::size_t(q) * ldq + std::size_t(k) * ldk + std::size_t(k) * ldv + std::size_t(q) * ldo +
+           std::size_t(k + kBlockGrid) * attention_stride2(q) + std::size_t(kBlockThreads) + 4 * std::size_t(q);
+  }
+  static constexpr std::size_t bytes(int q, int k) { return elements(q, k) * sizeof(T); }
+};
+
+template <class ExecutionSpace, int HD, class Out, class Lse, class Qkv>
+struct AttentionForwardBlockKernel {
+  using T = typename Out::non_const_value_type;
+  using Policy = Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<kBlockThreads, 2>>;
+  using Member = typename Policy::member_type;
+  using Layout = AttentionForwardBlockLayout<T, HD>;
+  static constexpr AttentionBlockTiles kTiles = attention_block_tiles<Layout>();
+  static constexpr int kQ = kTiles.rows, kK = kTiles.cols;
+  static constexpr int kTile = kQ;  // rows per team, for the launch
+  static constexpr int kRQ = kQ / kBlockGrid, kCK = kK / kBlockGrid, kCD = HD / kBlockGrid;
+  static constexpr int kParts = kBlockThreads / kQ, kKeysPerPart = kK / kParts;  // phase B
+  static constexpr int ldq = Layout::ldq, ldk = Layout::ldk, ldv = Layout::ldv, ldo = Layout::ldo;
+  static constexpr int ldp = attention_stride2(kQ);
+  static_assert(kK % kParts == 0 && HD % kBlockGrid == 0, "block tiles must split over the threads");
+  static constexpr int team_size() { return is_host_space<ExecutionSpace>() ? 1 : kBlockThreads; }
+
+  AttentionShape s;
+  Out out;
+  Lse lse;
+  Qkv qkv;
+  T scale;
+  int row_tiles;
+
+  static std::size_t scratch_bytes() { return ScratchVector<T, ExecutionSpace>::shmem_size(Layout::elements(kQ, kK)); }
+
+  KOKKOS_FUNCTION void operator()(Member const& team) const {
+    auto const t = AttentionTeamTile::decode<kQ, HD>(s, team.league_rank(), row_tiles);
+    int const bh = t.bh, row0 = t.row0, n_rows = t.n_rows, token0 = t.token0;
+    int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
+    ScratchVector<T, ExecutionSpace> buf(team.team_scratch(0), Layout::elements(kQ, kK));
+    T* const sq = buf.data();
+    T* const sk = sq + kQ * ldq;
+    T* const sv = sk + kK * ldk;
+    T* const so = sv + kK * ldv;
+    T* const spt = so + kQ * ldo;       // P^T [kK][ldp]
+    T* const smax = spt + kK * ldp;     // partial row maxima [kBlockGrid][ldp]
+    T* const ssum = smax + kBlockGrid * ldp;  // partial row sums [kParts][kQ]
+    T* const sm = ssum + kBlockThreads;  // running max, two buffers [2][kQ]
+    T* const sl = sm + 2 * kQ;
+    T* const scorr = sl + kQ;
+
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+      for (int e = tid; e < kQ * HD; e += kBlockThreads) {
+        int const i = e / HD, d = e % HD;  // rows past the end are zero, computed, never stored
+        sq[i * ldq + d] = i < n_rows ? scale * qkv(token0 + row0 + i, q_col + d) : T(0);
+        so[i * ldo + d] = 0;
+      }
+      if (tid < kQ) {
+        sm[tid] = T(-1e30);
+        sl[tid] = 0;
+      }
+    });
+    int const key_limit = attention_key_end(row0 + n_rows - 1, s.seq, s.open_prefix);
+    int cur = 0;  // which buffer of sm holds the running max
+    for (int key0 = 0; key0 < key_limit; key0 += kK, cur ^= 1) {
+      int const n_keys = key_limit - key0 < kK ? key_limit - key0 : kK;
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+        for (int e = tid; e < kK * HD; e += kBlockThreads) {
+          int const j = e / HD, d = e % HD;  // keys past the end are zero, never used
+          bool const in = j < n_keys;
+          sk[j * ldk + d] = in ? qkv(token0 + key0 + j, k_col + d) : T(0);
+          sv[j * ldv + d] = in ? qkv(token0 + key0 + j, v_col + d) : T(0);
+        }
+      });
+      team.team_barrier();
+      // (A) scores of rows ty + 16 r against keys tx + 16 c; partial maxima over those keys.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+        int const ty = tid / kBlockGrid, tx = tid % kBlockGrid;
+        T acc[kRQ][kCK];
+        for (int r = 0; r < kRQ; ++r)
+          for (int c = 0; c < kCK; ++c) acc[r][c] = 0;
+        for (int d = 0; d < HD; ++d) {
+          T a[kRQ], b[kCK];
+          for (int r = 0; r < kRQ; ++r) a[r] = sq[(ty + kBlockGrid * r) * ldq + d];
+          for (int c = 0; c < kCK; ++c) b[c] = sk[(tx + kBlockGrid * c) * ldk + d];
+          for (int r = 0; r < kRQ; ++r)
+            for (int c = 0; c < kCK; ++c) acc[r][c] += a[r] * b[c];
+        }
+        for (int r = 0; r < kRQ; ++r) {
+          int const i = ty + kBlockGrid * r;
+          int const n_valid = attention_row_keys(s, row0 + i, i < n_rows, key0, n_keys);
+          T mx = T(-1e30);
+          for (int c = 0; c < kCK; ++c) {
+            int const j = tx + kBlockGrid * c;
+            mx = (j < n_valid && acc[r][c] > mx) ? acc[r][c] : mx;
+            spt[j * ldp + i] = acc[r][c];
+          }
+          smax[tx * ldp + i] = mx;
+        }
+      });
+      team.team_barrier();
+      // (B) online softmax: row i = tid % kQ (a warp: 32 consecutive rows), keys part + kParts k.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+        int const i = tid % kQ, part = tid / kQ;
+        int const n_valid = attention_row_keys(s, row0 + i, i < n_rows, key0, n_keys);
+        T const m_old = sm[cur * kQ + i];
+        T mx = m_old;
+        for (int x = 0; x < kBlockGrid; ++x) {
+          T const v = smax[x * ldp + i];
+          mx = v > mx ? v : mx;
+        }
+        T sum = 0;
+        for (int k = 0; k < kKeysPerPart; ++k) {
+          int const j = part + kParts * k;
+          T const p = attention_keep(j < n_valid, exp_of<ExecutionSpace>(spt[j * ldp + i] - mx));
+          spt[j * ldp + i] = p;
+          sum += p;
+        }
+        ssum[part * kQ + i] = sum;
+        if (part == 0) {
+          sm[(cur ^ 1) * kQ + i] = mx;
+          scorr[i] = exp_of<ExecutionSpace>(m_old - mx);
+        }
+      });
+      team.team_barrier();
+      // (C) O = O corr + P V for rows ty + 16 r, head columns tx + 16 c; l = l corr + row sum.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+        int const ty = tid / kBlockGrid, tx = tid % kBlockGrid;
+        T acc[kRQ][kCD];
+        for (int r = 0; r < kRQ; ++r) {
+          T const corr = scorr[ty + kBlockGrid * r];
+          for (int c = 0; c < kCD; ++c) acc[r][c] = so[(ty + kBlockGrid * r) * ldo + tx + kBlockGrid * c] * corr;
+        }
+        for (int j = 0; j < n_keys; ++j) {
+          T p[kRQ], v[kCD];
+          for (int r = 0; r < kRQ; ++r) p[r] = spt[j * ldp + ty + kBlockGrid * r];
+          for (int c = 0; c < kCD; ++c) v[c] = sv[j * ldv + tx + kBlockGrid * c];
+          for (int r = 0; r < kRQ; ++r)
+            for (int c = 0; c < kCD; ++c) acc[r][c] += p[r] * v[c];
+        }
+        for (int r = 0; r < kRQ; ++r)
+          for (int c = 0; c < kCD; ++c) so[(ty + kBlockGrid * r) * ldo + tx + kBlockGrid * c] = acc[r][c];
+        if (tx == 0)
+          for (int r = 0; r < kRQ; ++r) {
+            int const i = ty + kBlockGrid * r;
+            T sum = 0;
+            for (int part = 0; part < kParts; ++part) sum += ssum[part * kQ + i];
+            sl[i] = sl[i] * scorr[i] + sum;
+          }
+      });
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+      for (int e = tid; e < n_rows * HD; e += kBlockThreads) {
+        int const i = e / HD, d = e % HD;
+        T const inv = T(1) / sl[i];
+        out(token0 + row0 + i, q_col + d) = so[i * ldo + d] * inv;
+      }
+      if (tid < n_rows) lse(bh, row0 + tid) = sm[cur * kQ + tid] + math::log(sl[tid]);
+    });
+  }
+};
+
+// Backward dK/dV, GPU shape: a team owns kK keys and walks query tiles of kQ queries.
+template <class T, int HD>
+struct AttentionKeyValueBlockLayout {
+  static constexpr int ld = HD + 1, lda = attention_stride16(HD);
+  // rows: keys of the team, cols: queries of a tile. k, v, q, dout, dk, dv, p, ds, lse, delta
+  static constexpr std::size_t elements(int k, int q) {
+    return 2 * std::size_t(k) * ld + 2 * std::size_t(q) * ld + 2 * std::size_t(k) * lda +
+           2 * std::size_t(k) * attention_stride16(q) + 2 * std::size_t(q);
+  }
+  static constexpr std::size_t bytes(int k, int q) { return elements(k, q) * sizeof(T); }
+};
+
+template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
+struct AttentionBackwardKeyValueBlockKernel {
+  using T = typename DQkv::non_const_value_type;
+  using Policy = Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<kBlockThreads, 2>>;
+  using Member = typename Policy::member_type;
+  using Layout = AttentionKeyValueBlockLayout<T, HD>;
+  static constexpr AttentionBlockTiles kTiles = attention_block_tiles<Layout>();
+  static constexpr int kK = kTiles.rows, kQ = kTiles.cols;
+  static constexpr int kTile = kK;
+  static constexpr int kRK = kK / kBlockGrid, kCQ = kQ / kBlockGrid, kCD = HD / kBlockGrid;
+  static constexpr int ld = Layout::ld, lda = Layout::lda, ldp = attention_stride16(kQ);
+  static_assert(HD % kBlockGrid == 0, "head columns must split over the threads");
+  static constexpr int team_size() { return is_host_space<ExecutionSpace>() ? 1 : kBlockThreads; }
+
+  AttentionShape s;
+  DQkv d_qkv;
+  Delta delta;
+  DOut d_out;
+  Qkv qkv;
+  Lse lse;
+  T scale;
+  int key_tiles;
+
+  static std::size_t scratch_bytes() { return ScratchVector<T, ExecutionSpace>::shmem_size(Layout::elements(kK, kQ)); }
+
+  KOKKOS_FUNCTION void operator()(Member const& team) const {
+    auto const t = AttentionTeamTile::decode<kK, HD>(s, team.league_rank(), key_tiles);
+    int const bh = t.bh, key0 = t.row0, n_keys = t.n_rows, token0 = t.token0;
+    int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
+    ScratchVector<T, ExecutionSpace> buf(team.team_scratch(0), Layout::elements(kK, kQ));
+    T* const sk = buf.data();
+    T* const sv = sk + kK * ld;
+    T* const sq = sv + kK * ld;
+    T* const sdo = sq + kQ * ld;
+    T* const sdk = sdo + kQ * ld;
+    T* const sdv = sdk + kK * lda;
+    T* const sp = sdv + kK * lda;  // [kK][ldp]
+    T* const sds = sp + kK * ldp;
+    T* const slse = sds + kK * ldp;
+    T* const sdel = slse + kQ;
+
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+      for (int e = tid; e < kK * HD; e += kBlockThreads) {
+        int const j = e / HD, d = e % HD;  // keys past the end are zero, computed, never stored
+        bool const in = j < n_keys;
+        sk[j * ld + d] = in ? qkv(token0 + key0 + j, k_col + d) : T(0);
+        sv[j * ld + d] = in ? qkv(token0 + key0 + j, v_col + d) : T(0);
+        sdk[j * lda + d] = 0;
+        sdv[j * lda + d] = 0;
+      }
+    });
+    for (int query0 = attention_query_begin(key0, s.open_prefix); query0 < s.seq; query0 += kQ) {
+      int const n_queries = s.seq - query0 < kQ ? s.seq - query0 : kQ;
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+        for (int e = tid; e < kQ * HD; e += kBlockThreads) {
+          int const i = e / HD, d = e % HD;  // rows past the end are zero, never used
+          bool const in = i < n_queries;
+          sq[i * ld + d] = in ? scale * qkv(token0 + query0 + i, q_col + d) : T(0);  // pre-scaled
+          sdo[i * ld + d] = in ? d_out(token0 + query0 + i, q_col + d) : T(0);
+        }
+        if (tid < kQ) {
+          slse[tid] = tid < n_queries ? lse(bh, query0 + tid) : T(0);
+          sdel[tid] = tid < n_queries ? delta(bh, query0 + tid) : T(0);
+        }
+      });
+      team.team_barrier();
+      // (A) s = k q^T, dp = v dO^T for keys ty + 16 r, queries tx + 16 c; p and ds.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+        int const ty = tid / kBlockGrid, tx = tid % kBlockGrid;
+        T sc[kRK][kCQ], dp[kRK][kCQ];
+        for (int r = 0; r < kRK; ++r)
+          for (int c = 0; c < kCQ; ++c) sc[r][c] = dp[r][c] = 0;
+        for (int d = 0; d < HD; ++d) {
+          T a[kRK], b[kCQ], va[kRK], gb[kCQ];
+          for (int r = 0; r < kRK; ++r) {
+            a[r] = sk[(ty + kBlockGrid * r) * ld + d];
+            va[r] = sv[(ty + kBlockGrid * r) * ld + d];
+          }
+          for (int c = 0; c < kCQ; ++c) {
+            b[c] = sq[(tx + kBlockGrid * c) * ld + d];
+            gb[c] = sdo[(tx + kBlockGrid * c) * ld + d];
+          }
+          for (int r = 0; r < kRK; ++r)
+            for (int c = 0; c < kCQ; ++c) {
+              sc[r][c] += a[r] * b[c];
+              dp[r][c] += va[r] * gb[c];
+            }
+        }
+        for (int r = 0; r < kRK; ++r) {
+          int const j = ty + kBlockGrid * r;
+          for (int c = 0; c < kCQ; ++c) {
+            int const i = tx + kBlockGrid * c;
+            bool const keep = j < n_keys && i < n_queries &&
+                              key0 + j < attention_key_end(query0 + i, s.seq, s.open_prefix);
+            T const p = attention_keep(keep, exp_of<ExecutionSpace>(sc[r][c] - slse[i]));
+            sp[j * ldp + i] = p;
+            sds[j * ldp + i] = p * (dp[r][c] - sdel[i]);
+          }
+        }
+      });
+      team.team_barrier();
+      // (C) dV += p dO, dK += ds q for keys ty + 16 r, head columns tx + 16 c.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+        int const ty = tid / kBlockGrid, tx = tid % kBlockGrid;
+        T av[kRK][kCD], ak[kRK][kCD];
+        for (int r = 0; r < kRK; ++r)
+          for (int c = 0; c < kCD; ++c) {
+            av[r][c] = sdv[(ty + kBlockGrid * r) * lda + tx + kBlockGrid * c];
+            ak[r][c] = sdk[(ty + kBlockGrid * r) * lda + tx + kBlockGrid * c];
+          }
+        for (int i = 0; i < n_queries; ++i) {
+          T p[kRK], g[kRK], o[kCD], q[kCD];
+          for (int r = 0; r < kRK; ++r) {
+            p[r] = sp[(ty + kBlockGrid * r) * ldp + i];
+            g[r] = sds[(ty + kBlockGrid * r) * ldp + i];
+          }
+          for (int c = 0; c < kCD; ++c) {
+            o[c] = sdo[i * ld + tx + kBlockGrid * c];
+            q[c] = sq[i * ld + tx + kBlockGrid * c];
+          }
+          for (int r = 0; r < kRK; ++r)
+            for (int c = 0; c < kCD; ++c) {
+              av[r][c] += p[r] * o[c];
+              ak[r][c] += g[r] * q[c];
+            }
+        }
+        for (int r = 0; r < kRK; ++r)
+          for (int c = 0; c < kCD; ++c) {
+            sdv[(ty + kBlockGrid * r) * lda + tx + kBlockGrid * c] = av[r][c];
+            sdk[(ty + kBlockGrid * r) * lda + tx + kBlockGrid * c] = ak[r][c];
+          }
+      });
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+      for (int e = tid; e < n_keys * HD; e += kBlockThreads) {
+        int const j = e / HD, d = e % HD;
+        d_qkv(token0 + key0 + j, k_col + d) = sdk[j * lda + d];
+        d_qkv(token0 + key0 + j, v_col + d) = sdv[j * lda + d];
+      }
+    });
+  }
+};
+
+// Backward dQ, GPU shape: a team owns kQ queries and walks key tiles of kK keys.
+template <class T, int HD>
+struct AttentionQueryBlockLayout {
+  static constexpr int ld = HD + 1, lda = attention_stride16(HD);
+  // rows: queries of the team, cols: keys of a tile. q, dout, k, v, dq, ds, lse, delta
+  static constexpr std::size_t elements(int q, int k) {
+    return 2 * std::size_t(q) * ld + 2 * std::size_t(k) * ld + std::size_t(q) * lda +
+           std::size_t(q) * attention_stride16(k) + 2 * std::size_t(q);
+  }
+  static constexpr std::size_t bytes(int q, int k) { return elements(q, k) * sizeof(T); }
+};
+
+template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
+struct AttentionBackwardQueryBlockKernel {
+  using T = typename DQkv::non_const_value_type;
+  using Policy = Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<kBlockThreads, 2>>;
+  using Member = typename Policy::member_type;
+  using Layout = AttentionQueryBlockLayout<T, HD>;
+  static constexpr AttentionBlockTiles kTiles = attention_block_tiles<Layout>();
+  static constexpr int kQ = kTiles.rows, kK = kTiles.cols;
+  static constexpr int kTile = kQ;
+  static constexpr int kRQ = kQ / kBlockGrid, kCK = kK / kBlockGrid, kCD = HD / kBlockGrid;
+  static constexpr int ld = Layout::ld, lda = Layout::lda, lds = attention_stride16(kK);
+  static_assert(HD % kBlockGrid == 0, "head columns must split over the threads");
+  static constexpr int team_size() { return is_host_space<ExecutionSpace>() ? 1 : kBlockThreads; }
+
+  AttentionShape s;
+  DQkv d_qkv;
+  Delta delta;
+  DOut d_out;
+  Qkv qkv;
+  Lse lse;
+  T scale;
+  int row_tiles;
+
+  static std::size_t scratch_bytes() { return ScratchVector<T, ExecutionSpace>::shmem_size(Layout::elements(kQ, kK)); }
+
+  KOKKOS_FUNCTION void operator()(Member const& team) const {
+    auto const t = AttentionTeamTile::decode<kQ, HD>(s, team.league_rank(), row_tiles);
+    int const bh = t.bh, row0 = t.row0, n_rows = t.n_rows, token0 = t.token0;
+    int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
+    ScratchVector<T, ExecutionSpace> buf(team.team_scratch(0), Layout::elements(kQ, kK));
+    T* const sq = buf.data();
+    T* const sdo = sq + kQ * ld;
+    T* const sk = sdo + kQ * ld;
+    T* const sv = sk + kK * ld;
+    T* const sdq = sv + kK * ld;
+    T* const sds = sdq + kQ * lda;  // [kQ][lds]
+    T* const slse = sds + kQ * lds;
+    T* const sdel = slse + kQ;
+
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+      for (int e = tid; e < kQ * HD; e += kBlockThreads) {
+        int const i = e / HD, d = e % HD;  // rows past the end are zero, computed, never stored
+        bool const in = i < n_rows;
+        sq[i * ld + d] = in ? scale * qkv(token0 + row0 + i, q_col + d) : T(0);
+        sdo[i * ld + d] = in ? d_out(token0 + row0 + i, q_col + d) : T(0);
+        sdq[i * lda + d] = 0;
+      }
+      if (tid < kQ) {
+        slse[tid] = tid < n_rows ? lse(bh, row0 + tid) : T(0);
+        sdel[tid] = tid < n_rows ? delta(bh, row0 + tid) : T(0);
+      }
+    });
+    int const key_limit = attention_key_end(row0 + n_rows - 1, s.seq, s.open_prefix);
+    for (int key0 = 0; key0 < key_limit; key0 += kK) {
+      int const n_keys = key_limit - key0 < kK ? key_limit - key0 : kK;
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+        for (int e = tid; e < kK * HD; e += kBlockThreads) {
+          int const j = e / HD, d = e % HD;  // keys past the end are zero, never used
+          bool const in = j < n_keys;
+          sk[j * ld + d] = in ? qkv(token0 + key0 + j, k_col + d) : T(0);
+          sv[j * ld + d] = in ? qkv(token0 + key0 + j, v_col + d) : T(0);
+        }
+      });
+      team.team_barrier();
+      // (A) s = q k^T, dp = dO v^T for queries ty + 16 r, keys tx + 16 c; ds.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+        int const ty = tid / kBlockGrid, tx = tid % kBlockGrid;
+        T sc[kRQ][kCK], dp[kRQ][kCK];
+        for (int r = 0; r < kRQ; ++r)
+          for (int c = 0; c < kCK; ++c) sc[r][c] = dp[r][c] = 0;
+        for (int d = 0; d < HD; ++d) {
+          T a[kRQ], g[kRQ], b[kCK], vb[kCK];
+          for (int r = 0; r < kRQ; ++r) {
+            a[r] = sq[(ty + kBlockGrid * r) * ld + d];
+            g[r] = sdo[(ty + kBlockGrid * r) * ld + d];
+          }
+          for (int c = 0; c < kCK; ++c) {
+            b[c] = sk[(tx + kBlockGrid * c) * ld + d];
+            vb[c] = sv[(tx + kBlockGrid * c) * ld + d];
+          }
+          for (int r = 0; r < kRQ; ++r)
+            for (int c = 0; c < kCK; ++c) {
+              sc[r][c] += a[r] * b[c];
+              dp[r][c] += g[r] * vb[c];
+            }
+        }
+        for (int r = 0; r < kRQ; ++r) {
+          int const i = ty + kBlockGrid * r;
+          int const n_valid = attention_row_keys(s, row0 + i, i < n_rows, key0, n_keys);
+          for (int c = 0; c < kCK; ++c) {
+            int const j = tx + kBlockGrid * c;
+            sds[i * lds + j] = attention_keep(j < n_valid, exp_of<ExecutionSpace>(sc[r][c] - slse[i])) *
+                               (dp[r][c] - sdel[i]);
+          }
+        }
+      });
+      team.team_barrier();
+      // (C) dQ += ds k for queries ty + 16 r, head columns tx + 16 c.
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+        int const ty = tid / kBlockGrid, tx = tid % kBlockGrid;
+        T acc[kRQ][kCD];
+        for (int r = 0; r < kRQ; ++r)
+          for (int c = 0; c < kCD; ++c) acc[r][c] = sdq[(ty + kBlockGrid * r) * lda + tx + kBlockGrid * c];
+        for (int j = 0; j < n_keys; ++j) {
+          T g[kRQ], b[kCD];
+          for (int r = 0; r < kRQ; ++r) g[r] = sds[(ty + kBlockGrid * r) * lds + j];
+          for (int c = 0; c < kCD; ++c) b[c] = sk[j * ld + tx + kBlockGrid * c];
+          for (int r = 0; r < kRQ; ++r)
+            for (int c = 0; c < kCD; ++c) acc[r][c] += g[r] * b[c];
+        }
+        for (int r = 0; r < kRQ; ++r)
+          for (int c = 0; c < kCD; ++c) sdq[(ty + kBlockGrid * r) * lda + tx + kBlockGrid * c] = acc[r][c];
+      });
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
+      for (int e = tid; e < n_rows * HD; e += kBlockThreads) {
+        int const i = e / HD, d = e % HD;
+        d_qkv(token0 + row0 + i, q_col + d) = scale * sdq[i * lda + d];
+      }
+    });
+  }
+};
+
+// The shape of a launch: host spaces get the register-blocked host kernels (one thread per team,
+// L2-sized tiles), GPUs the 256-thread block kernels. Block = true picks the GPU kernels on any
+// backend (the tests run them on the CPU). Either way the launch reports the CUDA shape, that of
+// the block kernel: league x 256 threads in blocks of 256.
+template <class ExecutionSpace>
+constexpr bool attention_block_default() {
+  return !is_host_space<ExecutionSpace>();
+}
+
+template <class Kernel>
+typename Kernel::Policy attention_policy(typename Kernel::Policy::execution_space const& space, int league) {
+  return typename Kernel::Policy(space, league, Kernel::team_size());
+}
+
+template <int HD, bool Block, class ExecutionSpace, class Out, class Lse, class Qkv>
 void launch_attention_forward(ExecutionSpace const& space, AttentionShape const& s, Out const& out,
                               Lse const& lse, Qkv const& qkv) {
-  using Kernel = AttentionForwardKernel<ExecutionSpace, HD, Out, Lse, Qkv>;
+  using BlockKernel = AttentionForwardBlockKernel<ExecutionSpace, HD, Out, Lse, Qkv>;
+  using Kernel = std::conditional_t<Block, BlockKernel, AttentionForwardKernel<ExecutionSpace, HD, Out, Lse, Qkv>>;
   using T = typename Kernel::T;
   int const row_tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
   Kernel kernel{s, out, lse, qkv, T(1.0 / std::sqrt(double(HD))), row_tiles};
-  Kokkos::TeamPolicy<ExecutionSpace> policy(space, s.batch * s.heads * row_tiles,
-                                            Kernel::team_size());
+  auto policy = attention_policy<Kernel>(space, s.batch * s.heads * row_tiles);
+  int const cuda_league = s.batch * s.heads * ((s.seq + BlockKernel::kTile - 1) / BlockKernel::kTile);
+  note_launch("attention_forward", long(cuda_league) * kBlockThreads, kBlockThreads);
   Kokkos::parallel_for(label("attention_forward"),
                        policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())), kernel);
 }
@@ -345,6 +897,7 @@ void attention_delta(ExecutionSpace const& space, AttentionShape const& s, Delta
                      DOut const& d_out, Out const& out) {
   using T = typename Delta::non_const_value_type;
   int const seq = s.seq, heads = s.heads;
+  note_launch("attention_backward_delta", long(s.batch) * seq * heads, 0);
   Kokkos::parallel_for(
       label("attention_backward_delta"),
       Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0},
@@ -363,7 +916,8 @@ void attention_delta(ExecutionSpace const& space, AttentionShape const& s, Delta
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
 struct AttentionBackwardKeyValueKernel {
   using T = typename DQkv::non_const_value_type;
-  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
+  using Member = typename Policy::member_type;
   using Tile2 = ScratchMatrix<T, ExecutionSpace>;
   using Tile1 = ScratchVector<T, ExecutionSpace>;
   static constexpr int kTile = attention_tile<T, HD, 8, attention_scratch_budget<ExecutionSpace>()>();
@@ -463,7 +1017,8 @@ struct AttentionBackwardKeyValueKernel {
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
 struct AttentionBackwardQueryKernel {
   using T = typename DQkv::non_const_value_type;
-  using Member = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
+  using Member = typename Policy::member_type;
   using Tile2 = ScratchMatrix<T, ExecutionSpace>;
   using Tile1 = ScratchVector<T, ExecutionSpace>;
   static constexpr int kTile = attention_tile<T, HD, 6, attention_scratch_budget<ExecutionSpace>()>();
@@ -542,28 +1097,37 @@ struct AttentionBackwardQueryKernel {
   }
 };
 
-template <int HD, class ExecutionSpace, class DQkv, class Delta, class DOut, class Qkv, class Out,
-          class Lse>
+template <int HD, bool Block, class ExecutionSpace, class DQkv, class Delta, class DOut, class Qkv,
+          class Out, class Lse>
 void launch_attention_backward(ExecutionSpace const& space, AttentionShape const& s,
                                DQkv const& d_qkv, Delta const& delta, DOut const& d_out,
                                Qkv const& qkv, Out const& out, Lse const& lse) {
   attention_delta<HD>(space, s, delta, d_out, out);
   using T = typename DQkv::non_const_value_type;
   T const scale = T(1.0 / std::sqrt(double(HD)));
+  auto const cuda_threads = [&](int tile) {
+    return long(s.batch) * s.heads * ((s.seq + tile - 1) / tile) * kBlockThreads;
+  };
   {
-    using Kernel = AttentionBackwardKeyValueKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>;
+    using BlockKernel = AttentionBackwardKeyValueBlockKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>;
+    using Kernel = std::conditional_t<
+        Block, BlockKernel, AttentionBackwardKeyValueKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>>;
     int const tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
     Kernel kernel{s, d_qkv, delta, d_out, qkv, lse, scale, tiles};
-    Kokkos::TeamPolicy<ExecutionSpace> policy(space, s.batch * s.heads * tiles, Kernel::team_size());
+    auto policy = attention_policy<Kernel>(space, s.batch * s.heads * tiles);
+    note_launch("attention_backward_key_value", cuda_threads(BlockKernel::kTile), kBlockThreads);
     Kokkos::parallel_for(label("attention_backward_key_value"),
                          policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())),
                          kernel);
   }
   {
-    using Kernel = AttentionBackwardQueryKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>;
+    using BlockKernel = AttentionBackwardQueryBlockKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>;
+    using Kernel = std::conditional_t<
+        Block, BlockKernel, AttentionBackwardQueryKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>>;
     int const tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
     Kernel kernel{s, d_qkv, delta, d_out, qkv, lse, scale, tiles};
-    Kokkos::TeamPolicy<ExecutionSpace> policy(space, s.batch * s.heads * tiles, Kernel::team_size());
+    auto policy = attention_policy<Kernel>(space, s.batch * s.heads * tiles);
+    note_launch("attention_backward_query", cuda_threads(BlockKernel::kTile), kBlockThreads);
     Kokkos::parallel_for(label("attention_backward_query"),
                          policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())),
                          kernel);
