@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -115,6 +117,9 @@ int Processes::run_or_abort(std::function<int()> const& body) const {
   } catch (std::exception const& e) {
     fmt::print(stderr, "joule: error on rank {} of {}: {}\n", rank(), size(), e.what());
     std::fflush(stderr);
+    // The process whose error it is ends the job with its own message: give it the time to print
+    // it before this one's abort kills it (it normally ends the job first, and this one with it).
+    if (dynamic_cast<ErrorOnOtherProcess const*>(&e)) std::this_thread::sleep_for(std::chrono::seconds(3));
     mpi_->abort_job(1);
   }
 }

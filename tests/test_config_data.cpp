@@ -1,6 +1,7 @@
 // Bad configurations and malformed datasets are rejected with messages that name the field or
 // object and what is allowed; the synthetic data is deterministic and captions round-trip.
 #include "core/data/dataset.hpp"
+#include "core/data/batch_prefetcher.hpp"
 #include "core/data/synth.hpp"
 #include "core/io/h5file.hpp"
 #include "core/model/config.hpp"
@@ -88,6 +89,40 @@ TEST_CASE("data: synthetic data is deterministic, captions describe the image", 
   std::size_t const frame = 3 * 16 * 16;
   REQUIRE(!std::equal(a.images.begin(), a.images.begin() + frame, a.images.begin() + 2 * frame));
   REQUIRE_THROWS_WITH(encode_caption(std::string(40, 'x'), 34), Contains("more than text_len = 34"));
+}
+
+TEST_CASE("data: the prefetcher hands over exactly the batch asked for, read ahead or not; peek is next()'s "
+          "future within an epoch", "[data]") {
+  TempFile file(".h5");
+  auto const cfg = parse_config(tiny_config_json(file.path()).dump());
+  write_synthetic(file.path(), SynthOptions::for_model(cfg.model, 11, 4));
+  auto const data = Dataset::open(file.path());
+  BatchSampler sampler(std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 3, 5);
+  BatchSampler replay = sampler;
+  BatchPrefetcher prefetcher(data);
+  HostBatch got;
+  for (int draw = 0; draw < 8; ++draw) {  // crosses two epoch ends (11 samples, 3 per draw)
+    INFO("draw " << draw);
+    auto const ahead = sampler.peek(1);
+    auto const samples = sampler.next();
+    REQUIRE(samples == replay.next());
+    prefetcher.take(samples, got);
+    prefetcher.request(ahead);
+    auto const expected = data.read(samples);
+    REQUIRE(got.samples == expected.samples);
+    REQUIRE(got.tokens == expected.tokens);
+    REQUIRE(got.images == expected.images);
+    BatchSampler copy = sampler;  // peek(1) before this draw: the draw after it
+    if (!ahead.empty()) REQUIRE(ahead == copy.next());
+  }
+  // A request for other samples than the ones taken is not handed over: they are read instead.
+  prefetcher.request({0, 1, 2});
+  prefetcher.take({3, 4, 5}, got);
+  REQUIRE(got.samples == std::vector<std::size_t>{3, 4, 5});
+  REQUIRE(got.tokens == data.read({3, 4, 5}).tokens);
+  auto const counts = prefetcher.counts();
+  REQUIRE(counts.read_here >= 2);  // the first take, and the mismatch
+  if (BatchPrefetcher::reads_ahead()) REQUIRE(counts.prefetched >= 4);
 }
 
 TEST_CASE("data: malformed dataset files are rejected with what is wrong", "[data]") {

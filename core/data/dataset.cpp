@@ -287,6 +287,12 @@ std::vector<std::size_t> BatchSampler::next() {
   return out;
 }
 
+std::vector<std::size_t> BatchSampler::peek(int skip) const {
+  long long const begin = cursor_ + (long long)skip * batch_, end = begin + batch_;
+  if (skip < 0 || end > (long long)order_.size()) return {};
+  return {order_.begin() + begin, order_.begin() + end};
+}
+
 void BatchSampler::set_batch(int batch) {
   if (batch <= 0) throw DatasetError("BatchSampler: a batch of " + std::to_string(batch) + " samples");
   batch_ = batch;

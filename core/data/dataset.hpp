@@ -91,6 +91,9 @@ class BatchSampler {
  public:
   BatchSampler(std::vector<std::size_t> indices, int batch, std::uint64_t seed);
   std::vector<std::size_t> next();
+  // What next() would return after `skip` more draws, if that lies in this epoch's order; empty
+  // if it reaches into the next epoch. Changes nothing (read-ahead).
+  std::vector<std::size_t> peek(int skip) const;
   long long epoch() const { return epoch_; }
   long long cursor() const { return cursor_; }
   void restore(long long epoch, long long cursor);

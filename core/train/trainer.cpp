@@ -79,6 +79,7 @@ Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_para
                                      std::move(shards))),
       optimizer_(std::make_unique<Optimizer>(*model_, optimizer_settings(config.train))),
       dp_(std::move(data_parallel)) {
+  prefetcher_ = std::make_unique<BatchPrefetcher>(data_);
   int const micro_batches = config.train.batch / config.train.micro_batch;
   if (model_->shards().size != config.train.seq_shards)
     throw TrainingError("train.seq_shards = " + std::to_string(config.train.seq_shards) + " but this process was given " +
@@ -285,8 +286,11 @@ StepRecord Trainer::train_step() {
   for (int micro = 0; micro < accumulation; ++micro) {
     auto const samples = sampler_.next();  // every process draws every batch: the same order
     if (micro % dp_.size != dp_.rank) continue;
-    auto const batch = data_.read(samples);
-    model_->set_batch(space_, batch, cfg_.train.micro_batch);
+    prefetcher_->take(samples, train_batch_);
+    // Every process draws every batch: this process's next one is dp_.size - 1 draws on (in this
+    // step or the next; the micro-batch count is a multiple of dp_.size). Empty at an epoch's end.
+    prefetcher_->request(sampler_.peek(dp_.size - 1));
+    model_->set_batch(space_, train_batch_, cfg_.train.micro_batch);
     // Each group's weights are waited for just before their first use (the optimizer's host
     // jobs of the last step may still be running for later layers).
     auto const hook = [this](int group) {
@@ -510,7 +514,8 @@ void Trainer::save_checkpoint_once(std::string const& path) {
     if (shards.active() && shards.allreduce_sum) shards.allreduce_sum(&failed, 1);
     if (dp_.size > 1 && dp_.allreduce_sum_double) dp_.allreduce_sum_double(&failed, 1);
     if (failed > 0 && error.empty())
-      error = "checkpoint " + path + " could not be written (the writing process, replica 0's first shard, says why)";
+      throw ErrorOnOtherProcess("checkpoint " + path +
+                                " could not be written (the writing process, replica 0's first shard, says why)");
   }
   if (!error.empty()) throw TrainingError(error);
 }

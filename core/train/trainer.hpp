@@ -3,6 +3,7 @@
 // learning rate and global-norm clipping, held-out evaluation (loss and exact caption accuracy
 // of greedy decoding, decided from one teacher-forced pass), progress lines, checkpoints that
 // resume the same trajectory, and a stop with a clear message on NaN/Inf.
+#include "core/data/batch_prefetcher.hpp"
 #include "core/model/model.hpp"
 #include "core/ops/adamw.hpp"
 #include "core/train/optimizer.hpp"
@@ -22,6 +23,12 @@ namespace joule {
 class TrainingError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+// An error another process had and reports itself (a checkpoint its writer could not write):
+// this process stops too, but the job should end with the other's message, not this one's.
+class ErrorOnOtherProcess : public TrainingError {
+ public:
+  using TrainingError::TrainingError;
 };
 
 struct EvalResult {
@@ -137,6 +144,7 @@ class Trainer {
   Optimizer& optimizer() { return *optimizer_; }
   Config const& config() const { return cfg_; }
   std::string offload_summary() const;  // requested and achieved ratio, groups, bytes
+  BatchPrefetcher const& prefetcher() const { return *prefetcher_; }
   std::size_t train_samples() const { return train_indices_.size(); }
   std::size_t eval_samples() const { return eval_indices_.size(); }
 
@@ -160,6 +168,10 @@ class Trainer {
   std::vector<std::int32_t> eval_tokens_;
   std::vector<char> eval_done_;
   BatchSampler sampler_;
+  // The next micro-batch of this process, read on a thread while this one is queued (after data_:
+  // it reads from it and goes first), and the buffer the current one is read into.
+  std::unique_ptr<BatchPrefetcher> prefetcher_;
+  HostBatch train_batch_;
   std::unique_ptr<Model> model_;  // rebuilt by reconfigure()
   ExecSpace space_;
   std::unique_ptr<Optimizer> optimizer_;
