@@ -103,8 +103,12 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
           "d_out " + shape_of(d_out) + ", tokens " + shape_of(tokens) + ", d_wte " + shape_of(d_wte));
   constexpr int B = detail::kEmbeddingRankBlock, P = detail::kEmbeddingPiece;
   int const blocks = detail::embedding_rank_blocks(n), max_pieces = detail::embedding_max_pieces(vocab, n);
-  std::size_t const counts = std::size_t(blocks) * vocab;
-  require(work.block_counts.extent(0) == counts + 1 && int(work.rank.extent(0)) == n &&
+  // Kernel indices are ints (64-bit division costs GPU threads a call and a stack frame).
+  require(double(blocks) * vocab < 2e9 && double(max_pieces) * c < 2e9 && double(vocab) * c < 2e9,
+          "token_embedding_backward", "vocabulary " + std::to_string(vocab) + " x " + std::to_string(n) +
+                                          " rows of " + std::to_string(c) + " outside int indices");
+  int const counts = blocks * vocab;
+  require(work.block_counts.extent(0) == std::size_t(counts) + 1 && int(work.rank.extent(0)) == n &&
               int(work.rows.extent(0)) == n && int(work.pieces.extent(0)) == vocab + 1 &&
               work.partials.extent(0) >= std::size_t(max_pieces) * c,
           "token_embedding_backward", "workspace block_counts " + shape_of(work.block_counts) + ", rank " +
@@ -136,7 +140,7 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
   } else {
     Kokkos::parallel_for(
         label("embedding_backward_clear"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, counts),
-        KOKKOS_LAMBDA(std::size_t i) { block_counts(i) = 0; });
+        KOKKOS_LAMBDA(int i) { block_counts(i) = 0; });
     using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
     Kokkos::parallel_for(
         label("embedding_backward_rank"), Policy(space, rank_teams, kRowsPerTeam, kLanes),
@@ -164,8 +168,8 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
   detail::note_launch("embedding_backward_scan", long(counts) + 1, 0);
   Kokkos::parallel_scan(
       label("embedding_backward_scan"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, counts + 1),
-      KOKKOS_LAMBDA(std::size_t i, int& partial, bool final) {
-        std::size_t const at = i < counts ? (i % blocks) * vocab + i / blocks : counts;
+      KOKKOS_LAMBDA(int i, int& partial, bool final) {
+        int const at = i < counts ? (i % blocks) * vocab + i / blocks : counts;
         int const count = i < counts ? block_counts(at) : 0;
         if (final) block_counts(at) = partial;
         partial += count;
@@ -216,8 +220,8 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
   } else {
     Kokkos::parallel_for(
         label("embedding_backward_piece_sums"),
-        Kokkos::RangePolicy<ExecutionSpace>(space, 0, std::size_t(max_pieces) * c), KOKKOS_LAMBDA(std::size_t idx) {
-          int const p = int(idx / c), i = int(idx % c);
+        Kokkos::RangePolicy<ExecutionSpace>(space, 0, max_pieces * c), KOKKOS_LAMBDA(int idx) {
+          int const p = idx / c, i = idx % c;
           if (p >= pieces(vocab)) return;
           int const v = token_of(p), first = token_start(v) + (p - pieces(v)) * P;
           int const last = first + P < token_start(v + 1) ? first + P : token_start(v + 1);
@@ -246,13 +250,13 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
         });
   } else {
     Kokkos::parallel_for(
-        label("embedding_backward_wte"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, std::size_t(vocab) * c),
-        KOKKOS_LAMBDA(std::size_t idx) {
-          int const v = int(idx / c), i = int(idx % c);
+        label("embedding_backward_wte"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, vocab * c),
+        KOKKOS_LAMBDA(int idx) {
+          int const v = idx / c, i = idx % c;
           int const p0 = pieces(v), p1 = pieces(v + 1);
           if (p1 - p0 < 2) return;
-          T total = partials(std::size_t(p0) * c + i);
-          for (int p = p0 + 1; p < p1; ++p) total += partials(std::size_t(p) * c + i);
+          T total = partials(p0 * c + i);
+          for (int p = p0 + 1; p < p1; ++p) total += partials(p * c + i);
           d_wte(v, i) += total;
         });
   }
