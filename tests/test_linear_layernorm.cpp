@@ -97,8 +97,8 @@ namespace {
 // out[c] + sum_r x[r, c] in float, in the order core/ops/column_sum_workspace.hpp documents: each
 // chunk of chunk_rows rows in ascending order, a block's chunks in order, the blocks in order.
 std::vector<double> documented_column_sums(std::vector<double> const& x, int rows, int cols,
-                                           std::vector<double> const& out) {
-  auto const plan = detail::column_sum_plan(rows, cols);
+                                           std::vector<double> const& out, bool gpu) {
+  auto const plan = detail::column_sum_plan(rows, cols, gpu);
   std::vector<double> result(out);
   for (int c = 0; c < cols; ++c) {
     float all = 0;
@@ -137,6 +137,13 @@ TEST_CASE("column sums: the split fills a quarter of an H200 at the medium shape
   REQUIRE(column_sum_plan(64, 128 * 384).chunk_rows == 8);
   REQUIRE(column_sum_plan(64, 128 * 384).partials == 0);
   REQUIRE(column_sum_plan(0, 7).row_blocks == 0);
+  // A CPU keeps chunks of 32 rows where the rows allow: 1,024 rows of 384, 4 blocks (a GPU: 32
+  // blocks of chunks of 4 rows); its scratch fits in the GPU's.
+  REQUIRE(column_sum_plan(1024, 384, false).chunk_rows == 32);
+  REQUIRE(column_sum_plan(1024, 384, false).row_blocks == 4);
+  REQUIRE(column_sum_plan(1024, 384).chunk_rows == 4);
+  REQUIRE(column_sum_plan(1024, 384, false).partials <= column_sum_scratch(1024, 384));
+  REQUIRE(column_sum_plan(45, 83, false).chunk_rows == 8);
   REQUIRE(column_sum_scratch(1, 1) == 0);
 }
 
@@ -159,7 +166,8 @@ TEMPLATE_TEST_CASE("column sums: awkward sizes against a naive sum, in the docum
     std::vector<double> naive(before);
     for (int r = 0; r < rows; ++r)
       for (int c = 0; c < cols; ++c) naive[c] += hx[std::size_t(r) * cols + c];
-    auto const want = documented_column_sums(hx, rows, cols, before);
+    bool const gpu = !Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible;
+    auto const want = documented_column_sums(hx, rows, cols, before, gpu);
 
     ColumnSumWorkspace<float, Mem> const work(column_sum_scratch(rows, cols), "test");
     detail::accumulate_column_sums(space, "test_column_sum", out, x, work);
@@ -172,9 +180,9 @@ TEMPLATE_TEST_CASE("column sums: awkward sizes against a naive sum, in the docum
     from_vector(out, before);
     detail::accumulate_column_sums(space, "test_column_sum", out, x);
     REQUIRE(to_vector(out) == want);
-    // A workspace too small for two stages is refused by name, before anything runs.
-    if (column_sum_scratch(rows, cols) > 0) {
-      ColumnSumWorkspace<float, Mem> const small(column_sum_scratch(rows, cols) - 1, "small");
+    // A workspace too small for this backend's two stages is refused by name, before anything runs.
+    if (std::size_t const need = detail::column_sum_plan(rows, cols, gpu).partials; need > 0) {
+      ColumnSumWorkspace<float, Mem> const small(need - 1, "small");
       REQUIRE_THROWS_WITH(detail::accumulate_column_sums(space, "test_column_sum", out, x, small),
                           Contains("test_column_sum") && Contains("column sum workspace"));
     }

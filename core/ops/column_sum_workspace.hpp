@@ -8,9 +8,10 @@
 //            column; the chunk sums are added in chunk order (the block's sum);
 //   stage 2: (only with more than one row block) one thread per column adds the block sums in
 //            block order, and the result into out.
-// The split depends on rows, cols and the constants below only (never on the thread count or the
-// backend): every backend adds in the same order, and a CPU's result does not depend on
-// OMP_NUM_THREADS.
+// The split depends on rows, cols, the kind of backend (GPU or CPU) and the constants below only,
+// never on the thread count: results are bitwise reproducible for a backend, and a CPU's do not
+// depend on OMP_NUM_THREADS. A GPU takes chunks down to one row to fill a quarter of the device;
+// a CPU keeps chunks as long as the rows allow (shorter ones cost it time and fill nothing).
 #include "core/tensor.hpp"
 
 #include <cstddef>
@@ -35,7 +36,8 @@ struct ColumnSumPlan {
   long stage1_threads() const { return long(row_blocks) * tiles * kColumnChunks * kColumnTile; }
 };
 
-inline ColumnSumPlan column_sum_plan(int rows, int cols) {
+// gpu: the split a GPU takes (and the launch shape every backend reports); else a CPU's.
+inline ColumnSumPlan column_sum_plan(int rows, int cols, bool gpu = true) {
   ColumnSumPlan p;
   if (rows <= 0 || cols <= 0) return p;
   p.tiles = (cols + kColumnTile - 1) / kColumnTile;
@@ -44,7 +46,7 @@ inline ColumnSumPlan column_sum_plan(int rows, int cols) {
   while (p.chunk_rows < kMaxChunkRows && p.chunk_rows < per_chunk) p.chunk_rows *= 2;
   auto const blocks = [&](int chunk) { return (rows + kColumnChunks * chunk - 1) / (kColumnChunks * chunk); };
   // ... and fewer where the launch would not fill a quarter of the GPU.
-  while (p.chunk_rows > 1 && long(blocks(p.chunk_rows)) * p.tiles * kColumnChunks * kColumnTile < kColumnSumMinThreads)
+  while (gpu && p.chunk_rows > 1 && long(blocks(p.chunk_rows)) * p.tiles * kColumnChunks * kColumnTile < kColumnSumMinThreads)
     p.chunk_rows /= 2;
   p.row_blocks = blocks(p.chunk_rows);
   p.partials = p.row_blocks > 1 ? std::size_t(p.row_blocks) * std::size_t(cols) : 0;
@@ -53,7 +55,8 @@ inline ColumnSumPlan column_sum_plan(int rows, int cols) {
 
 }  // namespace detail
 
-// Elements of scratch a column sum over a [rows, cols] matrix needs (0: none): at most
+// Elements of scratch a column sum over a [rows, cols] matrix needs on any backend (a GPU's split
+// needs the most; 0: none): at most
 // ceil(rows / 8) * cols (chunks of one row, small matrices), and ceil(rows / 256) * cols once the
 // matrix fills a quarter of the GPU with chunks of 32 rows, e.g. 32 x 1,536 for the MLP bias at
 // the medium shape (8,192 rows).

@@ -20,7 +20,8 @@ inline int embedding_max_pieces(int vocab, int n) { return n / kEmbeddingPiece +
 
 // The scratch of token_embedding_backward, allocated once by its owner: a training step must not
 // allocate (freeing device memory synchronises the whole device). For V tokens, N rows of C
-// channels: ints (V + 1) * ceil(N / 128) + 2 N + V + 1, values of T (N / 16 + min(V, N)) * C.
+// channels: ints ceil(N / 128) * V + 1 + 2 N + V + 1, values of T (N / 16 + min(V, N)) * C
+// (the medium config, 4,096 text rows of 384: 67 KB and 791 KB).
 template <class MemorySpace, class T = float>
 struct EmbeddingBackwardWorkspace {
   // [ceil(N / 128) * V + 1]: per (rank block b, token v) at b * V + v, the rows of v in block b;

@@ -1,15 +1,14 @@
 #pragma once
 // Column sums of a row-major matrix, added into a vector. Used for every parameter gradient that
-// sums over tokens (biases, LayerNorm weights, position embeddings). Two stages (the split:
-// core/ops/column_sum_workspace.hpp):
+// sums over tokens (biases, LayerNorm weights, position embeddings). Two stages (the split, which
+// depends on the shape and on whether the backend is a GPU: core/ops/column_sum_workspace.hpp):
 //   stage 1  a team per (row block, tile of 32 columns). Each of its 8 chunks of chunk_rows rows
 //            is summed in ascending row order, per column, then the 8 chunk sums in chunk order:
 //            the block's sum. With one row block it goes into out; else into the workspace.
 //   stage 2  (several row blocks) one thread per column adds the block sums in block order and
 //            the result into out.
-// No atomics: every sum has one owner and a fixed order, the same on every backend and for every
-// thread count, so results are bitwise reproducible (and the same on a CPU and a GPU, up to what
-// the compiler contracts into FMAs inside f).
+// No atomics: every sum has one owner and a fixed order, the same for every thread count, so
+// results are bitwise reproducible (and the same on every CPU backend).
 //
 // On GPUs a team is a thread block of 8 warps, a warp per chunk, a lane per column (neighbouring
 // lanes read neighbouring columns: coalesced); the chunk sums meet in shared memory (warp w, lane
@@ -27,7 +26,8 @@ namespace joule::detail {
 template <class ExecutionSpace, class T, class MemorySpace, class F, class Add>
 void column_sums(ExecutionSpace const& space, char const* name, int rows, int cols, F const& f,
                  Add const& add, ColumnSumWorkspace<T, MemorySpace> const& work) {
-  ColumnSumPlan const plan = column_sum_plan(rows, cols);
+  constexpr bool host = Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
+  ColumnSumPlan const plan = column_sum_plan(rows, cols, !host);
   if (plan.row_blocks == 0) return;
   require(work.partials.extent(0) >= plan.partials, name,
           "column sum workspace " + shape_of(work.partials) + " for " + std::to_string(rows) + " rows of " +
@@ -37,8 +37,9 @@ void column_sums(ExecutionSpace const& space, char const* name, int rows, int co
   bool const direct = blocks == 1;
   auto const partials = work.partials;
   int const league = blocks * tiles;
-  note_launch(name, plan.stage1_threads(), K * W);
-  if constexpr (Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible) {
+  ColumnSumPlan const gpu_plan = column_sum_plan(rows, cols, true);  // what a GPU would launch
+  note_launch(name, gpu_plan.stage1_threads(), K * W);
+  if constexpr (host) {
     Kokkos::parallel_for(
         label(name), Kokkos::RangePolicy<ExecutionSpace>(space, 0, league), KOKKOS_LAMBDA(int team) {
           int const block = team / tiles, c0 = (team % tiles) * W;
@@ -90,10 +91,10 @@ void column_sums(ExecutionSpace const& space, char const* name, int rows, int co
             });
         });
   }
+  std::string const final_name = std::string(name) + "_blocks";
+  if (gpu_plan.row_blocks > 1) note_launch(final_name.c_str(), cols, 0);
   if (direct) return;
   // Stage 2: a short fixed-order pass, `blocks` (<= 32 at the medium shape) loads per column.
-  std::string const final_name = std::string(name) + "_blocks";
-  note_launch(final_name.c_str(), cols, 0);
   Kokkos::parallel_for(
       label(final_name.c_str()), Kokkos::RangePolicy<ExecutionSpace>(space, 0, cols), KOKKOS_LAMBDA(int c) {
         T total = partials(c);
