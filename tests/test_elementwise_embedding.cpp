@@ -109,6 +109,142 @@ TEMPLATE_TEST_CASE("embedding: token gather plus position, race-free scatter-add
                       Contains("outside the vocabulary"));
 }
 
+namespace {
+// d_wte + the token embedding's backward in float in the order token_embedding_backward documents:
+// each token's rows in ascending order, in pieces of kEmbeddingPiece summed from zero, the pieces
+// added in order, the result added to d_wte.
+std::vector<double> documented_wte_gradient(std::vector<double> const& d_out, std::vector<int> const& tokens,
+                                            int vocab, int c, std::vector<double> const& d_wte) {
+  std::vector<double> result(d_wte);
+  int const n = int(tokens.size()), P = detail::kEmbeddingPiece;
+  for (int v = 0; v < vocab; ++v) {
+    std::vector<int> rows;
+    for (int r = 0; r < n; ++r)
+      if (tokens[r] == v) rows.push_back(r);
+    if (rows.empty()) continue;
+    for (int i = 0; i < c; ++i) {
+      float total = 0;
+      for (std::size_t k0 = 0; k0 < rows.size(); k0 += P) {
+        float piece = 0;
+        for (std::size_t k = k0; k < std::min(rows.size(), k0 + P); ++k) piece += float(d_out[std::size_t(rows[k]) * c + i]);
+        total = k0 == 0 ? piece : total + piece;
+      }
+      result[std::size_t(v) * c + i] = double(float(d_wte[std::size_t(v) * c + i]) + total);
+    }
+  }
+  return result;
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("token embedding backward: a PAD-like bucket, empty tokens, awkward sizes, in the documented "
+                   "order bit for bit", "[ops][embedding]", JOULE_TEST_SPACES) {
+  using Mem = typename TestType::memory_space;
+  TestType space;
+  Rng rng(25);
+  struct Case {
+    int vocab, n, c;
+    char const* what;
+  };
+  // 389 rows: 3 ranking blocks of 128 and a partial one, not a multiple of a piece; vocabulary 37
+  // (not a power of two) with tokens 20..35 unused; token 36 (PAD) on 3 rows of 5: 237 rows, 14
+  // pieces and a partial one. Then every row one token, and a vocabulary larger than N.
+  Case const cases[] = {{37, 389, 45, "PAD-heavy"}, {3, 300, 33, "one token"}, {300, 50, 7, "vocab > N"}};
+  for (auto const& k : cases) {
+    INFO(k.what);
+    Tensor2<float, Mem> d_out("d_out", k.n, k.c), d_wte("d_wte", k.vocab, k.c);
+    Kokkos::View<int*, Mem> tokens("tokens", k.n);
+    fill_uniform(d_out, rng);
+    fill_uniform(d_wte, rng);  // accumulated into
+    std::vector<int> ht(k.n);
+    std::uniform_int_distribution<int> pick(0, std::min(19, k.vocab - 1));
+    for (int r = 0; r < k.n; ++r) ht[r] = k.vocab == 3 ? 1 : (k.vocab == 37 && r % 5 < 3) ? 36 : pick(rng);
+    if (k.vocab == 37) REQUIRE(std::count(ht.begin(), ht.end(), 36) % detail::kEmbeddingPiece != 0);
+    {
+      auto h = Kokkos::create_mirror_view(tokens);
+      for (int r = 0; r < k.n; ++r) h(r) = ht[r];
+      Kokkos::deep_copy(tokens, h);
+    }
+    auto const hd = to_vector(d_out), before = to_vector(d_wte);
+    std::vector<double> naive(before);
+    for (int r = 0; r < k.n; ++r)
+      for (int i = 0; i < k.c; ++i) naive[std::size_t(ht[r]) * k.c + i] += hd[std::size_t(r) * k.c + i];
+    auto const want = documented_wte_gradient(hd, ht, k.vocab, k.c, before);
+
+    EmbeddingBackwardWorkspace<Mem, float> const work(k.vocab, k.n, k.c, "test");
+    token_embedding_backward(space, d_wte, d_out, tokens, work);
+    auto const got = to_vector(d_wte);
+    JOULE_REQUIRE_CLOSE("d_wte", got, naive, 1e-5, 1e-4);
+    REQUIRE(got == want);  // unused tokens keep their value exactly
+    // Again with the same workspace (its counts are stale): the same bits. And with one of its own.
+    from_vector(d_wte, before);
+    token_embedding_backward(space, d_wte, d_out, tokens, work);
+    REQUIRE(to_vector(d_wte) == want);
+    from_vector(d_wte, before);
+    token_embedding_backward(space, d_wte, d_out, tokens);
+    REQUIRE(to_vector(d_wte) == want);
+  }
+  // A workspace for another shape is refused by name.
+  Tensor2<float, Mem> d_out("d_out", 40, 8), d_wte("d_wte", 11, 8);
+  Kokkos::View<int*, Mem> tokens("tokens", 40);
+  EmbeddingBackwardWorkspace<Mem, float> const other(11, 39, 8, "other");
+  REQUIRE_THROWS_WITH(token_embedding_backward(space, d_wte, d_out, tokens, other),
+                      Contains("token_embedding_backward") && Contains("workspace"));
+}
+
+TEMPLATE_TEST_CASE("position embedding backward: samples summed per position, in the column sums' order",
+                   "[ops][embedding]", JOULE_TEST_SPACES) {
+  using Mem = typename TestType::memory_space;
+  TestType space;
+  Rng rng(26);
+  // 70 samples of 13 positions x 11 channels (a GPU: chunks of one sample, 9 blocks, the last
+  // partial; a CPU: one block of chunks of 16); d_wpe longer than the sequence (its last rows
+  // untouched).
+  int const batch = 70, seq = 13, c = 11;
+  Tensor2<float, Mem> d_out("d_out", batch * seq, c), d_wpe("d_wpe", seq + 3, c);
+  fill_uniform(d_out, rng);
+  fill_uniform(d_wpe, rng);
+  auto const hd = to_vector(d_out), before = to_vector(d_wpe);
+  auto const plan = detail::column_sum_plan(batch, seq * c, !Kokkos::SpaceAccessibility<TestType, Kokkos::HostSpace>::accessible);
+  std::vector<double> naive(before), want(before);
+  for (int j = 0; j < seq * c; ++j) {
+    int const t = j / c, i = j % c;
+    float all = 0;
+    for (int b = 0; b < plan.row_blocks; ++b) {
+      float block = 0;
+      for (int k = 0; k < detail::kColumnChunks; ++k) {
+        float chunk = 0;
+        int const s0 = (b * detail::kColumnChunks + k) * plan.chunk_rows;
+        for (int s = s0; s < std::min(s0 + plan.chunk_rows, batch); ++s) {
+          chunk += float(hd[std::size_t(s * seq + t) * c + i]);
+          naive[j] += hd[std::size_t(s * seq + t) * c + i];
+        }
+        block = k == 0 ? chunk : block + chunk;
+      }
+      all = b == 0 ? block : all + block;
+    }
+    want[j] = double(float(before[j]) + all);
+  }
+  ColumnSumWorkspace<float, Mem> const work(column_sum_scratch(batch, seq * c), "test");
+  position_embedding_backward(space, d_wpe, d_out, seq, work);
+  auto const got = to_vector(d_wpe);
+  JOULE_REQUIRE_CLOSE("d_wpe", got, naive, 1e-5, 1e-4);
+  REQUIRE(got == want);
+  // A strided d_out (every other column of a wider tensor) takes the general path: the same bits.
+  REQUIRE(plan.row_blocks == (Kokkos::SpaceAccessibility<TestType, Kokkos::HostSpace>::accessible ? 1 : 9));
+  Tensor2<float, Mem> wide("wide", batch * seq, 2 * c);
+  {
+    auto h = Kokkos::create_mirror_view(wide);
+    for (int r = 0; r < batch * seq; ++r)
+      for (int i = 0; i < c; ++i) h(r, 2 * i) = float(hd[std::size_t(r) * c + i]), h(r, 2 * i + 1) = 1e6f;
+    Kokkos::deep_copy(wide, h);
+  }
+  Kokkos::View<float**, Kokkos::LayoutStride, Mem> every_other(
+      wide.data(), Kokkos::LayoutStride(batch * seq, 2 * c, c, 2));
+  from_vector(d_wpe, before);
+  position_embedding_backward(space, d_wpe, every_other, seq);
+  REQUIRE(to_vector(d_wpe) == want);
+}
+
 TEMPLATE_TEST_CASE("patch embedding: video frames, weights, bias and pixels against finite differences",
                    "[ops][patch_embed][gradcheck]", JOULE_TEST_SPACES) {
   using Mem = typename TestType::memory_space;

@@ -117,9 +117,10 @@ void run_ops_bench(BenchOptions const& options, nlohmann::json& report) {
           din("din", n, c), dw("dw", out, c);
       Tensor1<T, Mem> b("b", out), db("db", out);
       fill(in, rng), fill(w, rng), fill(b, rng), fill(dy, rng);
+      ColumnSumWorkspace<T, Mem> const sums(column_sum_scratch(n, out), "bench.linear");  // once, as a step
       results.push_back(time_op(name, "N,in,out=" + nk(n, c, out), 6.0 * n * c * out, options.repeats, [&] {
         linear_forward(space, y, in, w, b);
-        linear_backward(space, din, dw, db, dy, in, w);
+        linear_backward(space, din, dw, db, dy, in, w, sums);
       }));
     }
   }
@@ -148,10 +149,11 @@ void run_ops_bench(BenchOptions const& options, nlohmann::json& report) {
     Tensor2<T, Mem> x("x", n, c), y("y", n, c), dy("dy", n, c), dx("dx", n, c);
     Tensor1<T, Mem> w("w", c), b("b", c), dw("dw", c), db("db", c), mean("mean", n), rstd("rstd", n);
     fill(x, rng), fill(w, rng), fill(b, rng), fill(dy, rng);
+    ColumnSumWorkspace<T, Mem> const sums(column_sum_scratch(n, c), "bench.layernorm");
     results.push_back(time_op("layernorm", "N,C=" + fmt::format("{}x{}", n, c), 20.0 * n * c,
                               options.repeats, [&] {
                                 layernorm_forward(space, y, mean, rstd, x, w, b);
-                                layernorm_backward(space, dx, dw, db, dy, x, w, mean, rstd);
+                                layernorm_backward(space, dx, dw, db, dy, x, w, mean, rstd, sums);
                               }));
   }
   {  // GELU on the MLP hidden layer
@@ -184,11 +186,12 @@ void run_ops_bench(BenchOptions const& options, nlohmann::json& report) {
       Kokkos::deep_copy(tokens, h);
     }
     // The workspace is allocated once, as a training step does (Model owns one).
-    EmbeddingBackwardWorkspace<Mem> const work(s.vocab, n, "bench.embedding");
+    EmbeddingBackwardWorkspace<Mem, T> const work(s.vocab, n, c, "bench.embedding");
+    ColumnSumWorkspace<T, Mem> const sums(column_sum_scratch(s.batch, s.seq * c), "bench.position");
     results.push_back(time_op("embedding", "N,V,C=" + nk(n, s.vocab, c), 3.0 * n * c, options.repeats, [&] {
       embedding_forward(space, y, tokens, wte, wpe, s.seq);
       token_embedding_backward(space, dwte, dy, tokens, work);
-      position_embedding_backward(space, dwpe, dy, s.seq);
+      position_embedding_backward(space, dwpe, dy, s.seq, sums);
     }));
   }
   {  // Patch embedding of B images
@@ -198,10 +201,11 @@ void run_ops_bench(BenchOptions const& options, nlohmann::json& report) {
         dw("dw", c, feat), y("y", rows, c), dy("dy", rows, c);
     Tensor1<T, Mem> b("b", c), db("db", c);
     fill(images, rng, 0, 1), fill(w, rng), fill(b, rng), fill(dy, rng);
+    ColumnSumWorkspace<T, Mem> const sums(column_sum_scratch(rows, c), "bench.patch_embed");
     results.push_back(time_op("patch_embed", fmt::format("B,img,P,C={}x{}x{}x{}", s.batch, s.image, s.patch, c),
                               4.0 * rows * feat * c, options.repeats, [&] {
                                 patch_embed_forward(space, y, patches, images, w, b, s.patch);
-                                patch_embed_backward(space, dimages, dpatches, dw, db, dy, patches, w, s.patch);
+                                patch_embed_backward(space, dimages, dpatches, dw, db, dy, patches, w, s.patch, sums);
                               }));
   }
   {  // Cross-entropy over the byte vocabulary

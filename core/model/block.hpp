@@ -52,14 +52,15 @@ void block_backward(ExecutionSpace const& space, BlockShape const& s, DX const& 
                     SequenceExchange<T, MemorySpace> const* exchange = nullptr) {
   compat::ScopedRegion region(space, "joule::block_backward");
   // MLP branch, then the skip connection around it.
-  linear_backward(space, w.d_fc, g.fc_proj_weight, g.fc_proj_bias, d_y, a.fc_gelu, p.fc_proj_weight);
+  linear_backward(space, w.d_fc, g.fc_proj_weight, g.fc_proj_bias, d_y, a.fc_gelu, p.fc_proj_weight,
+                  w.column_sums);
   gelu_backward(space, w.d_fc, w.d_fc, a.fc);
-  linear_backward(space, w.d_ln, g.fc_weight, g.fc_bias, w.d_fc, a.ln2, p.fc_weight);
+  linear_backward(space, w.d_ln, g.fc_weight, g.fc_bias, w.d_fc, a.ln2, p.fc_weight, w.column_sums);
   layernorm_backward(space, w.d_x2, g.ln2_weight, g.ln2_bias, w.d_ln, a.x2, p.ln2_weight,
-                     a.ln2_mean, a.ln2_rstd);
+                     a.ln2_mean, a.ln2_rstd, w.column_sums);
   residual_backward(space, w.d_x2, d_y);
   // Attention branch, then the skip connection around it.
-  linear_backward(space, w.d_att, g.proj_weight, g.proj_bias, w.d_x2, a.att, p.proj_weight);
+  linear_backward(space, w.d_att, g.proj_weight, g.proj_bias, w.d_x2, a.att, p.proj_weight, w.column_sums);
   require(s.shards == 1 || exchange != nullptr, "block_backward", "sequence shards need an exchange");
   if (s.shards > 1 && exchange != nullptr) {
     exchange->to_heads(space, w.d_att_heads, w.d_att, 1);
@@ -70,9 +71,9 @@ void block_backward(ExecutionSpace const& space, BlockShape const& s, DX const& 
     attention_backward(space, w.d_qkv, w.delta, w.d_att, a.qkv, a.att, a.att_lse, s.batch, s.heads,
                        s.mask);
   }
-  linear_backward(space, w.d_ln, g.qkv_weight, g.qkv_bias, w.d_qkv, a.ln1, p.qkv_weight);
+  linear_backward(space, w.d_ln, g.qkv_weight, g.qkv_bias, w.d_qkv, a.ln1, p.qkv_weight, w.column_sums);
   layernorm_backward(space, d_x, g.ln1_weight, g.ln1_bias, w.d_ln, x, p.ln1_weight, a.ln1_mean,
-                     a.ln1_rstd);
+                     a.ln1_rstd, w.column_sums);
   residual_backward(space, d_x, w.d_x2);
 }
 

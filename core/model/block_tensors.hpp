@@ -5,8 +5,11 @@
 #include "core/model/parameter_group.hpp"
 #include "core/model/sequence_shards.hpp"
 #include "core/ops/attention_mask.hpp"
+#include "core/ops/column_sum_workspace.hpp"
 #include "core/tensor.hpp"
 
+#include <algorithm>
+#include <cstddef>
 #include <string>
 
 namespace joule {
@@ -115,6 +118,15 @@ struct BlockWorkspace {
   Tensor2<T, MemorySpace> d_fc;    // [N, M]
   Tensor2<T, MemorySpace> delta;   // [B*H/P, S]
   Tensor2<T, MemorySpace> d_qkv_heads, d_att_heads;  // [B*S, 3C/P], [B*S, C/P] (P = 1: d_qkv, d_att)
+  ColumnSumWorkspace<T, MemorySpace> column_sums;   // the bias and LayerNorm gradients' block sums
+
+  // Elements of column_sums: the largest of the block's column sums (N rows of C, 3C or M).
+  static std::size_t column_sum_scratch_for(BlockShape const& s) {
+    std::size_t most = 0;
+    for (int cols : {s.channels, 3 * s.channels, s.mlp_hidden})
+      most = std::max(most, column_sum_scratch(s.tokens(), cols));
+    return most;
+  }
 
   BlockWorkspace() = default;
   explicit BlockWorkspace(BlockShape const& s, std::string const& prefix = "block") {
@@ -128,6 +140,7 @@ struct BlockWorkspace {
     delta = decltype(delta)(label("delta"), s.batch * s.local_heads(), s.seq);
     d_qkv_heads = s.shards > 1 ? decltype(d_qkv)(label("d_qkv_heads"), s.batch * s.seq, 3 * c / s.shards) : d_qkv;
     d_att_heads = s.shards > 1 ? decltype(d_att)(label("d_att_heads"), s.batch * s.seq, c / s.shards) : d_att;
+    column_sums = decltype(column_sums)(column_sum_scratch_for(s), prefix);
   }
 };
 

@@ -6,6 +6,7 @@
 #include "core/ops/embedding.hpp"
 #include "core/ops/patch_embed.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -23,6 +24,16 @@ BlockShape block_shape(ModelConfig const& m, int batch) {
   return s;
 }
 
+namespace {
+// Elements of the model's own column sums' scratch: the final LayerNorm (N rows of C), the
+// position embedding (B samples of S * C) and the patch embedding's bias (B * n_img rows of C).
+std::size_t model_column_sum_scratch(ModelConfig const& m, int batch, int seq_shards) {
+  int const S = m.seq_len(), C = m.d_model;
+  return std::max({column_sum_scratch(batch * S / seq_shards, C), column_sum_scratch(batch, S * C),
+                   column_sum_scratch(batch * m.image_tokens(), C)});
+}
+}  // namespace
+
 MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_depth, int seq_shards) {
   std::size_t const f = sizeof(float), i32 = sizeof(int);
   std::size_t const P = seq_shards, B = batch, S = m.seq_len(), C = m.d_model, M = m.mlp_hidden(),
@@ -35,13 +46,18 @@ MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_de
   std::size_t const per_block = N * (7 * C + 4 + 2 * M) + B * H * S +  // BlockActivations
                                 (sharded ? B * S * 4 * C / P : 0);      // + qkv_heads, att_heads
   std::size_t const kept_blocks = (L - recompute_depth) + (recompute_depth > 0 ? 1 : 0);
+  BlockShape sharded_shape = block_shape(m, batch);
+  sharded_shape.shards = seq_shards;
   MemoryEstimate e;
   e.parameters = params * f;
   e.gradients = params * f;
   e.activations = f * (Ni * Fp + Ni * C + Nt * C + (L + 1) * N * C + kept_blocks * per_block +
                        N * C + 4 * N + N * V + (sharded ? B * S * C : 0));
   e.workspace = f * (B * m.frames * m.channels * m.image_size * m.image_size) + i32 * (Nt + N) +
-                i32 * (2 * V + 1 + Nt) +  // the token embedding's backward buckets
+                i32 * (std::size_t(detail::embedding_rank_blocks(int(Nt))) * V + 1 + 2 * Nt + V + 1) +
+                f * std::size_t(detail::embedding_max_pieces(int(V), int(Nt))) * C +  // the token embedding's sort, pieces
+                f * (model_column_sum_scratch(m, batch, seq_shards) +                    // column sums' block sums
+                     BlockWorkspace<float, DeviceMemory>::column_sum_scratch_for(sharded_shape)) +
                 i32 * (N + B) +           // captioning: every row's argmax, one result per sample
                 f * (N * (6 * C + M) + B * H * S + 2 * N * C + N * C + Ni * C + Nt * C);
   if (sharded)  // d_qkv_heads, d_att_heads, d_x0, the all-to-all send and receive buffers
@@ -109,7 +125,8 @@ Model::Model(ModelConfig const& config, int batch, int recompute_depth, Sequence
   d_text_emb_ = alloc<Tensor2<T, DeviceMemory>>("work.d_text_emb", Nt, C);
   d_x0_ = P > 1 ? alloc<Tensor2<T, DeviceMemory>>("work.d_x0", B * S, C) : d_residual_[0];
   if (P > 1) exchange_ = SequenceExchange<T, DeviceMemory>(shards_, B, S / P, C);
-  embedding_work_ = EmbeddingBackwardWorkspace<DeviceMemory>(cfg_.vocab(), Nt, "work.embedding");
+  embedding_work_ = EmbeddingBackwardWorkspace<DeviceMemory, T>(cfg_.vocab(), Nt, C, "work.embedding");
+  column_sum_work_ = ColumnSumWorkspace<T, DeviceMemory>(model_column_sum_scratch(cfg_, B, P), "work.model");
   picks_ = Kokkos::View<int*, DeviceMemory>(label("work.picks"), N);
   sample_result_ = Kokkos::View<int*, DeviceMemory>(label("work.sample_result"), B);
   sample_result_host_ = Kokkos::create_mirror_view(sample_result_);
@@ -316,7 +333,7 @@ void Model::backward(ExecSpace const& space, double d_loss, std::function<void(i
   cross_entropy_backward(space, logits_, logits_, ce_lse_, targets_, counted_rows_, d_loss);
   linear_backward(space, d_lnf_, grads.head.lm_head, no_bias, logits_, lnf_, params.head.lm_head);
   layernorm_backward(space, d_residual_[L % 2], grads.head.lnf_weight, grads.head.lnf_bias, d_lnf_,
-                     residual_[L], params.head.lnf_weight, lnf_mean_, lnf_rstd_);
+                     residual_[L], params.head.lnf_weight, lnf_mean_, lnf_rstd_, column_sum_work_);
   ready(L + 1);  // head (with tied embeddings its LM-head gradient goes to embed, finished last)
   for (int l = L - 1; l >= 0; --l) {
     auto const& acts = acts_for(l);
@@ -331,11 +348,12 @@ void Model::backward(ExecSpace const& space, double d_loss, std::function<void(i
     Kokkos::deep_copy(space, d_x0_, T(0));
     detail::copy_shard_rows(space, d_residual_[0], d_x0_, cfg_.seq_len(), shards_.size, shards_.rank, false);
   }
-  sequence_concat_backward(space, d_image_emb_, d_text_emb_, g.wpe, d_x0_, n_img, cfg_.text_len);
+  sequence_concat_backward(space, d_image_emb_, d_text_emb_, g.wpe, d_x0_, n_img, cfg_.text_len,
+                           column_sum_work_);
   token_embedding_backward(space, g.wte, d_text_emb_, tokens_, embedding_work_);
   Tensor4<T, DeviceMemory> const no_pixels;
   patch_embed_backward(space, no_pixels, Tensor2<T, DeviceMemory>(), g.patch_weight, g.patch_bias,
-                       d_image_emb_, patches_, params.embed.patch_weight, cfg_.patch_size);
+                       d_image_emb_, patches_, params.embed.patch_weight, cfg_.patch_size, column_sum_work_);
   ready(0);
 }
 

@@ -14,6 +14,7 @@
 #include "core/model/config.hpp"
 #include "core/model/sequence_shards.hpp"
 #include "core/ops/cross_entropy_result.hpp"
+#include "core/ops/column_sum_workspace.hpp"
 #include "core/ops/embedding_workspace.hpp"
 
 #include <cstdint>
@@ -224,7 +225,8 @@ class Model {
   BlockWorkspace<T, DeviceMemory> block_work_;
   Tensor2<T, DeviceMemory> d_residual_[2], d_lnf_, d_image_emb_, d_text_emb_;
   Tensor2<T, DeviceMemory> d_x0_;  // [B*S, C] (P > 1: zero outside this rank's rows)
-  EmbeddingBackwardWorkspace<DeviceMemory> embedding_work_;  // [V+1], [V], [B*T] ints
+  EmbeddingBackwardWorkspace<DeviceMemory, T> embedding_work_;  // the token embedding's sort and pieces
+  ColumnSumWorkspace<T, DeviceMemory> column_sum_work_;  // the head's and the embeddings' column sums
   int counted_rows_ = 0;
   // Captioning: the argmax of every logits row, and batch() results with their host copy.
   Kokkos::View<int*, DeviceMemory> picks_, sample_result_;

@@ -3,9 +3,9 @@
 // Activations are [B*S, C] with row = b * seq_len + t.
 //
 // The token-embedding backward is a scatter-add: many rows can carry the same token. Instead of
-// float atomics (non-deterministic order), the rows are bucketed by token (CSR), each bucket is
-// sorted, and one thread per (token, channel) adds its rows in ascending order: race-free on every
-// backend and bitwise reproducible.
+// float atomics (non-deterministic order), the rows are sorted by token (a stable counting sort),
+// each token's rows summed in fixed pieces, the pieces in order (token_embedding_backward):
+// race-free on every backend and bitwise reproducible.
 #include "core/ops/embedding_workspace.hpp"
 #include "core/ops/detail/column_sum.hpp"
 #include "core/ops/detail/row_kernels.hpp"
@@ -58,108 +58,222 @@ void position_embedding_forward(ExecutionSpace const& space, X const& x, Wpe con
   });
 }
 
-// d_wpe[t, c] += sum_b d_out[b * seq_len + t, c]
-template <class ExecutionSpace, class DWpe, class DOut>
+// d_wpe[t, c] += sum_b d_out[b * seq_len + t, c]: a column sum of d_out seen as [batch, seq_len * C]
+// (detail/column_sum.hpp; samples in chunks in ascending order). `work`: its scratch (a
+// ColumnSumWorkspace for batch rows of seq_len * C columns), which a training step passes;
+// without one it allocates its own where it needs it.
+template <class ExecutionSpace, class DWpe, class DOut, class... Work>
 void position_embedding_backward(ExecutionSpace const& space, DWpe const& d_wpe,
-                                 DOut const& d_out, int seq_len) {
-  int const n = d_out.extent(0), c = d_out.extent(1), batch = n / seq_len;
-  require(int(d_wpe.extent(1)) == c && n % seq_len == 0 && int(d_wpe.extent(0)) >= seq_len,
+                                 DOut const& d_out, int seq_len, Work const&... work) {
+  static_assert(sizeof...(Work) <= 1, "position_embedding_backward: at most one workspace");
+  using T = typename DWpe::non_const_value_type;
+  int const n = d_out.extent(0), c = d_out.extent(1);
+  require(int(d_wpe.extent(1)) == c && seq_len > 0 && n % seq_len == 0 && int(d_wpe.extent(0)) >= seq_len,
           "position_embedding_backward", "d_out " + shape_of(d_out) + ", d_wpe " + shape_of(d_wpe));
-  // One row of d_wpe per thread, its columns over vector lanes; samples added in order.
-  detail::for_each_row(space, "position_embedding_backward", seq_len,
-                       KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int t) {
-    detail::vector_for(team, c, [&](int i) {
-      typename DWpe::non_const_value_type sum = 0;
-      for (int b = 0; b < batch; ++b) sum += d_out(b * seq_len + t, i);
-      d_wpe(t, i) += sum;
-    });
-  });
-}
-
-namespace detail {
-// In-place heap sort of a[0..n), usable inside a kernel (no recursion, no allocation).
-template <class A>
-KOKKOS_INLINE_FUNCTION void heap_sort(A& a, int begin, int n) {
-  auto sift_down = [&](int root, int end) {
-    while (2 * root + 1 < end) {
-      int child = 2 * root + 1;
-      if (child + 1 < end && a(begin + child) < a(begin + child + 1)) ++child;
-      if (!(a(begin + root) < a(begin + child))) return;
-      auto tmp = a(begin + root);
-      a(begin + root) = a(begin + child);
-      a(begin + child) = tmp;
-      root = child;
-    }
+  int const batch = n / seq_len, cols = seq_len * c;
+  auto const sum = [&](auto const& f, auto const& add) {
+    if constexpr (sizeof...(Work) == 0)
+      detail::column_sums<T>(space, "position_embedding_backward", batch, cols, f, add);
+    else
+      detail::column_sums(space, "position_embedding_backward", batch, cols, f, add, work...);
   };
-  for (int i = n / 2 - 1; i >= 0; --i) sift_down(i, n);
-  for (int end = n - 1; end > 0; --end) {
-    auto tmp = a(begin);
-    a(begin) = a(begin + end);
-    a(begin + end) = tmp;
-    sift_down(0, end);
+  // Row-major without gaps (every tensor the model passes): flat indices, no division per element.
+  if (d_out.span_is_contiguous() && std::size_t(d_out.stride(0)) == std::size_t(c) &&
+      std::size_t(d_wpe.stride(0)) == std::size_t(c) && d_out.stride(1) == 1 && d_wpe.stride(1) == 1) {
+    auto const* const src = d_out.data();
+    T* const dst = d_wpe.data();
+    sum(KOKKOS_LAMBDA(int b, int j) { return src[std::size_t(b) * cols + j]; },
+        KOKKOS_LAMBDA(int j, T v) { dst[j] += v; });
+  } else {
+    sum(KOKKOS_LAMBDA(int b, int j) { return d_out(b * seq_len + j / c, j % c); },
+        KOKKOS_LAMBDA(int j, T v) { d_wpe(j / c, j % c) += v; });
   }
 }
-}  // namespace detail
 
-
-// d_wte[v, c] += sum over rows r with tokens[r] == v of d_out[r, c]   (rows in ascending order)
-template <class ExecutionSpace, class DWte, class DOut, class Tokens, class MemorySpace>
+// d_wte[v, c] += sum over rows r with tokens[r] == v of d_out[r, c], deterministic and parallel:
+//   1. a stable counting sort of the rows by token: rows in blocks of kEmbeddingRankBlock; each
+//      row's rank among the earlier rows of its block with its token, and each (block, token)'s
+//      count; an exclusive scan of the counts in token-major order gives where each (block,
+//      token) starts; a row goes to start + rank. Rows of a token keep ascending order.
+//   2. each token's sorted rows cut into pieces of kEmbeddingPiece, each summed per column in
+//      ascending row order (on GPUs a thread per (piece, column));
+//   3. a token's piece sums added in piece order, the result into d_wte (tokens of one piece: in
+//      step 2 directly).
+// So every d_wte[v, c] adds its rows in ascending order in runs of 16, then the runs in order:
+// the same on every backend and for every thread count.
+template <class ExecutionSpace, class DWte, class DOut, class Tokens, class MemorySpace, class T>
 void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DOut const& d_out,
-                              Tokens const& tokens, EmbeddingBackwardWorkspace<MemorySpace> const& work) {
+                              Tokens const& tokens, EmbeddingBackwardWorkspace<MemorySpace, T> const& work) {
   int const n = d_out.extent(0), c = d_out.extent(1), vocab = d_wte.extent(0);
   require(int(tokens.extent(0)) == n && int(d_wte.extent(1)) == c, "token_embedding_backward",
           "d_out " + shape_of(d_out) + ", tokens " + shape_of(tokens) + ", d_wte " + shape_of(d_wte));
-  require(int(work.offsets.extent(0)) == vocab + 1 && int(work.cursor.extent(0)) == vocab &&
-              int(work.rows.extent(0)) == n,
-          "token_embedding_backward", "workspace offsets " + shape_of(work.offsets) + ", cursor " +
-                                          shape_of(work.cursor) + ", rows " + shape_of(work.rows) +
-                                          " for vocabulary " + std::to_string(vocab) + " and " +
-                                          std::to_string(n) + " rows");
-  auto const offsets = work.offsets, cursor = work.cursor, rows = work.rows;
-  Kokkos::deep_copy(space, offsets, 0);
-  Kokkos::deep_copy(space, cursor, 0);
+  constexpr int B = detail::kEmbeddingRankBlock, P = detail::kEmbeddingPiece;
+  int const blocks = detail::embedding_rank_blocks(n), max_pieces = detail::embedding_max_pieces(vocab, n);
+  // Kernel indices are ints (64-bit division costs GPU threads a call and a stack frame).
+  require(double(blocks) * vocab < 2e9 && double(max_pieces) * c < 2e9 && double(vocab) * c < 2e9,
+          "token_embedding_backward", "vocabulary " + std::to_string(vocab) + " x " + std::to_string(n) +
+                                          " rows of " + std::to_string(c) + " outside int indices");
+  int const counts = blocks * vocab;
+  require(work.block_counts.extent(0) == std::size_t(counts) + 1 && int(work.rank.extent(0)) == n &&
+              int(work.rows.extent(0)) == n && int(work.pieces.extent(0)) == vocab + 1 &&
+              work.partials.extent(0) >= std::size_t(max_pieces) * c,
+          "token_embedding_backward", "workspace block_counts " + shape_of(work.block_counts) + ", rank " +
+                                          shape_of(work.rank) + ", rows " + shape_of(work.rows) + ", pieces " +
+                                          shape_of(work.pieces) + ", partials " + shape_of(work.partials) +
+                                          " for vocabulary " + std::to_string(vocab) + ", " +
+                                          std::to_string(n) + " rows of " + std::to_string(c));
+  if (n == 0 || c == 0) return;
+  auto const block_counts = work.block_counts, rank = work.rank, rows = work.rows, pieces = work.pieces;
+  auto const partials = work.partials;
+  constexpr bool host = Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
 
-  // Bucket rows by token: counts -> offsets (exclusive scan) -> fill -> sort each bucket.
-  Kokkos::parallel_for(
-      label("embedding_backward_count"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
-      KOKKOS_LAMBDA(int r) { Kokkos::atomic_add(&offsets(tokens(r) + 1), 1); });
+  // 1. Ranks and counts per (block, token). The launch shapes are those a GPU runs: there, the
+  // counts are cleared first, then a warp per row compares its block's tokens; a CPU walks each
+  // block in order instead (the same integers).
+  detail::note_launch("embedding_backward_clear", long(counts), 0);
+  constexpr int kRowsPerTeam = 8, kLanes = 32;
+  int const rank_teams = (n + kRowsPerTeam - 1) / kRowsPerTeam;
+  detail::note_launch("embedding_backward_rank", long(rank_teams) * kRowsPerTeam * kLanes, kRowsPerTeam * kLanes);
+  if constexpr (host) {
+    Kokkos::parallel_for(
+        label("embedding_backward_rank"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, blocks),
+        KOKKOS_LAMBDA(int b) {
+          int* const count = &block_counts(std::size_t(b) * vocab);
+          for (int v = 0; v < vocab; ++v) count[v] = 0;
+          int const r1 = (b + 1) * B < n ? (b + 1) * B : n;
+          for (int r = b * B; r < r1; ++r) rank(r) = count[tokens(r)]++;
+        });
+  } else {
+    Kokkos::parallel_for(
+        label("embedding_backward_clear"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, counts),
+        KOKKOS_LAMBDA(int i) { block_counts(i) = 0; });
+    using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
+    Kokkos::parallel_for(
+        label("embedding_backward_rank"), Policy(space, rank_teams, kRowsPerTeam, kLanes),
+        KOKKOS_LAMBDA(typename Policy::member_type const& team) {
+          int const r = team.league_rank() * kRowsPerTeam + team.team_rank();
+          if (r >= n) return;
+          int const t = tokens(r), b = r / B, b0 = b * B, b1 = b0 + B < n ? b0 + B : n;
+          // Same-token rows before r (low 16 bits) and after r (high bits); a block has <= 128.
+          int both = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::ThreadVectorRange(team, b0, b1),
+              [&](int k, int& sum) {
+                if (k != r && tokens(k) == t) sum += k < r ? 1 : 1 << 16;
+              },
+              both);
+          Kokkos::single(Kokkos::PerThread(team), [&]() {
+            int const before = both & 0xffff;
+            rank(r) = before;
+            if ((both >> 16) == 0) block_counts(std::size_t(b) * vocab + t) = before + 1;  // its last row
+          });
+        });
+  }
+  // Where each (block, token) starts in token order: exclusive scan, token-major, in place.
+  // block_counts[0, V) then hold where each token starts, block_counts[blocks * V] = N.
+  detail::note_launch("embedding_backward_scan", long(counts) + 1, 0);
   Kokkos::parallel_scan(
-      label("embedding_backward_scan"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, vocab + 1),
+      label("embedding_backward_scan"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, counts + 1),
+      KOKKOS_LAMBDA(int i, int& partial, bool final) {
+        int const at = i < counts ? (i % blocks) * vocab + i / blocks : counts;
+        int const count = i < counts ? block_counts(at) : 0;
+        if (final) block_counts(at) = partial;
+        partial += count;
+      });
+  detail::note_launch("embedding_backward_scatter", n, 0);
+  Kokkos::parallel_for(
+      label("embedding_backward_scatter"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n), KOKKOS_LAMBDA(int r) {
+        rows(block_counts(std::size_t(r / B) * vocab + tokens(r)) + rank(r)) = r;
+      });
+  // The start of token v in sorted order: block_counts(v); of the token after the last: N.
+  auto const token_start = KOKKOS_LAMBDA(int v) { return v < vocab ? block_counts(v) : block_counts(counts); };
+  detail::note_launch("embedding_backward_pieces", vocab + 1, 0);
+  Kokkos::parallel_scan(
+      label("embedding_backward_pieces"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, vocab + 1),
       KOKKOS_LAMBDA(int v, int& partial, bool final) {
-        partial += offsets(v);
-        if (final) offsets(v) = partial;
+        int const count = v < vocab ? (token_start(v + 1) - token_start(v) + P - 1) / P : 0;
+        if (final) pieces(v) = partial;
+        partial += count;
       });
-  Kokkos::parallel_for(
-      label("embedding_backward_fill"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
-      KOKKOS_LAMBDA(int r) {
-        int const v = tokens(r);
-        rows(offsets(v) + Kokkos::atomic_fetch_add(&cursor(v), 1)) = r;
-      });
-  Kokkos::parallel_for(
-      label("embedding_backward_sort"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, vocab),
-      KOKKOS_LAMBDA(int v) {
-        auto rows_ = rows;
-        detail::heap_sort(rows_, offsets(v), offsets(v + 1) - offsets(v));
-      });
-  // One token's row of d_wte per thread, its columns over vector lanes, its rows added in order.
-  detail::for_each_row(space, "embedding_backward_wte", vocab,
-                       KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int v) {
-    int const begin = offsets(v), end = offsets(v + 1);
-    if (begin == end) return;
-    detail::vector_for(team, c, [&](int i) {
-      typename DWte::non_const_value_type sum = 0;
-      for (int k = begin; k < end; ++k) sum += d_out(rows(k), i);
-      d_wte(v, i) += sum;
-    });
-  });
+  // The token of piece p: the last v with pieces(v) <= p (tokens without rows have no pieces).
+  auto const token_of = KOKKOS_LAMBDA(int p) {
+    int lo = 0, hi = vocab - 1;
+    while (lo < hi) {
+      int const mid = (lo + hi + 1) / 2;
+      if (pieces(mid) <= p) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+  };
+
+  // 2. Piece sums.
+  detail::note_launch("embedding_backward_piece_sums", long(max_pieces) * c, 0);
+  if constexpr (host) {
+    Kokkos::parallel_for(
+        label("embedding_backward_piece_sums"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, max_pieces),
+        KOKKOS_LAMBDA(int p) {
+          if (p >= pieces(vocab)) return;
+          int const v = token_of(p), first = token_start(v) + (p - pieces(v)) * P;
+          int const last = first + P < token_start(v + 1) ? first + P : token_start(v + 1);
+          T* const part = &partials(std::size_t(p) * c);
+          for (int i = 0; i < c; ++i) part[i] = 0;
+          for (int k = first; k < last; ++k) {
+            int const r = rows(k);
+            for (int i = 0; i < c; ++i) part[i] += d_out(r, i);
+          }
+          if (pieces(v + 1) - pieces(v) == 1)
+            for (int i = 0; i < c; ++i) d_wte(v, i) += part[i];
+        });
+  } else {
+    Kokkos::parallel_for(
+        label("embedding_backward_piece_sums"),
+        Kokkos::RangePolicy<ExecutionSpace>(space, 0, max_pieces * c), KOKKOS_LAMBDA(int idx) {
+          int const p = idx / c, i = idx % c;
+          if (p >= pieces(vocab)) return;
+          int const v = token_of(p), first = token_start(v) + (p - pieces(v)) * P;
+          int const last = first + P < token_start(v + 1) ? first + P : token_start(v + 1);
+          T sum = 0;
+          for (int k = first; k < last; ++k) sum += d_out(rows(k), i);
+          if (pieces(v + 1) - pieces(v) == 1)
+            d_wte(v, i) += sum;
+          else
+            partials(idx) = sum;
+        });
+  }
+  // 3. Tokens of several pieces: their sums in piece order (a short pass; the PAD token of a
+  // mostly padded batch has the most pieces, N / 16 at most).
+  detail::note_launch("embedding_backward_wte", long(vocab) * c, 0);
+  if constexpr (host) {
+    Kokkos::parallel_for(
+        label("embedding_backward_wte"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, vocab), KOKKOS_LAMBDA(int v) {
+          int const p0 = pieces(v), p1 = pieces(v + 1);
+          if (p1 - p0 < 2) return;
+          T* const total = &partials(std::size_t(p0) * c);
+          for (int p = p0 + 1; p < p1; ++p) {
+            T const* const part = &partials(std::size_t(p) * c);
+            for (int i = 0; i < c; ++i) total[i] += part[i];
+          }
+          for (int i = 0; i < c; ++i) d_wte(v, i) += total[i];
+        });
+  } else {
+    Kokkos::parallel_for(
+        label("embedding_backward_wte"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, vocab * c),
+        KOKKOS_LAMBDA(int idx) {
+          int const v = idx / c, i = idx % c;
+          int const p0 = pieces(v), p1 = pieces(v + 1);
+          if (p1 - p0 < 2) return;
+          T total = partials(p0 * c + i);
+          for (int p = p0 + 1; p < p1; ++p) total += partials(p * c + i);
+          d_wte(v, i) += total;
+        });
+  }
 }
 
 // The same with a workspace of its own (tests, benchmarks; a training step passes its own).
 template <class ExecutionSpace, class DWte, class DOut, class Tokens>
 void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DOut const& d_out,
                               Tokens const& tokens) {
-  EmbeddingBackwardWorkspace<typename ExecutionSpace::memory_space> const work(
-      int(d_wte.extent(0)), int(d_out.extent(0)), "embedding_backward");
+  EmbeddingBackwardWorkspace<typename ExecutionSpace::memory_space, typename DWte::non_const_value_type> const work(
+      int(d_wte.extent(0)), int(d_out.extent(0)), int(d_out.extent(1)), "embedding_backward");
   token_embedding_backward(space, d_wte, d_out, tokens, work);
 }
 
@@ -202,11 +316,12 @@ void sequence_concat_forward(ExecutionSpace const& space, X const& x, Image cons
   });
 }
 
-// d_image, d_text overwritten; d_wpe accumulated.
-template <class ExecutionSpace, class DImage, class DText, class DWpe, class DX>
+// d_image, d_text overwritten; d_wpe accumulated. `work`: the position gradient's scratch
+// (position_embedding_backward).
+template <class ExecutionSpace, class DImage, class DText, class DWpe, class DX, class... Work>
 void sequence_concat_backward(ExecutionSpace const& space, DImage const& d_image,
                               DText const& d_text, DWpe const& d_wpe, DX const& d_x, int n_image,
-                              int text_len) {
+                              int text_len, Work const&... work) {
   int const seq = n_image + text_len, c = d_x.extent(1);
   int const batch = int(d_x.extent(0)) / seq;
   require(int(d_image.extent(0)) == batch * n_image && int(d_text.extent(0)) == batch * text_len,
@@ -220,7 +335,7 @@ void sequence_concat_backward(ExecutionSpace const& space, DImage const& d_image
     else
       detail::vector_for(team, c, [&](int i) { d_text(b * text_len + t - n_image, i) = d_x(r, i); });
   });
-  position_embedding_backward(space, d_wpe, d_x, seq);
+  position_embedding_backward(space, d_wpe, d_x, seq, work...);
 }
 
 }  // namespace joule

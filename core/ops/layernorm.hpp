@@ -38,11 +38,14 @@ void layernorm_forward(ExecutionSpace const& space, Out const& out, Mean const& 
 
 // d_x = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = d_out * weight   (overwritten)
 // d_weight += sum_rows d_out * xhat;  d_bias += sum_rows d_out              (accumulated)
+// `work`: the column sums' scratch (a ColumnSumWorkspace, which a training step passes); without
+// one they allocate their own where they need it.
 template <class ExecutionSpace, class DIn, class DWeight, class DBias, class DOut, class In,
-          class Weight, class Mean, class Rstd>
+          class Weight, class Mean, class Rstd, class... Work>
 void layernorm_backward(ExecutionSpace const& space, DIn const& d_x, DWeight const& d_weight,
                         DBias const& d_bias, DOut const& d_out, In const& x, Weight const& weight,
-                        Mean const& mean, Rstd const& rstd) {
+                        Mean const& mean, Rstd const& rstd, Work const&... work) {
+  static_assert(sizeof...(Work) <= 1, "layernorm_backward: at most one workspace");
   using T = typename DIn::non_const_value_type;
   int const n = x.extent(0), c = x.extent(1);
   require(d_x.extent(0) == x.extent(0) && d_x.extent(1) == x.extent(1) &&
@@ -70,8 +73,8 @@ void layernorm_backward(ExecutionSpace const& space, DIn const& d_x, DWeight con
   });
   detail::accumulate_column_sums_of(
       space, "layernorm_backward_weight", d_weight, n,
-      KOKKOS_LAMBDA(int r, int i) { return d_out(r, i) * (x(r, i) - mean(r)) * rstd(r); });
-  detail::accumulate_column_sums(space, "layernorm_backward_bias", d_bias, d_out);
+      KOKKOS_LAMBDA(int r, int i) { return d_out(r, i) * (x(r, i) - mean(r)) * rstd(r); }, work...);
+  detail::accumulate_column_sums(space, "layernorm_backward_bias", d_bias, d_out, work...);
 }
 
 }  // namespace joule

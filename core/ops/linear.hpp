@@ -33,11 +33,14 @@ void linear_forward(ExecutionSpace const& space, Out const& out, In const& in,
 // d_in = d_out · weight (overwritten);  d_weight += d_out^T · in;  d_bias += column sums of d_out.
 // Parameter gradients accumulate so that micro-batches can be summed; d_in is an activation
 // gradient and is overwritten. Pass an empty d_in to skip it (first layer), an empty d_bias for
-// a layer without bias.
+// a layer without bias. `work`: the bias sum's scratch (a ColumnSumWorkspace, which a training
+// step passes); without one the sum allocates its own where it needs it.
 template <class ExecutionSpace, class DIn, class DWeight, class DBias, class DOut, class In,
-          class Weight>
+          class Weight, class... Work>
 void linear_backward(ExecutionSpace const& space, DIn const& d_in, DWeight const& d_weight,
-                     DBias const& d_bias, DOut const& d_out, In const& in, Weight const& weight) {
+                     DBias const& d_bias, DOut const& d_out, In const& in, Weight const& weight,
+                     Work const&... work) {
+  static_assert(sizeof...(Work) <= 1, "linear_backward: at most one workspace");
   using T = typename DWeight::non_const_value_type;
   require(d_out.extent(0) == in.extent(0) && d_out.extent(1) == weight.extent(0) &&
               d_weight.extent(0) == weight.extent(0) && d_weight.extent(1) == weight.extent(1) &&
@@ -51,7 +54,7 @@ void linear_backward(ExecutionSpace const& space, DIn const& d_in, DWeight const
   }
   compat::gemm(space, "T", "N", T(1), d_out, in, T(1), d_weight);
   if (d_bias.data() != nullptr)
-    detail::accumulate_column_sums(space, "linear_backward_bias", d_bias, d_out);
+    detail::accumulate_column_sums(space, "linear_backward_bias", d_bias, d_out, work...);
 }
 
 }  // namespace joule

@@ -62,18 +62,19 @@ void patch_embed_forward(ExecutionSpace const& space, Out const& out, Patches co
 }
 
 // d_weight, d_bias accumulate. d_images (overwritten) is optional: pass empty views to skip it
-// (pixels are data, not parameters); d_patches is the workspace for it.
+// (pixels are data, not parameters); d_patches is the workspace for it. `work`: the bias sum's
+// (linear_backward).
 template <class ExecutionSpace, class DImages, class DPatches, class DWeight, class DBias,
-          class DOut, class Patches, class Weight>
+          class DOut, class Patches, class Weight, class... Work>
 void patch_embed_backward(ExecutionSpace const& space, DImages const& d_images,
                           DPatches const& d_patches, DWeight const& d_weight, DBias const& d_bias,
                           DOut const& d_out, Patches const& patches, Weight const& weight,
-                          int patch) {
+                          int patch, Work const&... work) {
   if (d_images.data() == nullptr) {  // no pixel gradient: skip the d_patches product too
-    linear_backward(space, DPatches(), d_weight, d_bias, d_out, patches, weight);
+    linear_backward(space, DPatches(), d_weight, d_bias, d_out, patches, weight, work...);
     return;
   }
-  linear_backward(space, d_patches, d_weight, d_bias, d_out, patches, weight);
+  linear_backward(space, d_patches, d_weight, d_bias, d_out, patches, weight, work...);
   unpatchify(space, d_images, d_patches, patch);
 }
 

@@ -1,67 +1,142 @@
 #pragma once
 // Column sums of a row-major matrix, added into a vector. Used for every parameter gradient that
-// sums over tokens (biases, LayerNorm weights, position embeddings). Each output element is owned
-// by one thread, which adds the rows in ascending order: race-free, no atomics, and bitwise the
-// same whatever the backend or thread count.
+// sums over tokens (biases, LayerNorm weights, position embeddings). Two stages (the split, which
+// depends on the shape and on whether the backend is a GPU: core/ops/column_sum_workspace.hpp):
+//   stage 1  a team per (row block, tile of 32 columns). Each of its 8 chunks of chunk_rows rows
+//            is summed in ascending row order, per column, then the 8 chunk sums in chunk order:
+//            the block's sum. With one row block it goes into out; else into the workspace.
+//   stage 2  (several row blocks) one thread per column adds the block sums in block order and
+//            the result into out.
+// No atomics: every sum has one owner and a fixed order, the same for every thread count, so
+// results are bitwise reproducible (and the same on every CPU backend).
 //
-// On GPUs one thread per column (neighbouring threads read neighbouring columns: coalesced).
-// On CPUs one thread per block of kHostColumnBlock columns, walking the rows: contiguous reads instead
-// of one cache miss per element. The order of additions per column is the same in both.
+// On GPUs a team is a thread block of 8 warps, a warp per chunk, a lane per column (neighbouring
+// lanes read neighbouring columns: coalesced); the chunk sums meet in shared memory (warp w, lane
+// l at [w * 32 + l]: no bank conflicts). On CPUs a team is one task that walks its rows with the
+// 32 columns of its tile in the inner loop (contiguous, vectorised) in the same order.
+#include "core/detail/launch_shape.hpp"
+#include "core/ops/column_sum_workspace.hpp"
 #include "core/tensor.hpp"
+
+#include <string>
 
 namespace joule::detail {
 
-inline constexpr int kHostColumnBlock = 32;
-
-template <class ExecutionSpace, class Out, class F>
-void column_sums_by_column(ExecutionSpace const& space, char const* name, Out const& out, int rows,
-                           F const& f) {
-  using T = typename Out::non_const_value_type;
+// add(c, sum_r f(r, c)) for c in [0, cols), rows summed as described above.
+template <class ExecutionSpace, class T, class MemorySpace, class F, class Add>
+void column_sums(ExecutionSpace const& space, char const* name, int rows, int cols, F const& f,
+                 Add const& add, ColumnSumWorkspace<T, MemorySpace> const& work) {
+  constexpr bool host = Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
+  ColumnSumPlan const plan = column_sum_plan(rows, cols, !host);
+  if (plan.row_blocks == 0) return;
+  require(work.partials.extent(0) >= plan.partials, name,
+          "column sum workspace " + shape_of(work.partials) + " for " + std::to_string(rows) + " rows of " +
+              std::to_string(cols) + " columns (needs " + std::to_string(plan.partials) + ")");
+  constexpr int W = kColumnTile, K = kColumnChunks;
+  int const chunk = plan.chunk_rows, tiles = plan.tiles, blocks = plan.row_blocks;
+  bool const direct = blocks == 1;
+  auto const partials = work.partials;
+  int const league = blocks * tiles;
+  ColumnSumPlan const gpu_plan = column_sum_plan(rows, cols, true);  // what a GPU would launch
+  note_launch(name, gpu_plan.stage1_threads(), K * W);
+  if constexpr (host) {
+    Kokkos::parallel_for(
+        label(name), Kokkos::RangePolicy<ExecutionSpace>(space, 0, league), KOKKOS_LAMBDA(int team) {
+          int const block = team / tiles, c0 = (team % tiles) * W;
+          int const width = cols - c0 < W ? cols - c0 : W;
+          T total[W] = {};
+          for (int k = 0; k < K; ++k) {
+            int const r0 = (block * K + k) * chunk;
+            int const r1 = r0 + chunk < rows ? r0 + chunk : rows;
+            T sum[W] = {};
+            for (int r = r0; r < r1; ++r)
+              for (int j = 0; j < width; ++j) sum[j] += f(r, c0 + j);
+            for (int j = 0; j < width; ++j) total[j] = k == 0 ? sum[j] : total[j] + sum[j];
+          }
+          for (int j = 0; j < width; ++j) {
+            if (direct)
+              add(c0 + j, total[j]);
+            else
+              partials(std::size_t(block) * cols + c0 + j) = total[j];
+          }
+        });
+  } else {
+    using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
+    using Member = typename Policy::member_type;
+    using Shared = Kokkos::View<T*, typename ExecutionSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+    auto const policy = Policy(space, league, K, W).set_scratch_size(0, Kokkos::PerTeam(Shared::shmem_size(K * W)));
+    Kokkos::parallel_for(
+        label(name), policy, KOKKOS_LAMBDA(Member const& team) {
+          int const block = team.league_rank() / tiles, c0 = (team.league_rank() % tiles) * W;
+          int const k = team.team_rank();
+          Shared chunk_sums(team.team_scratch(0), K * W);
+          int const r0 = (block * K + k) * chunk;
+          int const r1 = r0 + chunk < rows ? r0 + chunk : rows;
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, W), [&](int j) {
+            T sum = 0;
+            if (c0 + j < cols)
+              for (int r = r0; r < r1; ++r) sum += f(r, c0 + j);
+            chunk_sums(k * W + j) = sum;
+          });
+          team.team_barrier();
+          if (k == 0)
+            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, W), [&](int j) {
+              if (c0 + j >= cols) return;
+              T total = chunk_sums(j);
+              for (int i = 1; i < K; ++i) total += chunk_sums(i * W + j);
+              if (direct)
+                add(c0 + j, total);
+              else
+                partials(std::size_t(block) * cols + c0 + j) = total;
+            });
+        });
+  }
+  std::string const final_name = std::string(name) + "_blocks";
+  if (gpu_plan.row_blocks > 1) note_launch(final_name.c_str(), cols, 0);
+  if (direct) return;
+  // Stage 2: a short fixed-order pass, `blocks` (<= 32 at the medium shape) loads per column.
   Kokkos::parallel_for(
-      label(name), Kokkos::RangePolicy<ExecutionSpace>(space, 0, out.extent(0)),
-      KOKKOS_LAMBDA(int c) {
-        T sum = 0;
-        for (int r = 0; r < rows; ++r) sum += f(r, c);
-        out(c) += sum;
+      label(final_name.c_str()), Kokkos::RangePolicy<ExecutionSpace>(space, 0, cols), KOKKOS_LAMBDA(int c) {
+        T total = partials(c);
+        for (int b = 1; b < blocks; ++b) total += partials(std::size_t(b) * cols + c);
+        add(c, total);
       });
 }
 
-template <class ExecutionSpace, class Out, class F>
-void column_sums_by_block(ExecutionSpace const& space, char const* name, Out const& out, int rows,
-                          F const& f) {
-  using T = typename Out::non_const_value_type;
-  constexpr int W = kHostColumnBlock;
-  int const cols = out.extent(0);
-  Kokkos::parallel_for(
-      label(name), Kokkos::RangePolicy<ExecutionSpace>(space, 0, (cols + W - 1) / W),
-      KOKKOS_LAMBDA(int block) {
-        int const c0 = block * W;
-        int const width = cols - c0 < W ? cols - c0 : W;
-        T sum[W] = {};
-        for (int r = 0; r < rows; ++r)
-          for (int k = 0; k < width; ++k) sum[k] += f(r, c0 + k);
-        for (int k = 0; k < width; ++k) out(c0 + k) += sum[k];
-      });
+// The same with a workspace of its own, allocated here where the sum needs one (tests,
+// benchmarks; a training step passes its own). T: the type of the sums.
+template <class T, class ExecutionSpace, class F, class Add>
+void column_sums(ExecutionSpace const& space, char const* name, int rows, int cols, F const& f,
+                 Add const& add) {
+  ColumnSumWorkspace<T, typename ExecutionSpace::memory_space> const work(column_sum_scratch(rows, cols), name);
+  column_sums(space, name, rows, cols, f, add, work);
 }
 
-// out[c] += sum_r f(r, c), rows summed in order.
+// out[c] += sum_r f(r, c)
+template <class ExecutionSpace, class Out, class F, class T, class MemorySpace>
+void accumulate_column_sums_of(ExecutionSpace const& space, char const* name, Out const& out,
+                               int rows, F const& f, ColumnSumWorkspace<T, MemorySpace> const& work) {
+  column_sums(space, name, rows, int(out.extent(0)), f, KOKKOS_LAMBDA(int c, T v) { out(c) += v; }, work);
+}
+
+// The same with a workspace of its own, allocated here where the sum needs one (tests,
+// benchmarks; a training step passes its own).
 template <class ExecutionSpace, class Out, class F>
 void accumulate_column_sums_of(ExecutionSpace const& space, char const* name, Out const& out,
                                int rows, F const& f) {
-  if constexpr (Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible)
-    column_sums_by_block(space, name, out, rows, f);
-  else
-    column_sums_by_column(space, name, out, rows, f);
+  ColumnSumWorkspace<typename Out::non_const_value_type, typename ExecutionSpace::memory_space> const work(
+      column_sum_scratch(rows, int(out.extent(0))), name);
+  accumulate_column_sums_of(space, name, out, rows, f, work);
 }
 
 // out[c] += sum_r in[r, c]
-template <class ExecutionSpace, class Out, class In>
+template <class ExecutionSpace, class Out, class In, class... Work>
 void accumulate_column_sums(ExecutionSpace const& space, char const* name, Out const& out,
-                            In const& in) {
+                            In const& in, Work const&... work) {
   require(out.extent(0) == in.extent(1), name,
           "column sum of " + shape_of(in) + " into " + shape_of(out));
   accumulate_column_sums_of(space, name, out, int(in.extent(0)),
-                            KOKKOS_LAMBDA(int r, int c) { return in(r, c); });
+                            KOKKOS_LAMBDA(int r, int c) { return in(r, c); }, work...);
 }
 
 }  // namespace joule::detail
