@@ -194,6 +194,7 @@ Model::HostInts const& Model::caption_misses(ExecSpace const& space) {
   Kokkos::deep_copy(space, sample_result_, 0);
   auto const picks = picks_, targets = targets_, misses = sample_result_;  // by value into the kernel
   int const held = cfg_.seq_len() / shards_.size;
+  detail::note_launch("caption_misses", picks.extent(0));
   Kokkos::parallel_for(
       label("caption_misses"), Kokkos::RangePolicy<ExecSpace>(space, 0, int(picks.extent(0))), KOKKOS_LAMBDA(int r) {
         int const t = targets(r), p = picks(r);
@@ -210,6 +211,7 @@ Model::HostInts const& Model::next_tokens(ExecSpace const& space, int position) 
   bool const here = at / held == shards_.rank;  // the shard holding the position picks; the others add 0
   auto const logits = logits_;
   auto const picks = sample_result_;
+  detail::note_launch("next_tokens", batch_);
   Kokkos::parallel_for(
       label("next_tokens"), Kokkos::RangePolicy<ExecSpace>(space, 0, batch_),
       KOKKOS_LAMBDA(int b) { picks(b) = here ? argmax_of_row(logits, b * held + at % held) : 0; });
@@ -233,6 +235,7 @@ template <class Local, class Whole>
 void copy_shard_rows(ExecSpace const& space, Local const& local, Whole const& whole, int seq, int shards,
                      int rank, bool to_local) {
   int const held = seq / shards, c = local.extent(1), rows = local.extent(0);
+  detail::note_launch("sequence_shard_rows", long(rows) * c);
   Kokkos::parallel_for(
       label("sequence_shard_rows"),
       Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {rows, c}), KOKKOS_LAMBDA(int r, int i) {

@@ -2,6 +2,7 @@
 // Softmax cross-entropy over logits[N, V] with integer targets[N]. Rows whose target equals
 // ignore_index (image positions, padding) contribute nothing; the loss is the mean over the rest,
 // as PyTorch's F.cross_entropy(reduction="mean", ignore_index=...).
+#include "core/detail/launch_shape.hpp"
 #include "core/ops/cross_entropy_result.hpp"
 #include "core/ops/detail/row_kernels.hpp"
 #include "core/tensor.hpp"
@@ -41,6 +42,7 @@ CrossEntropyResult cross_entropy_forward(ExecutionSpace const& space, Lse const&
   CrossEntropyResult result;
   double total = 0;
   int bad = 0;
+  detail::note_launch("cross_entropy_sum", n);
   Kokkos::parallel_reduce(
       label("cross_entropy_sum"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
       KOKKOS_LAMBDA(int r, double& s, int& counted, int& invalid) {

@@ -280,6 +280,7 @@ namespace {
 // The sum of squares of `d` into the device scalar `out`, queued on `space` (no host wait).
 template <class Out>
 void queue_sum_of_squares(ExecSpace const& space, Tensor1<float, DeviceMemory> const& d, Out const& out) {
+  detail::note_launch("grad_norm_part", d.extent(0));
   Kokkos::parallel_reduce(
       label("grad_norm_part"), Kokkos::RangePolicy<ExecSpace>(space, 0, d.extent(0)),
       KOKKOS_LAMBDA(int i, double& s) { s += double(d(i)) * double(d(i)); }, out);
