@@ -42,9 +42,9 @@ CrossEntropyResult cross_entropy_forward(ExecutionSpace const& space, Lse const&
   CrossEntropyResult result;
   double total = 0;
   int bad = 0;
-  detail::note_launch("cross_entropy_sum", n);
+  detail::note_launch("cross_entropy_forward_sum", n);
   Kokkos::parallel_reduce(
-      label("cross_entropy_sum"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
+      label("cross_entropy_forward_sum"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
       KOKKOS_LAMBDA(int r, double& s, int& counted, int& invalid) {
         int const t = targets(r);
         s += losses(r);
