@@ -67,14 +67,14 @@ def occupancy(regs, block, smem=0, lim=SM90):
 
 def best_occupancy(regs, smem=0, lim=SM90):
     """A RangePolicy's block size is Kokkos' choice: the best occupancy over the block sizes it
-    considers (multiples of 32 up to 1024 that the register file can hold). Returns
-    (fraction, block)."""
+    considers (multiples of 32 up to 1024 that the register file can hold), and the largest block
+    that reaches it. Returns (fraction, block)."""
     best = (0.0, 0)
     for block in range(lim["warp"], lim["max_block"] + 1, lim["warp"]):
         if max(regs, 1) * block > lim["regs_per_sm"]:
             break
         occ = occupancy(regs, block, smem, lim)[0]
-        if occ > best[0] + 1e-12:
+        if occ >= best[0] - 1e-12:  # ties: the larger block (Kokkos' search starts from the largest)
             best = (occ, block)
     return best
 
@@ -189,7 +189,7 @@ def _enclosing(s, at):
     parts = []
     while True:
         j = i
-        while j >= 0 and (s[j].isalnum() or s[j] in "_~"):
+        while j >= 0 and (s[j].isalnum() or s[j] in "_~{}"):
             j -= 1
         parts.insert(0, s[j + 1:i + 1])
         if j < 2 or s[j - 1:j + 1] != "::":
@@ -208,7 +208,8 @@ def describe(demangled):
     """What a human recognises in a kernel's demangled name: the user's lambda (the deepest one:
     for_each_row's own lambda wraps the caller's) as 'function λN', or the functor's class, and the
     Kokkos pattern and policy. Returns dict(name, where, pattern, policy)."""
-    s = demangled
+    # nvcc puts a unit's anonymous-namespace entities under _INTERNAL_<hash>_<unit>_cu_<hash>::
+    s = re.sub(r"_INTERNAL_\w+::", "", demangled.replace("(anonymous namespace)", "{anon}"))
     pattern = m.group(1) if (m := DRIVER.search(s)) else ""
     policy = next((p for p in ("MDRangePolicy", "TeamPolicy", "RangePolicy") if "Kokkos::" + p in s), "")
     best, outers = None, []
@@ -415,7 +416,8 @@ def self_test():
     assert occupancy(32, 1024, smem=100 * 1024)[:2] == (1.0, 2)
     assert occupancy(16, 64, smem=48 * 1024)[1] == 4  # (48 KB + 1 KB reserved) x 4 <= 228 KB
     assert occupancy(16, 32)[1] == 32 and occupancy(16, 32)[0] == 0.5  # 32 blocks/SM of one warp
-    assert best_occupancy(128)[0] == 0.25 and best_occupancy(64)[0] == 0.5
+    assert best_occupancy(128) == (0.25, 512) and best_occupancy(64)[0] == 0.5
+    assert best_occupancy(32) == (1.0, 1024) and best_occupancy(38) == (51 / 64, 544), best_occupancy(38)  # 51 warps fit
     assert best_occupancy(255)[0] == 0.125
     sample = """ptxas info    : Compiling entry function '_Z3fooPf' for 'sm_90'
 ptxas info    : Function properties for _Z3fooPf
@@ -443,6 +445,11 @@ ptxas info    : Used 18 registers, used 0 barriers
     d = describe("void Kokkos::Impl::cuda_parallel_launch_local_memory<Kokkos::Impl::ParallelFor<joule::detail::"
                  "AttentionForwardKernel<float, V>, Kokkos::TeamPolicy<Kokkos::Cuda>, Kokkos::Cuda> >(X)")
     assert d["name"] == "joule::detail::AttentionForwardKernel", d
+    d = describe("void Kokkos::Impl::cuda_parallel_launch_local_memory<Kokkos::Impl::ParallelReduce<Kokkos::Impl::"
+                 "CombinedFunctorReducer<_INTERNAL_d7654d7a_13_core_train_cu_31eccd6d::joule::(anonymous namespace)::queue_grad_norm_part<V>(Kokkos::Cuda const&,"
+                 " V const&)::{lambda(int, double&)#1}, R>, Kokkos::RangePolicy<Kokkos::Cuda>, Kokkos::Cuda> >(X)")
+    assert d["name"] == "joule::{anon}::queue_grad_norm_part λ1" and d["pattern"] == "ParallelReduce", d
+    assert label_matches("grad_norm_part", d["function"])
     assert label_matches("attention_forward", "joule::detail::AttentionForwardKernel")
     assert label_matches("layernorm_backward_input", "joule::layernorm_backward")
     assert label_matches("embedding_backward_count", "joule::token_embedding_backward")
