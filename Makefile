@@ -119,11 +119,11 @@ bench-torch: build
 # With a joule binary already built (CI's plain build), one training step of the embedded tiny model
 # is recorded first (a second): the launch blocks of the TeamPolicy kernels, for the occupancy gate.
 # The threads each kernel exposes are gated by gpu-audit, at medium.json.
-GPU_AUDIT_DIR ?= $(BUILD)/gpu-audit
+GPU_AUDIT_DIR ?= $(abspath $(BUILD)/gpu-audit)
 compile-check:
 	@mkdir -p $(GPU_AUDIT_DIR)
 	if [ -x $(BUILD)/apps/joule ]; then \
-	  ./$(BUILD)/apps/joule bench --suite launches --json $(GPU_AUDIT_DIR)/launches-tiny.json >/dev/null && \
+	  $(BUILD)/apps/joule bench --suite launches --json $(GPU_AUDIT_DIR)/launches-tiny.json >/dev/null && \
 	  export JOULE_GPU_AUDIT_LAUNCHES=$(GPU_AUDIT_DIR)/launches-tiny.json || \
 	  echo "compile-check: NOTE: $(BUILD)/apps/joule recorded no launches: TeamPolicy occupancy not gated"; fi; \
 	JOULE_GPU_AUDIT_DIR=$(GPU_AUDIT_DIR) bash cmake/compile-check/compile_check.sh
