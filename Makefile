@@ -129,7 +129,7 @@ compile-check:
 	JOULE_GPU_AUDIT_DIR=$(GPU_AUDIT_DIR) bash cmake/compile-check/compile_check.sh
 
 # The whole GPU audit (docs/gh200.md#the-gpu-audit): one training step of medium.json recorded on the
-# CPU (about a minute on 2 cores), then the compile check with its ptxas figures and the gates.
+# CPU (~30 s on 2 cores), then the compile check with its ptxas figures and the gates.
 # GPU_AUDIT_CONFIG=... audits another configuration's launches (the wave gate is medium.json's).
 GPU_AUDIT_CONFIG ?= apps/configs/medium.json
 gpu-audit: configure
