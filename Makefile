@@ -6,7 +6,12 @@
 #   make test-sanitize   the suite against Catch2 v3 with AddressSanitizer + UBSan, less the mpirun
 #                        and long tests (CI runs it too)
 #   make bench-torch   operators and whole training steps next to PyTorch (installs Debian's python3-torch)
-#   make compile-check the GPU build checked without a GPU (nvcc for sm_90 against Kokkos 5.x)
+#   make compile-check the GPU build checked without a GPU (nvcc for sm_90 against Kokkos 5.x), and
+#                      the GPU audit's resource gate on its kernels (ptxas: spills, occupancy)
+#   make gpu-audit     the compile check with the whole GPU audit: every kernel's registers, spills
+#                      and occupancy on an H200 (ptxas), one training step of medium.json's launches
+#                      recorded on the CPU (threads each kernel exposes); fails on spills, occupancy
+#                      < 25 % or < 1/4 of a wave, less cmake/compile-check/gpu_audit_allow.json
 # Use your own Kokkos install (e.g. CUDA on a GH200 node):
 #   make test Kokkos_ROOT=/path/to/kokkos [PRESET=gh200]
 # Or build Kokkos + Kokkos-Kernels from your source trees (e.g. the 4.6.01 release tags) first;
@@ -43,7 +48,7 @@ else
   PRESET ?= cpu
 endif
 
-.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize run bench bench-torch compile-check clean
+.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize run bench bench-torch compile-check gpu-audit clean
 all: build
 
 deps:
@@ -111,8 +116,28 @@ bench-torch: build
 
 # Every translation unit compiled for CUDA sm_90 (nvcc) and with g++ in C++20 against Kokkos 5.x
 # (and the Kokkos 4.5 / Kokkos-Kernels 4.5 pair): GPU builds checked without a GPU. CI runs it.
+# With a joule binary already built (CI's plain build), one training step of the embedded tiny model
+# is recorded first (a second): the launch blocks of the TeamPolicy kernels, for the occupancy gate.
+# The threads each kernel exposes are gated by gpu-audit, at medium.json.
+GPU_AUDIT_DIR ?= $(abspath $(BUILD)/gpu-audit)
 compile-check:
-	bash cmake/compile-check/compile_check.sh
+	@mkdir -p $(GPU_AUDIT_DIR)
+	if [ -x $(BUILD)/apps/joule ]; then \
+	  $(BUILD)/apps/joule bench --suite launches --json $(GPU_AUDIT_DIR)/launches-tiny.json >/dev/null && \
+	  export JOULE_GPU_AUDIT_LAUNCHES=$(GPU_AUDIT_DIR)/launches-tiny.json || \
+	  echo "compile-check: NOTE: $(BUILD)/apps/joule recorded no launches: TeamPolicy occupancy not gated"; fi; \
+	JOULE_GPU_AUDIT_DIR=$(GPU_AUDIT_DIR) bash cmake/compile-check/compile_check.sh
+
+# The whole GPU audit (docs/gh200.md#the-gpu-audit): one training step of medium.json recorded on the
+# CPU (~30 s on 2 cores), then the compile check with its ptxas figures and the gates.
+# GPU_AUDIT_CONFIG=... audits another configuration's launches (the wave gate is medium.json's).
+GPU_AUDIT_CONFIG ?= apps/configs/medium.json
+gpu-audit: configure
+	cmake --build $(BUILD) --target joule -j $(JOBS)
+	@mkdir -p $(GPU_AUDIT_DIR)
+	./$(BUILD)/apps/joule bench --suite launches --config $(GPU_AUDIT_CONFIG) --json $(GPU_AUDIT_DIR)/launches.json
+	JOULE_GPU_AUDIT_DIR=$(GPU_AUDIT_DIR) JOULE_GPU_AUDIT_LAUNCHES=$(GPU_AUDIT_DIR)/launches.json \
+	  JOULE_GPU_AUDIT_WAVE_GATE=1 bash cmake/compile-check/compile_check.sh
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-catch2-v3 $(BUILD)-sanitize

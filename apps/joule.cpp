@@ -1,5 +1,6 @@
 // The joule command. Subcommands live in their own files; this file parses and dispatches.
 #include "bench/bench_energy.hpp"
+#include "bench/bench_launches.hpp"
 #include "bench/bench_offload.hpp"
 #include "bench/bench_ops.hpp"
 #include "bench/bench_step.hpp"
@@ -105,8 +106,13 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--suite", suite,
                         "ops: operator GFLOP/s; step: whole training steps (forward, backward, AdamW) and their "
                         "GEMM-bound limit; all: ops then step (one JSON); adamw: host AdamW vs STREAM triad; "
-                        "offload: overlap; energy: the cost of measuring energy")
-      ->check(CLI::IsMember({"ops", "step", "all", "adamw", "offload", "energy"}));
+                        "offload: overlap; energy: the cost of measuring energy; launches: the kernel launches "
+                        "of one training step of --config as CUDA would run them (for make gpu-audit)")
+      ->check(CLI::IsMember({"ops", "step", "all", "adamw", "offload", "energy", "launches"}));
+  joule::apps::LaunchBenchOptions launches;
+  bench_cmd->add_option("--config", launches.config_path,
+                        "--suite launches: the training configuration (default: the embedded one, tiny.json)")
+      ->check(CLI::ExistingFile);
   std::string preset_help = "operator shapes:";
   std::vector<std::string> preset_names;
   for (auto const& p : joule::apps::bench_presets()) {
@@ -155,6 +161,10 @@ int main(int argc, char** argv) {
     if (*bench_cmd) {
       joule::apps::OffloadBenchOptions offload;
       offload.repeats = bench.repeats;
+      if (suite == "launches") {
+        launches.json_path = bench.json_path;
+        return joule::apps::run_launch_bench(launches);
+      }
       if (suite == "adamw") return joule::apps::run_adamw_bandwidth_bench(offload);
       if (suite == "offload") return joule::apps::run_offload_overlap_bench(offload);
       if (suite == "energy") {

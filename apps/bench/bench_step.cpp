@@ -37,21 +37,6 @@ constexpr StepShape kStepShapes[] = {
 };
 constexpr int kDefaultStepShapes = 3;  // small, medium, wide
 
-ModelConfig model_config(StepShape const& s) {
-  ModelConfig m;
-  m.layers = s.layers;
-  m.d_model = s.d_model;
-  m.heads = s.heads;
-  m.mlp_ratio = 4;
-  m.image_size = s.image_size;
-  m.patch_size = s.patch_size;
-  m.channels = 3;
-  m.frames = 1;
-  m.text_len = s.text_len;
-  m.tie_embeddings = true;
-  return m;
-}
-
 // Random pixels; each caption BOS, random bytes, EOS (no padding: every text position but the
 // last has a target).
 HostBatch synthetic_batch(ModelConfig const& m, int batch, std::mt19937& rng) {
@@ -109,6 +94,21 @@ double time_gemm(GemmCall const& g, int samples, std::mt19937& rng) {
 bool finite_positive(double x) { return std::isfinite(x) && x > 0; }
 
 }  // namespace
+
+ModelConfig model_config(StepShape const& s) {
+  ModelConfig m;
+  m.layers = s.layers;
+  m.d_model = s.d_model;
+  m.heads = s.heads;
+  m.mlp_ratio = 4;
+  m.image_size = s.image_size;
+  m.patch_size = s.patch_size;
+  m.channels = 3;
+  m.frames = 1;
+  m.text_len = s.text_len;
+  m.tie_embeddings = true;
+  return m;
+}
 
 std::vector<StepShape> const& step_shapes() {
   static std::vector<StepShape> const all(std::begin(kStepShapes), std::end(kStepShapes));
@@ -169,42 +169,46 @@ StepFlops step_flops(StepShape const& s) {
   return f;
 }
 
+StepRuns run_training_steps(ModelConfig const& config, int batch, int recompute_depth, int steps,
+                            std::function<void(int)> const& before_step) {
+  Space space;
+  Model model(config, batch, recompute_depth);
+  model.init_parameters(/*seed=*/1);
+  OptimizerSettings settings;
+  settings.beta1 = kStepBeta1, settings.beta2 = kStepBeta2, settings.eps = kStepEps;
+  settings.weight_decay = kStepWeightDecay, settings.grad_clip = kStepGradClip;
+  settings.offload_ratio = 0.0;
+  Optimizer optimizer(model, settings);
+  optimizer.sync_master_weights();
+  std::mt19937 rng(11);
+  model.set_batch(space, synthetic_batch(config, batch, rng), batch);  // once: not timed
+  StepRuns runs;
+  for (long step = 1; step <= steps; ++step) {  // as Trainer::train_step, one micro-batch
+    if (before_step) before_step(int(step - 1));
+    Kokkos::Timer timer;
+    optimizer.begin_step(kStepLearningRate, step);
+    model.zero_gradients(space);
+    double const loss = model.forward(space, [&](int group) { optimizer.wait_for_group(group); }).loss;
+    model.backward(space, 1.0, [&](int group) { optimizer.gradients_ready(group); });
+    double const norm = optimizer.gradient_norm();
+    optimizer.finish_step(norm > kStepGradClip ? kStepGradClip / norm : 1.0);
+    optimizer.wait_all();
+    space.fence();
+    runs.seconds.push_back(timer.seconds());
+    runs.losses.push_back(loss);
+  }
+  return runs;
+}
+
 StepMeasurement measure_step(StepShape const& s, int repeats) {
   if (repeats < 1) throw std::invalid_argument("repeats must be >= 1");
-  Space space;
   ModelConfig const config = model_config(s);
   StepMeasurement out;
   out.flops = step_flops(s);
   {
-    Model model(config, s.batch, /*recompute_depth=*/0);
-    model.init_parameters(/*seed=*/1);
-    OptimizerSettings settings;
-    settings.beta1 = kStepBeta1, settings.beta2 = kStepBeta2, settings.eps = kStepEps;
-    settings.weight_decay = kStepWeightDecay, settings.grad_clip = kStepGradClip;
-    settings.offload_ratio = 0.0;
-    Optimizer optimizer(model, settings);
-    optimizer.sync_master_weights();
-    std::mt19937 rng(11);
-    model.set_batch(space, synthetic_batch(config, s.batch, rng), s.batch);  // once: not timed
-    long step = 0;
-    auto const train_step = [&] {  // as Trainer::train_step, one micro-batch
-      optimizer.begin_step(kStepLearningRate, ++step);
-      model.zero_gradients(space);
-      double const loss = model.forward(space, [&](int group) { optimizer.wait_for_group(group); }).loss;
-      model.backward(space, 1.0, [&](int group) { optimizer.gradients_ready(group); });
-      double const norm = optimizer.gradient_norm();
-      optimizer.finish_step(norm > kStepGradClip ? kStepGradClip / norm : 1.0);
-      optimizer.wait_all();
-      space.fence();
-      return loss;
-    };
-    out.first_loss = train_step();  // warm-up: first touch, OpenBLAS buffers
-    std::vector<double> t;
-    for (int r = 0; r < repeats; ++r) {
-      Kokkos::Timer timer;
-      train_step();
-      t.push_back(timer.seconds());
-    }
+    StepRuns const runs = run_training_steps(config, s.batch, /*recompute_depth=*/0, repeats + 1);
+    out.first_loss = runs.losses[0];  // warm-up: first touch, OpenBLAS buffers
+    std::vector<double> const t(runs.seconds.begin() + 1, runs.seconds.end());
     out.median_s = median_of(t);
     out.min_s = *std::min_element(t.begin(), t.end());
   }  // the model's memory is released before the GEMMs are timed

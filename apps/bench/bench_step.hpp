@@ -4,7 +4,11 @@
 // step's GEMM-bound limit: the step's FLOPs divided by the rate KokkosBlas::gemm reaches at the
 // step's own GEMM shapes, measured in the same run. apps/scripts/bench_torch.py runs the same
 // shapes (read from the JSON) through PyTorch.
+#include "core/model/config.hpp"
+
 #include <nlohmann/json.hpp>
+
+#include <functional>
 
 #include <string>
 #include <vector>
@@ -66,6 +70,17 @@ struct StepMeasurement {
   double limit_seconds() const { return flops.total() / gemm_rate(); }      // the GEMM-bound limit
   double limit_fraction() const { return limit_seconds() / median_s; }      // 1: at the limit
 };
+// `steps` fenced training steps of `config` at `batch` samples, as Trainer::train_step runs them
+// with one micro-batch (zero the gradients, forward, backward with the optimizer's per-group hook,
+// global norm, clipping, AdamW; everything on the device, synthetic data): each step's seconds
+// and loss. before_step(i) runs before step i (0-based), untimed.
+struct StepRuns {
+  std::vector<double> seconds, losses;
+};
+StepRuns run_training_steps(ModelConfig const& config, int batch, int recompute_depth, int steps,
+                            std::function<void(int)> const& before_step = {});
+ModelConfig model_config(StepShape const& s);
+
 // Times warm-up + `repeats` fenced training steps of the shape (median), then its GEMMs.
 StepMeasurement measure_step(StepShape const& s, int repeats);
 

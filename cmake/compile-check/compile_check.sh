@@ -16,8 +16,14 @@
 # Device code is compiled in full (cicc, ptxas for sm_90); the host side of each CUDA compilation
 # is checked by nvcc's front end and by g++ with -fsyntax-only (every error, no object code: the
 # object went to /dev/null anyway, and emitting it took a sixth of the time).
+# The GPU audit's resource part reads ptxas' report of every kernel (-Xptxas -v on these same
+# compilations: nothing is compiled twice) and gates on spills and occupancy (gpu_audit.py; the
+# ptxas logs are kept in $JOULE_GPU_AUDIT_DIR, default the cache's gpu-audit/ folder).
 # Environment: NVCC (default: nvcc on PATH or /usr/local/cuda/bin/nvcc), JOULE_COMPILE_CHECK_CACHE,
-# JOULE_COMPILE_CHECK_ONLY (a grep pattern: check only the matching translation units).
+# JOULE_COMPILE_CHECK_ONLY (a grep pattern: check only the matching translation units; the audit
+# then sees only their kernels), JOULE_GPU_AUDIT_LAUNCHES (the JSON of `joule bench --suite
+# launches`: launch blocks and threads for the audit), JOULE_GPU_AUDIT_WAVE_GATE=1 (those launches
+# are medium.json's: gate on the threads each exposes too), JOULE_GPU_AUDIT=0 (no audit).
 # --fetch-only: fetch and unpack the headers (step 1), compile nothing.
 set -euo pipefail
 fetch_only=0
@@ -158,7 +164,9 @@ compile_cuda() {  # compile_cuda NAME UNIT... -> prints a result line
   [ "$have_nccl" = 1 ] && inc+=(-I"$cuda_include" -DJOULE_HAVE_NCCL)
   # Units that need Kokkos-Kernels see Kokkos 5.x and a declaration of gemm (see
   # kernels-declarations/KokkosBlas3_gemm.hpp); the folder is harmless for the others.
-  "$nvcc" -x cu -std=c++20 -arch=sm_90 --extended-lambda --expt-relaxed-constexpr \
+  # -Xptxas -v: ptxas reports each kernel's registers, spills, stack and static shared memory (the
+  # GPU audit, gpu_audit.py, reads them from these logs: no compilation of its own).
+  "$nvcc" -x cu -std=c++20 -arch=sm_90 --extended-lambda --expt-relaxed-constexpr -Xptxas -v \
     -Xcompiler -fopenmp -Xcompiler -fsyntax-only -Wno-deprecated-gpu-targets -DFMT_USE_CONSTEXPR=1 "${common[@]}" \
     -I"$work/cuda5" -I"$k5" -I"$here/kernels-declarations" "${inc[@]}" -c "$src" -o /dev/null >"$logf" 2>&1 || rc=$?
   # nvcc only warns (#20011/#20014) when device code calls a host-only function; in joule's own
@@ -266,6 +274,21 @@ host_units=$(printf '%s\n' "${units[@]}" | grep -vcx parallel/nccl_communicator.
 [ "$host_checked" = "$host_units" ] || die "only $host_checked of $host_units units were given to g++"
 [ "$(wc -l < "$results")" = "$expected" ] || die "only $(wc -l < "$results") of $expected compilations reported"
 if grep -q FAILED "$results"; then die "$(grep -c FAILED "$results") translation unit(s) do not compile (errors above)"; fi
+# The GPU audit of the kernels compiled above (ptxas' figures), before the link check.
+if [ "${JOULE_GPU_AUDIT:-1}" != 0 ]; then
+  audit_dir="${JOULE_GPU_AUDIT_DIR:-$cache/gpu-audit}"
+  rm -rf "$audit_dir/ptxas" && mkdir -p "$audit_dir/ptxas"
+  for f in "$work"/log.cuda.*; do
+    case "$f" in *.device) continue ;; esac
+    grep '^ptxas info\|bytes stack frame' "$f" > "$audit_dir/ptxas/${f##*/log.cuda.}.log" || true
+  done
+  audit_args=(--json "$audit_dir/audit.json")
+  [ -n "${JOULE_GPU_AUDIT_LAUNCHES:-}" ] && audit_args+=(--launches "$JOULE_GPU_AUDIT_LAUNCHES")
+  [ "${JOULE_GPU_AUDIT_WAVE_GATE:-0}" = 1 ] && audit_args+=(--wave-gate)
+  [ "${JOULE_GPU_AUDIT_GATE:-1}" = 0 ] && audit_args+=(--no-gate)
+  python3 "$here/gpu_audit.py" "${audit_args[@]}" "$audit_dir"/ptxas/*.log ||
+    die "the GPU audit failed (table above; the ptxas logs are in $audit_dir/ptxas)"
+fi
 log "all $(wc -l < "$results") compilations passed (${#cuda_units[@]} units for CUDA, $host_units for the host)$([ "$have_nccl" = 1 ] || echo " (the NCCL backend NOT checked: no NCCL in the toolkit)")"
 
 # --- 4. The NCCL backend links against the toolkit's libnccl and libcudart (it cannot run here:

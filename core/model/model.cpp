@@ -230,6 +230,7 @@ Model::HostInts const& Model::caption_misses(ExecSpace const& space) {
   Kokkos::deep_copy(space, sample_result_, 0);
   auto const picks = picks_, targets = targets_, misses = sample_result_;  // by value into the kernel
   int const held = cfg_.seq_len() / shards_.size;
+  detail::note_launch("caption_misses", picks.extent(0));
   Kokkos::parallel_for(
       label("caption_misses"), Kokkos::RangePolicy<ExecSpace>(space, 0, int(picks.extent(0))), KOKKOS_LAMBDA(int r) {
         int const t = targets(r), p = picks(r);
@@ -246,6 +247,7 @@ Model::HostInts const& Model::next_tokens(ExecSpace const& space, int position) 
   bool const here = at / held == shards_.rank;  // the shard holding the position picks; the others add 0
   auto const logits = logits_;
   auto const picks = sample_result_;
+  detail::note_launch("next_tokens", batch_);
   Kokkos::parallel_for(
       label("next_tokens"), Kokkos::RangePolicy<ExecSpace>(space, 0, batch_),
       KOKKOS_LAMBDA(int b) { picks(b) = here ? argmax_of_row(logits, b * held + at % held) : 0; });
@@ -269,6 +271,7 @@ template <class Local, class Whole>
 void copy_shard_rows(ExecSpace const& space, Local const& local, Whole const& whole, int seq, int shards,
                      int rank, bool to_local) {
   int const held = seq / shards, c = local.extent(1), rows = local.extent(0);
+  detail::note_launch("sequence_shard_rows", long(rows) * c);
   Kokkos::parallel_for(
       label("sequence_shard_rows"),
       Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {rows, c}), KOKKOS_LAMBDA(int r, int i) {
@@ -308,7 +311,7 @@ CrossEntropyResult Model::forward(ExecSpace const& space, std::function<void(int
     // The loss stays on the device: no wait for the launching thread here (Trainer reads the
     // step's sums with the gradient norm, its one wait per step).
     cross_entropy_rows(space, ce_lse_, ce_losses_, logits_, targets_);
-    queue_sum(space, "cross_entropy_sum", Kokkos::subview(deferred.sums, deferred.index), ce_losses_);
+    cross_entropy_forward_sum(space, Kokkos::subview(deferred.sums, deferred.index), ce_losses_);
     counted_rows_ = batch_counted_rows_;
     return {std::numeric_limits<double>::quiet_NaN(), counted_rows_};
   }

@@ -5,6 +5,7 @@
 //   p <- p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
 // Written once for any execution space: the same code updates device-resident state and,
 // in the offload issue, host-resident state on the Grace cores.
+#include "core/detail/launch_shape.hpp"
 #include "core/tensor.hpp"
 
 #include <algorithm>
@@ -115,6 +116,7 @@ void adamw_update(ExecutionSpace const& space, Param const& param, Grad const& g
                               shape_of(m) + ", v " + shape_of(v));
   auto const e = detail::make_adamw_element<T>(cfg, step, grad_scale);
   constexpr bool host = Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
+  detail::note_launch("adamw_update", n);  // on CUDA (not host-accessible): one thread per element
   bool const contiguous = param.span_is_contiguous() && grad.span_is_contiguous() &&
                           m.span_is_contiguous() && v.span_is_contiguous();
   if constexpr (host) {

@@ -2,6 +2,7 @@
 // The most likely class of a row of logits[N, V]: the first index of the row's maximum, as
 // torch.argmax (and the host loop `if (x > best)`) picks it. Greedy decoding and the exact-caption
 // check read it; the logits never leave the device.
+#include "core/detail/launch_shape.hpp"
 #include "core/tensor.hpp"
 
 #include <string>
@@ -25,6 +26,7 @@ void row_argmax(ExecutionSpace const& space, Picks const& picks, X const& x) {
   int const n = x.extent(0);
   require(int(picks.extent(0)) == n && x.extent(1) >= 1, "row_argmax",
           "picks " + shape_of(picks) + ", x " + shape_of(x));
+  detail::note_launch("row_argmax", n);
   Kokkos::parallel_for(
       label("row_argmax"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
       KOKKOS_LAMBDA(int r) { picks(r) = argmax_of_row(x, r); });

@@ -2,6 +2,7 @@
 // Softmax cross-entropy over logits[N, V] with integer targets[N]. Rows whose target equals
 // ignore_index (image positions, padding) contribute nothing; the loss is the mean over the rest,
 // as PyTorch's F.cross_entropy(reduction="mean", ignore_index=...).
+#include "core/detail/launch_shape.hpp"
 #include "core/ops/cross_entropy_result.hpp"
 #include "core/detail/launch_shape.hpp"
 #include "core/ops/detail/row_kernels.hpp"
@@ -38,13 +39,14 @@ void cross_entropy_rows(ExecutionSpace const& space, Lse const& lse, Losses cons
   });
 }
 
-// out() = sum_r values[r] in double, into a device scalar: queued, the host does not wait.
-template <class ExecutionSpace, class Out, class Values>
-void queue_sum(ExecutionSpace const& space, char const* name, Out const& out, Values const& values) {
-  detail::note_launch(name, long(values.extent(0)));
+// out() = sum_r losses[r] in double, into a device scalar (the loss left on the device): queued,
+// the host does not wait. The same sum as cross_entropy_forward's.
+template <class ExecutionSpace, class Out, class Losses>
+void cross_entropy_forward_sum(ExecutionSpace const& space, Out const& out, Losses const& losses) {
+  detail::note_launch("cross_entropy_forward_sum", long(losses.extent(0)));
   Kokkos::parallel_reduce(
-      label(name), Kokkos::RangePolicy<ExecutionSpace>(space, 0, values.extent(0)),
-      KOKKOS_LAMBDA(int r, double& s) { s += values(r); }, out);
+      label("cross_entropy_forward_sum"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, losses.extent(0)),
+      KOKKOS_LAMBDA(int r, double& s) { s += losses(r); }, out);
 }
 
 // cross_entropy_rows, then the mean loss and the counted rows on the host (a wait for the
@@ -59,8 +61,9 @@ CrossEntropyResult cross_entropy_forward(ExecutionSpace const& space, Lse const&
   CrossEntropyResult result;
   double total = 0;
   int bad = 0;
+  detail::note_launch("cross_entropy_forward_sum", n);
   Kokkos::parallel_reduce(
-      label("cross_entropy_sum"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
+      label("cross_entropy_forward_sum"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
       KOKKOS_LAMBDA(int r, double& s, int& counted, int& invalid) {
         int const t = targets(r);
         s += losses(r);

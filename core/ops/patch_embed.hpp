@@ -3,6 +3,7 @@
 //   images  [frames, C_in, H, W]        (a video batch [B, F, C, H, W] is B*F frames)
 //   patches [frames * (H/P) * (W/P), C_in * P * P]
 //   out     [frames * (H/P) * (W/P), C]  (= the image tokens, row = frame * n_patches + patch)
+#include "core/detail/launch_shape.hpp"
 #include "core/ops/linear.hpp"
 #include "core/tensor.hpp"
 
@@ -42,6 +43,7 @@ void unpatchify(ExecutionSpace const& space, DImages const& d_images, DPatches c
   require(int(d_patches.extent(0)) == frames * gh * gw &&
               int(d_patches.extent(1)) == cin * patch * patch,
           "unpatchify", "d_patches " + shape_of(d_patches) + " for images " + shape_of(d_images));
+  detail::note_launch("unpatchify", long(frames) * cin * h * w);
   Kokkos::parallel_for(
       label("unpatchify"),
       Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<4>>(space, {0, 0, 0, 0},

@@ -312,7 +312,8 @@ void Optimizer::gradients_ready(int group) {
 namespace {
 // The sum of squares of `d` into the device scalar `out`, queued on `space` (no host wait).
 template <class Out>
-void queue_sum_of_squares(ExecSpace const& space, Tensor1<float, DeviceMemory> const& d, Out const& out) {
+void queue_grad_norm_part(ExecSpace const& space, Tensor1<float, DeviceMemory> const& d, Out const& out) {
+  detail::note_launch("grad_norm_part", d.extent(0));
   Kokkos::parallel_reduce(
       label("grad_norm_part"), Kokkos::RangePolicy<ExecSpace>(space, 0, d.extent(0)),
       KOKKOS_LAMBDA(int i, double& s) { s += double(d(i)) * double(d(i)); }, out);
@@ -323,7 +324,7 @@ void Optimizer::start_norm_part(int group) {
   // Each group's sum of squares, on the device from the gradient buffer every group has, whatever
   // its placement: the norm (and so the clipping scale) does not depend on the offload ratio.
   if (norm_started_[group]) return;
-  queue_sum_of_squares(compute_, groups_[group].grad, Kokkos::subview(norm_parts_, group));
+  queue_grad_norm_part(compute_, groups_[group].grad, Kokkos::subview(norm_parts_, group));
   ordering::on_stream(ordering::Lane::compute, "grad_norm_part", {{"grad", group}}, {});
   norm_started_[group] = 1;
 }

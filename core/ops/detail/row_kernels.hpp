@@ -14,6 +14,7 @@
 // (no -ffast-math); on GPUs they are the vector range's own reduction. Either way the order of
 // operations is fixed for a backend: results are bitwise reproducible run to run.
 // exp inside a row: exp_of<Space>() (vector_math.hpp).
+#include "core/detail/launch_shape.hpp"
 #include "core/ops/detail/vector_math.hpp"
 #include "core/tensor.hpp"
 
@@ -36,6 +37,9 @@ void for_each_row(ExecutionSpace const& space, char const* name, int rows, F con
   using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
   using Member = typename Policy::member_type;
   if (rows <= 0) return;
+  // On CUDA: one block of kDeviceRowsPerTeam warps per kDeviceRowsPerTeam rows (the else branch).
+  note_launch(name, long((rows + kDeviceRowsPerTeam - 1) / kDeviceRowsPerTeam) * kDeviceRowsPerTeam * kDeviceVectorLength,
+              kDeviceRowsPerTeam * kDeviceVectorLength);
   if constexpr (is_host_space<ExecutionSpace>()) {
     int const teams_wanted = kHostTeamsPerThread * std::max(1, int(space.concurrency()));
     int const per_team = std::max(1, (rows + teams_wanted - 1) / teams_wanted);

@@ -1,0 +1,113 @@
+// One training step of a configuration's model at its micro-batch, run with the step benchmark's
+// machinery (bench_step.hpp: the trainer's step, everything on the device) while a launch
+// recorder collects each kernel's stated CUDA shape.
+#include "bench/bench_launches.hpp"
+
+#include "bench/bench_step.hpp"
+#include "core/detail/launch_shape.hpp"
+#include "run_config.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace joule::apps {
+
+namespace {
+
+// A full wave of an H200: 132 SMs x 2048 resident threads (the same figure gpu_audit.py gates on).
+constexpr long kH200Sms = 132, kThreadsPerSm = 2048, kWaveThreads = kH200Sms * kThreadsPerSm;
+
+struct Launches {
+  long count = 0, threads_min = 0, threads_max = 0;
+  int block = 0;
+};
+
+struct Recorded {
+  std::mutex mutex;
+  bool on = false;
+  std::map<std::string, Launches> by_label;
+};
+
+Recorded& recorded() {
+  static Recorded r;
+  return r;
+}
+
+void record(char const* name, detail::LaunchShape shape) {
+  auto& r = recorded();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!r.on) return;
+  auto& l = r.by_label[name];
+  l.threads_min = l.count ? std::min(l.threads_min, shape.threads) : shape.threads;
+  l.threads_max = l.count ? std::max(l.threads_max, shape.threads) : shape.threads;
+  l.block = std::max(l.block, shape.block);
+  ++l.count;
+}
+
+}  // namespace
+
+int run_launch_bench(LaunchBenchOptions const& options) {
+  Config const cfg = load_config_with(options.config_path, [](nlohmann::json&) {});
+  int const micro = cfg.train.micro_batch, per_step = cfg.train.batch / std::max(1, micro);
+  std::string const source = options.config_path.empty() ? std::string("the embedded default") : options.config_path;
+  std::string const shape = fmt::format("micro-batch {} of batch {}, {} layers, C={}, {} heads, S={}", micro,
+                                        cfg.train.batch, cfg.model.layers, cfg.model.d_model, cfg.model.heads,
+                                        cfg.model.seq_len());
+  fmt::print("joule bench --suite launches: the kernel launches of one training step of {} ({}), as CUDA would "
+             "run them (recorded on {})\n",
+             source, shape, Kokkos::DefaultExecutionSpace::name());
+  auto& rec = recorded();
+  detail::launch_recorder().store(&record);
+  Kokkos::Timer timer;
+  StepRuns const runs = run_training_steps(cfg.model, micro, cfg.train.recompute_depth, 1, [&](int) {
+    std::lock_guard<std::mutex> lock(rec.mutex);
+    rec.on = true;
+  });
+  double const seconds = timer.seconds();
+  detail::launch_recorder().store(nullptr);
+  std::vector<std::pair<std::string, Launches>> rows;
+  {
+    std::lock_guard<std::mutex> lock(rec.mutex);
+    rec.on = false;
+    rows.assign(rec.by_label.begin(), rec.by_label.end());
+  }
+  if (rows.empty()) throw std::runtime_error("no kernel launch was recorded");
+  std::sort(rows.begin(), rows.end(), [](auto const& a, auto const& b) { return a.second.threads_min < b.second.threads_min; });
+  fmt::print("{:<32} {:>8} {:>12} {:>12} {:>6} {:>9}\n", "kernel label", "launches", "threads min", "threads max",
+             "block", "wave min");
+  nlohmann::json kernels = nlohmann::json::array();
+  for (auto const& [label, l] : rows) {
+    fmt::print("{:<32} {:>8} {:>12} {:>12} {:>6} {:>8.1f}%\n", label, l.count, l.threads_min, l.threads_max,
+               l.block ? fmt::format("{}", l.block) : std::string("kokkos"), 100.0 * l.threads_min / kWaveThreads);
+    kernels.push_back({{"label", label}, {"launches", l.count}, {"threads_min", l.threads_min},
+                       {"threads_max", l.threads_max}, {"block", l.block}});
+  }
+  fmt::print("one step: {:.1f} s here (loss {:.4f}); a full H200 wave: {} SMs x {} threads = {}; GEMMs (cuBLAS on "
+             "CUDA) and Kokkos' own deep_copy kernels are not listed{}\n",
+             seconds, runs.losses.at(0), kH200Sms, kThreadsPerSm, kWaveThreads,
+             per_step > 1 ? fmt::format("; a step of this configuration runs {} micro-batches: forward and backward "
+                                        "kernels launch {} times as often",
+                                        per_step, per_step)
+                          : "");
+  if (!options.json_path.empty()) {
+    nlohmann::json j = {{"config", source},          {"shape", shape},
+                        {"micro_batch", micro},      {"batch", cfg.train.batch},
+                        {"micro_batches_per_step", per_step}, {"wave_threads", kWaveThreads},
+                        {"seconds", seconds},        {"kernels", kernels}};
+    std::ofstream out(options.json_path);
+    out << j.dump(1) << "\n";
+    if (!out) throw std::runtime_error("cannot write " + options.json_path);
+  }
+  return 0;
+}
+
+}  // namespace joule::apps
