@@ -36,7 +36,7 @@
 #                             likewise (JOULE_DEVICE_MORE_TARGETS)
 #   JOULE_DEVICE_MPI          auto (default: with MPI if mpicxx and mpiexec are there), on, off
 #   JOULE_DEVICE_CMAKE_ARGS   more configure arguments (e.g. -DMPIEXEC_EXECUTABLE=$(which srun))
-#   JOULE_DEVICE_BUILD_LIMIT  the build step's limit (default 230 s; a machine with fewer cores
+#   JOULE_DEVICE_BUILD_LIMIT  the build step's limit (default 220 s; a machine with fewer cores
 #                             needs more, and a larger --budget with it)
 #   JOULE_DEVICE_PRESET       the CMake preset (default gh200; cpu runs every step on a CPU build
 #                             against an OpenMP Kokkos: the script's own rehearsal, no GPU meant)
@@ -107,13 +107,13 @@ publish() {
     grep -hiE "Chosen configuration|^energy" "$logs/tune.log" 2>/dev/null | head -3 | sed 's/^/  tune: /'
     printf '%-14s %-56s %s\n' step result time
     local r a b c
-    for r in "${results[@]}"; do IFS='|' read -r a b c <<<"$r"; printf '%-14s %-56s %s\n' "$a" "$b" "$c"; done
+    for r in "${results[@]}"; do IFS=$'\x1f' read -r a b c <<<"$r"; printf '%-14s %-56s %s\n' "$a" "$b" "$c"; done
     if [ -n "$current" ]; then echo "running now: $current (if this is the last line, the run was stopped during it)"
     else echo "total: $((SECONDS - start)) s of a $budget s budget"; fi
   } >"$out/summary.txt.tmp" 2>/dev/null && mv -f "$out/summary.txt.tmp" "$out/summary.txt"
   tar -C "$work" -czf "$out/logs.tar.gz.tmp" logs 2>/dev/null && mv -f "$out/logs.tar.gz.tmp" "$out/logs.tar.gz"
 }
-note() { results+=("$1|$2|$3"); publish; }
+note() { results+=("$1"$'\x1f'"$2"$'\x1f'"$3"); publish; }  # (a separator no message holds)
 left() { echo $((budget - reserve - (SECONDS - start))); }
 wanted() { [ -z "$only" ] || [[ "$only" == *",$1,"* ]]; }
 # step NAME LIMIT_S host|gpu|any COMMAND...: runs it for at most LIMIT_S (and never past the budget),
@@ -195,12 +195,12 @@ if [ -f "$build/CMakeCache.txt" ] && ! grep -q "^CMAKE_GENERATOR:INTERNAL=$(comm
   rm -rf "$build"
 fi
 configured=1 built=1
-step configure 35 host cmake --preset "$preset" -S "$repo" -B "$build" -DKokkos_ROOT="$Kokkos_ROOT" "${cmake_args[@]}" || configured=0
+step configure 45 host cmake --preset "$preset" -S "$repo" -B "$build" -DKokkos_ROOT="$Kokkos_ROOT" "${cmake_args[@]}" || configured=0
 joule="$build/apps/joule"
 if [ $configured = 1 ]; then
   # Only what is run: the joule command and step 1's test executables.
   read -r -a build_targets <<<"joule $targets"
-  step build "${JOULE_DEVICE_BUILD_LIMIT:-230}" host cmake --build "$build" -j "$jobs" --target "${build_targets[@]}" || built=0
+  step build "${JOULE_DEVICE_BUILD_LIMIT:-220}" host cmake --build "$build" -j "$jobs" --target "${build_targets[@]}" || built=0
 else
   note build "not run (configure failed)" "-"; built=0
 fi
