@@ -72,7 +72,7 @@ preset="${JOULE_DEVICE_PRESET:-gh200}"
 start=$SECONDS
 reserve=5          # kept back for the last summary and log archive
 results=()
-current=""
+current="" step_pid=""
 
 tests_re="${JOULE_DEVICE_TESTS:-ordering|offload|bitwise|same bits}"
 more_re="${JOULE_DEVICE_MORE_TESTS:-linear|layernorm|gelu|residual|embedding|patch|attention|cross entropy|adamw|block}"
@@ -129,7 +129,12 @@ step() {
   current="$name (limit $limit s, started at $((SECONDS - start)) s)"; publish
   local t0=$SECONDS rc=0
   { echo "\$ $*"; echo "(limit $limit s)"; } >"$logs/$name.log"
-  timeout --kill-after=5 "$limit" "$@" >>"$logs/$name.log" 2>&1 || rc=$?
+  # timeout puts the command in a process group of its own; in the background here, so that the
+  # trap below can end it (a Ctrl-C or a TERM from outside would not reach that group).
+  timeout --kill-after=5 "$limit" "$@" >>"$logs/$name.log" 2>&1 &
+  step_pid=$!
+  wait "$step_pid" || rc=$?
+  step_pid=""
   local took="$((SECONDS - t0)) s"
   current=""
   if [ $rc = 0 ]; then note "$name" ok "$took"
@@ -137,6 +142,16 @@ step() {
   else note "$name" "FAILED, exit $rc (see logs/$name.log)" "$took"; fi
   return $rc
 }
+
+# Stopped from outside: end the running step's command too, and say where the run stopped.
+on_signal() {
+  [ -n "$step_pid" ] && kill -TERM "$step_pid" 2>/dev/null
+  local name="${current%% *}"; current=""
+  note "${name:-?}" "INTERRUPTED (signal $1)" "-"
+  exit 130
+}
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
 
 # --- The machine ------------------------------------------------------------------------------------
 command -v nvcc >/dev/null || export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"

@@ -129,7 +129,8 @@ if [ "$backend" = cuda ]; then
         log "Kokkos $kokkos_version at $KOKKOS_SRC already has $(basename "$candidate"): built as it is"
       elif patch -d "$KOKKOS_SRC" -p1 --dry-run -s -f <"$candidate" >/dev/null 2>&1; then
         kokkos_patch="$candidate"
-        tpl_text+=", $(basename "$candidate") $(md5sum <"$candidate" | cut -c1-16)"
+        # The checksum of its hunks (from the first ---): the comment above them can change freely.
+        tpl_text+=", $(basename "$candidate") $(sed -n '/^--- /,$p' "$candidate" | md5sum | cut -c1-16)"
       else
         log "WARNING: $(basename "$candidate") does not apply to $KOKKOS_SRC (a changed tree?): building it unpatched"
       fi
