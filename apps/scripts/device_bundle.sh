@@ -3,7 +3,9 @@
 # without network (CUDA, CMake, a C++ compiler, nothing else) needs to build and check joule, as
 # one archive for apps/scripts/device_check.sh:
 #   kokkos/  Kokkos + Kokkos-Kernels with CUDA (sm_90) + OpenMP + Serial and cuBLAS, built by
-#            apps/scripts/install-deps.sh from your source trees (KOKKOS_SRC, KOKKOS_KERNELS_SRC)
+#            apps/scripts/install-deps.sh from your source trees (KOKKOS_SRC, KOKKOS_KERNELS_SRC;
+#            with CUDA 13, the 4.6.01 tags are built from a copy patched with
+#            cmake/patches/kokkos-4.6.01-cuda13.patch, which MANIFEST names)
 #   hdf5/    the HDF5 C library, static, no compression filters (joule uses none), built from
 #            Debian's hdf5 source package
 #   usr/     Catch2, nlohmann-json, CLI11, fmt and stb from Debian's binary packages (dpkg -x)
@@ -12,7 +14,7 @@
 #   KOKKOS_SRC=... KOKKOS_KERNELS_SRC=... apps/scripts/device_bundle.sh OUT.tar.gz
 set -euo pipefail
 out="${1:?usage: KOKKOS_SRC=... KOKKOS_KERNELS_SRC=... $0 OUT.tar.gz}"
-: "${KOKKOS_SRC:?set KOKKOS_SRC to a Kokkos source tree (one that builds with this CUDA)}"
+: "${KOKKOS_SRC:?set KOKKOS_SRC to a Kokkos source tree (e.g. the 4.6.01 tag; patched for CUDA 13 on the way)}"
 : "${KOKKOS_KERNELS_SRC:?set KOKKOS_KERNELS_SRC to a Kokkos-Kernels source tree}"
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"

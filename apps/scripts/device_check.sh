@@ -1,134 +1,287 @@
 #!/usr/bin/env bash
 # The check to run on a machine with an NVIDIA GPU (an H100/H200 or a GH200 node), as one command
-# that fits in ten minutes there, network or not:
-#   1. builds joule (the library, the joule command, every test) against a CUDA build of Kokkos +
-#      Kokkos-Kernels: the one packed by apps/scripts/device_bundle.sh (--deps; it also carries
-#      HDF5, Catch2, json, CLI11 and fmt for machines without them), or your own (Kokkos_ROOT);
-#   2. runs the test suite on the GPU (operators on Serial, OpenMP and Cuda; model, training,
-#      scheduler; the mpirun tests if the machine has MPI);
-#   3. benchmarks the operators at GPU size (joule bench --preset vit-large) and, where PyTorch is
-#      there, the same shapes through PyTorch (attention: F.scaled_dot_product_attention), and a
-#      whole training step of apps/configs/medium.json;
-#   4. probes energy (NVML must be found) and runs a short `joule tune` that measures with it;
-#   5. writes OUT_DIR/summary.txt (printed last) and one log per step.
-# Each step has a time limit within the budget; steps that no longer fit are skipped and say so.
-#   apps/scripts/device_check.sh [--deps BUNDLE.tar.gz] [--budget SECONDS] [OUT_DIR]
+# that fits in the nine minutes of a lent GPU machine's ten-minute command, network or not. The most
+# important results come first, and every step has its own time limit; the limits add up to the
+# budget (docs/gh200.md, "The device check", has the table), so nothing late is starved by
+# something early:
+#   build     joule and only the test executables that step 1 runs, against a CUDA build of Kokkos
+#             + Kokkos-Kernels: the one packed by apps/scripts/device_bundle.sh (--deps), or your
+#             own (Kokkos_ROOT); ninja if there is one, on all cores; the build tree is WORK/build
+#   1 tests_gpu        the GPU tests of ordering and of bitwise offload: ctest -R JOULE_DEVICE_TESTS
+#   2 step_medium      one whole training step of apps/configs/medium.json's shape, timed
+#                      (joule bench --suite step --step-shapes medium)
+#   3 energy_probe     joule energy probe (NVML must be found)
+#   4 bench_ops, bench_torch   the operators at GPU size, and the same shapes through PyTorch
+#                      (attention against F.scaled_dot_product_attention) where PyTorch has CUDA
+#   5 tune             a short joule tune, measured with NVML
+#   then, with whatever time is left: build_more + tests_more (the operator tests,
+#   JOULE_DEVICE_MORE_TESTS).
+# OUT_DIR gets only results: summary.txt (rewritten after every step, so a run killed from outside
+# still says what it did), logs.tar.gz (every step's log, also re-packed after every step),
+# machine.txt and the benchmarks' JSON. Everything else (the unpacked bundle, the build, logs,
+# data) goes to WORK (default: build-device in the checkout; kept, so a rerun builds incrementally).
+#   apps/scripts/device_check.sh [--deps BUNDLE.tar.gz] [--budget SECONDS] [--work DIR]
+#                                [--only STEP,STEP...] [--rehearse] [OUT_DIR]
 #   Kokkos_ROOT=/path/to/cuda-kokkos apps/scripts/device_check.sh [OUT_DIR]
-# JOULE_DEVICE_CMAKE_ARGS: more configure arguments (e.g. -DMPIEXEC_EXECUTABLE=$(which srun)).
+# --rehearse: everything up to the first command that needs the GPU (unpack, configure, build),
+#   for a machine with nvcc and no GPU; the GPU steps say "not run (rehearsal)".
+# --only: run just these of the numbered steps (e.g. --only tests_gpu,tune on a warm machine, whose
+#   WORK is still there); configure and build always run (incremental: seconds when nothing
+#   changed), the bundle is unpacked again only when it changed.
+# Environment:
+#   JOULE_DEVICE_TESTS        ctest regex of step 1 (default: ordering|offload|bitwise|same bits)
+#   JOULE_DEVICE_TEST_TARGETS the test executables to build for it (default: those whose
+#                             tests/*.cpp have a TEST_CASE name matching the regex on its first line)
+#   JOULE_DEVICE_MORE_TESTS   ctest regex of tests_more (default: the operator tests); its targets
+#                             likewise (JOULE_DEVICE_MORE_TARGETS)
+#   JOULE_DEVICE_MPI          auto (default: with MPI if mpicxx and mpiexec are there), on, off
+#   JOULE_DEVICE_CMAKE_ARGS   more configure arguments (e.g. -DMPIEXEC_EXECUTABLE=$(which srun))
+#   JOULE_DEVICE_BUILD_LIMIT  the build step's limit (default 220 s; a machine with fewer cores
+#                             needs more, and a larger --budget with it)
+#   JOULE_DEVICE_PRESET       the CMake preset (default gh200; cpu runs every step on a CPU build
+#                             against an OpenMP Kokkos: the script's own rehearsal, no GPU meant)
 set -uo pipefail
+# The whole script is one compound command, read in full before it starts: editing the file while
+# it runs (a checkout updated under a long run) cannot change what it does.
+{
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
-deps="" budget=570 out=""
+deps="" budget=540 out="" work="" rehearse=0 only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --deps) deps="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
-    -*) echo "device_check.sh: unknown option $1 (allowed: --deps FILE, --budget SECONDS)" >&2; exit 2 ;;
+    --work) work="$2"; shift 2 ;;
+    --only) only=",$2,"; shift 2 ;;
+    --rehearse|--dry-run) rehearse=1; shift ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    -*) echo "device_check.sh: unknown option $1 (allowed: --deps FILE, --budget SECONDS, --work DIR, --only STEPS, --rehearse)" >&2; exit 2 ;;
     *) out="$1"; shift ;;
   esac
 done
+[[ "$budget" =~ ^[0-9]+$ ]] || { echo "device_check.sh: --budget $budget: a number of seconds" >&2; exit 2; }
+[ -z "$deps" ] || deps="$(cd "$(dirname "$deps")" && pwd)/$(basename "$deps")"
 out="${out:-$repo/device-check}"
-mkdir -p "$out" && out="$(cd "$out" && pwd)"
-build="$out/build"
+work="${work:-$repo/build-device}"
+mkdir -p "$out" "$work" && out="$(cd "$out" && pwd)" && work="$(cd "$work" && pwd)"
+case "$work/" in "$out"/*) echo "device_check.sh: the work folder $work must not be inside OUT_DIR $out (only results go back)" >&2; exit 2 ;; esac
+build="$work/build" logs="$work/logs"
+rm -rf "$logs" && mkdir -p "$logs"
+rm -f "$out/summary.txt" "$out/logs.tar.gz" "$out/machine.txt" "$out/bench.json" "$out/step.json"
 jobs="$(nproc)"
+preset="${JOULE_DEVICE_PRESET:-gh200}"
 start=$SECONDS
+reserve=5          # kept back for the last summary and log archive
 results=()
-note() { results+=("$1|$2|$3"); }
-left() { echo $((budget - (SECONDS - start))); }
-step() {  # step NAME LIMIT_S COMMAND...: runs it (at most LIMIT_S, and never past the budget)
-  local name="$1" limit="$2"; shift 2
+current="" step_pid=""
+
+tests_re="${JOULE_DEVICE_TESTS:-ordering|offload|bitwise|same bits}"
+more_re="${JOULE_DEVICE_MORE_TESTS:-linear|layernorm|gelu|residual|embedding|patch|attention|cross entropy|adamw|block}"
+# The test executables (joule_add_test: their Catch2 test cases become ctest tests) whose sources
+# name a matching test case (on the first line of its name).
+test_targets() {
+  local re="$1" f t found=()
+  for f in $(grep -lE "TEST_CASE\(\"[^\"]*($re)" "$repo"/tests/*.cpp 2>/dev/null); do
+    t="$(sed -n -E "s/^ *joule_add_test\(([A-Za-z0-9_]+) ([^)]* )?$(basename "$f")[ )].*/\1/p" "$repo/tests/CMakeLists.txt" | head -1)"
+    [ -n "$t" ] && found+=("$t")
+  done
+  [ ${#found[@]} = 0 ] || printf '%s\n' "${found[@]}" | sort -u | paste -sd' '
+}
+targets="${JOULE_DEVICE_TEST_TARGETS:-$(test_targets "$tests_re")}"
+more_targets="${JOULE_DEVICE_MORE_TARGETS:-$(test_targets "$more_re")}"
+
+# --- Results: summary.txt and logs.tar.gz, rewritten after every step --------------------------------
+publish() {
+  {
+    echo "joule device check$([ $rehearse = 1 ] && echo " (REHEARSAL: no GPU command run)"): $(sed -n 's/^gpu: //p' "$out/machine.txt" 2>/dev/null), nvcc $(sed -n 's/^nvcc: //p' "$out/machine.txt" 2>/dev/null), $jobs cores"
+    echo "joule $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$repo" diff --quiet HEAD 2>/dev/null || echo ' (uncommitted changes)'); Kokkos: $(sed -n 's/.*joule: Kokkos \(.*\)/\1/p' "$logs/configure.log" 2>/dev/null | head -1)"
+    [ -n "$deps" ] && sed -n 1,2p "$work/deps/joule-deps/MANIFEST" 2>/dev/null | sed 's/^/  bundle: /'
+    echo "  tests of step 1: /$tests_re/ from: ${targets:-none found}"
+    for t in tests_gpu tests_more; do
+      [ -f "$logs/$t.log" ] && grep -hE "tests passed|^[[:space:]]*[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception|Not Run)" "$logs/$t.log" | head -12 | sed "s/^/  $t: /"
+    done
+    grep -hE "^medium " "$logs/step_medium.log" 2>/dev/null | sed 's/^/  step (ms, GFLOP\/s ...): /'
+    grep -hE "^shape " "$logs/step_medium.log" 2>/dev/null | head -1 | sed 's/^/  step columns:         /'
+    grep -hE "^source" "$logs/energy_probe.log" 2>/dev/null | head -4 | sed 's/^/  energy: /'
+    grep -hE "^(block|linear_qkv|attention_causal|attention_prefix) " "$logs/bench_ops.log" 2>/dev/null | sed 's/^/  joule bench: /'
+    grep -hE "^attention.*TFLOP/s|^geometric mean|^medium" "$logs/bench_torch.log" 2>/dev/null | sed 's/^/  torch: /'
+    grep -hiE "Chosen configuration|^energy" "$logs/tune.log" 2>/dev/null | head -3 | sed 's/^/  tune: /'
+    printf '%-14s %-56s %s\n' step result time
+    local r a b c
+    for r in "${results[@]}"; do IFS=$'\x1f' read -r a b c <<<"$r"; printf '%-14s %-56s %s\n' "$a" "$b" "$c"; done
+    if [ -n "$current" ]; then echo "running now: $current (if this is the last line, the run was stopped during it)"
+    else echo "total: $((SECONDS - start)) s of a $budget s budget"; fi
+  } >"$out/summary.txt.tmp" 2>/dev/null && mv -f "$out/summary.txt.tmp" "$out/summary.txt"
+  tar -C "$work" -czf "$out/logs.tar.gz.tmp" logs 2>/dev/null && mv -f "$out/logs.tar.gz.tmp" "$out/logs.tar.gz"
+}
+note() { results+=("$1"$'\x1f'"$2"$'\x1f'"$3"); publish; }  # (a separator no message holds)
+left() { echo $((budget - reserve - (SECONDS - start))); }
+wanted() { [ -z "$only" ] || [[ "$only" == *",$1,"* ]]; }
+# step NAME LIMIT_S host|gpu|any COMMAND...: runs it for at most LIMIT_S (and never past the budget),
+# its output in WORK/logs/NAME.log. host: a step the others need (always run); gpu: not run in a
+# rehearsal; gpu and any: only those --only names. Returns the command's status (1: did not run).
+step() {
+  local name="$1" limit="$2" needs="$3"; shift 3
+  if [ "$needs" != host ] && ! wanted "$name"; then note "$name" "not asked (--only)" "-"; return 1; fi
+  if [ "$needs" = gpu ] && [ $rehearse = 1 ]; then note "$name" "not run (rehearsal: needs the GPU)" "-"; return 1; fi
   local remaining; remaining="$(left)"
   [ "$limit" -gt "$remaining" ] && limit="$remaining"
-  if [ "$limit" -lt 15 ]; then note "$name" "SKIPPED (budget spent)" "-"; return 1; fi
+  if [ "$limit" -lt 10 ]; then note "$name" "SKIPPED (budget spent)" "-"; return 1; fi
+  current="$name (limit $limit s, started at $((SECONDS - start)) s)"; publish
   local t0=$SECONDS rc=0
-  timeout --kill-after=5 "$limit" "$@" >"$out/$name.log" 2>&1 || rc=$?
+  { echo "\$ $*"; echo "(limit $limit s)"; } >"$logs/$name.log"
+  # timeout puts the command in a process group of its own; in the background here, so that the
+  # trap below can end it (a Ctrl-C or a TERM from outside would not reach that group).
+  timeout --kill-after=5 "$limit" "$@" >>"$logs/$name.log" 2>&1 &
+  step_pid=$!
+  wait "$step_pid" || rc=$?
+  step_pid=""
   local took="$((SECONDS - t0)) s"
+  current=""
   if [ $rc = 0 ]; then note "$name" ok "$took"
-  elif [ $rc = 124 ] || [ $rc = 137 ]; then note "$name" "TIMED OUT after ${limit} s (see $name.log)" "$took"
-  else note "$name" "FAILED, exit $rc (see $name.log)" "$took"; fi
+  elif [ $rc = 124 ] || [ $rc = 137 ]; then note "$name" "TIMED OUT after $limit s (see logs/$name.log)" "$took"
+  else note "$name" "FAILED, exit $rc (see logs/$name.log)" "$took"; fi
   return $rc
 }
 
+# Stopped from outside: end the running step's command too, and say where the run stopped.
+on_signal() {
+  [ -n "$step_pid" ] && kill -TERM "$step_pid" 2>/dev/null
+  local name="${current%% *}"; current=""
+  note "${name:-?}" "INTERRUPTED (signal $1)" "-"
+  exit 130
+}
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
+
 # --- The machine ------------------------------------------------------------------------------------
 command -v nvcc >/dev/null || export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
+# OpenMPI refuses to start as root (a lent GPU machine runs commands as root) unless told.
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+torch_cuda="$(timeout 15 python3 -c 'import torch; print(torch.__version__, "cuda" if torch.cuda.is_available() else "no-cuda")' 2>&1 | tail -1)"
 {
   gpu="$(nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv,noheader 2>/dev/null | head -1)"
   echo "gpu: ${gpu:-none found (nvidia-smi did not answer)}"
   echo "nvcc: $(nvcc --version 2>&1 | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
-  echo "cmake: $(cmake --version | head -1)"; echo "c++: $(c++ --version | head -1)"
-  echo "cores: $jobs; mpi: $(command -v mpiexec || echo none); ninja: $(command -v ninja || echo none)"
-  echo "python3 torch: $(python3 -c 'import torch; print(torch.__version__, torch.cuda.is_available())' 2>&1 | tail -1)"
+  echo "cmake: $(cmake --version | head -1)"; echo "c++: $(c++ --version 2>&1 | head -1)"
+  echo "cores: $jobs; mpi: $(command -v mpiexec || echo none); ninja: $(command -v ninja || echo none); user: $(id -un)"
+  echo "python3 torch: $torch_cuda"
+  echo "step 1 tests: /$tests_re/ in ${targets:-no test executable}; tests_more: /$more_re/ in $more_targets"
 } >"$out/machine.txt" 2>&1
+cp "$out/machine.txt" "$logs/"
+publish
 
-# --- 1. Dependencies and the build ----------------------------------------------------------------
+# --- Dependencies, configure, build -------------------------------------------------------------------
 cmake_args=()
 if [ -n "$deps" ]; then
-  root="$out/deps"; rm -rf "$root"; mkdir -p "$root"
-  step unpack 120 tar -xf "$deps" -C "$root" || true
+  root="$work/deps"
+  stamp="$deps $(stat -c '%s %Y' "$deps" 2>/dev/null)"
+  if [ "$(cat "$root/.unpacked-from" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$root"; mkdir -p "$root"
+    step unpack 20 host tar -xf "$deps" -C "$root" && echo "$stamp" >"$root/.unpacked-from"
+  else
+    note unpack "already unpacked in $root" "-"
+  fi
   root="$root/joule-deps"
   export Kokkos_ROOT="$root/kokkos"
   cmake_args+=(-DCMAKE_PREFIX_PATH="$root/usr;$root/hdf5" -DHDF5_ROOT="$root/hdf5" -DHDF5_USE_STATIC_LIBRARIES=ON)
 fi
 : "${Kokkos_ROOT:?give --deps BUNDLE (apps/scripts/device_bundle.sh) or Kokkos_ROOT (a CUDA + OpenMP Kokkos 4.x/5.x with Kokkos-Kernels)}"
-# MPI if the machine has it, else one process per job. (With one GPU the mpirun tests' ranks share
-# it, and joule then runs their collectives on MPI, saying so: parallel/backend_choice.hpp.)
-if command -v mpicxx >/dev/null && command -v mpiexec >/dev/null; then cmake_args+=(-DJOULE_WITH_MPI=ON)
-else cmake_args+=(-DJOULE_WITH_MPI=OFF); fi
+# MPI if the machine has it (JOULE_DEVICE_MPI=auto), else one process per job. With one GPU the
+# mpirun tests' ranks share it, and joule then runs their collectives on MPI, saying so.
+mpi="${JOULE_DEVICE_MPI:-auto}"
+if [ "$mpi" = auto ]; then
+  if command -v mpicxx >/dev/null && command -v mpiexec >/dev/null; then mpi=on; else mpi=off; fi
+fi
+if [ "$mpi" = on ]; then
+  cmake_args+=(-DJOULE_WITH_MPI=ON)
+  if [ "$(id -u)" = 0 ] && mpiexec --version 2>&1 | grep -qi "open mpi\|open-rte\|openrte"; then
+    cmake_args+=(-DMPIEXEC_PREFLAGS=--allow-run-as-root)
+  fi
+else
+  cmake_args+=(-DJOULE_WITH_MPI=OFF)
+fi
 command -v ninja >/dev/null && cmake_args+=(-G Ninja)
+# CMake 4 (pip's) refuses packages that still ask for policies older than 3.5.
+cmake_args+=(-DCMAKE_POLICY_VERSION_MINIMUM=3.5)
 read -r -a extra <<<"${JOULE_DEVICE_CMAKE_ARGS:-}"
 cmake_args+=("${extra[@]}")
-step configure 120 cmake --preset gh200 -S "$repo" -B "$build" -DKokkos_ROOT="$Kokkos_ROOT" "${cmake_args[@]}"
-step build 420 cmake --build "$build" -j "$jobs"
-built=$?
+# A build tree made by another generator cannot be reused: start it again.
+if [ -f "$build/CMakeCache.txt" ] && ! grep -q "^CMAKE_GENERATOR:INTERNAL=$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')$" "$build/CMakeCache.txt"; then
+  rm -rf "$build"
+fi
+configured=1 built=1
+step configure 45 host cmake --preset "$preset" -S "$repo" -B "$build" -DKokkos_ROOT="$Kokkos_ROOT" "${cmake_args[@]}" || configured=0
 joule="$build/apps/joule"
+if [ $configured = 1 ]; then
+  # Only what is run: the joule command and step 1's test executables.
+  read -r -a build_targets <<<"joule $targets"
+  step build "${JOULE_DEVICE_BUILD_LIMIT:-220}" host cmake --build "$build" -j "$jobs" --target "${build_targets[@]}" || built=0
+else
+  note build "not run (configure failed)" "-"; built=0
+fi
+[ -x "$joule" ] || built=0
 
-# --- 2. Tests, operators first (they are what a GPU build changes most) --------------------------
-if [ $built = 0 ]; then
-  ops="linear|layernorm|gelu|residual|embedding|patch|attention|cross entropy|adamw|block"
-  step tests_operators 120 ctest --test-dir "$build" -R "$ops" --output-on-failure --no-tests=error -j 8 --timeout 90
+# --- 1. The GPU tests of ordering and of bitwise offload -------------------------------------------
+if [ $built = 1 ] && [ -n "$targets" ]; then
+  step tests_gpu 85 gpu ctest --test-dir "$build" -R "$tests_re" --output-on-failure --no-tests=error -j 4 --timeout 75
+else
+  note tests_gpu "not run (no build, or no test matches /$tests_re/)" "-"
 fi
 
-# --- 3. Benchmarks ----------------------------------------------------------------------------------
-if [ -x "$joule" ]; then
-  step bench 90 "$joule" bench --preset vit-large --repeats 10 --json "$out/bench.json"
-  if [ -f "$out/bench.json" ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-    step bench_torch 90 python3 "$repo/apps/scripts/bench_torch.py" --device cuda "$out/bench.json"
-  else
-    note bench_torch "not run (no bench.json, or no PyTorch with CUDA)" "-"
+# --- 2. One training step of medium.json's shape (6 layers, width 384, 128 tokens a sample) ----------
+if [ $built = 1 ]; then
+  step step_medium 40 gpu "$joule" bench --suite step --step-shapes medium --repeats 10 --json "$out/step.json"
+else
+  note step_medium "not run (no joule)" "-"
+fi
+
+# --- 3. Energy: NVML must be found --------------------------------------------------------------------
+if [ $built = 1 ]; then
+  if step energy_probe 15 gpu "$joule" energy probe; then
+    grep -q "^source nvml" "$logs/energy_probe.log" || note nvml_found "FAILED: joule energy probe found no NVML" "-"
   fi
-  # A whole training step (forward, backward, AdamW) of the medium model, synthetic data.
-  step train_medium 120 "$joule" train --config "$repo/apps/configs/medium.json" --make-data \
-    --data "$out/shapes-medium.h5" --steps 60
+else
+  note energy_probe "not run (no joule)" "-"
 fi
 
-# --- 4. Energy: NVML, and a short tuning run measured with it ---------------------------------------
-if [ -x "$joule" ]; then
-  step energy_probe 30 "$joule" energy probe
-  grep -q "^source nvml" "$out/energy_probe.log" 2>/dev/null || note nvml_found "FAILED: joule energy probe found no NVML" "-"
-  step tune 150 "$joule" tune --make-data --data "$out/shapes.h5" --out "$out/tune.h5" --steps 100 \
-    --warmup-steps 2 --measured-steps 5 --max-repeats 2
+# --- 4. Operators at GPU size, and next to PyTorch ----------------------------------------------------
+if [ $built = 1 ]; then
+  step bench_ops 30 gpu "$joule" bench --preset vit-large --repeats 5 --json "$out/bench.json"
+  if [ $rehearse = 1 ]; then
+    note bench_torch "not run (rehearsal: needs the GPU)" "-"
+  elif [[ "$torch_cuda" != *" cuda" ]]; then
+    note bench_torch "not run: no PyTorch with CUDA here (python3: $torch_cuda)" "-"
+  elif [ ! -s "$out/bench.json" ]; then
+    note bench_torch "not run (bench_ops wrote no bench.json)" "-"
+  else
+    # The operators, then (if step_medium wrote it) the same whole step in PyTorch.
+    step bench_torch 35 gpu bash -c 'PYTHONUNBUFFERED=1 python3 "$1" --device cuda "$2" && { [ ! -s "$3" ] || PYTHONUNBUFFERED=1 python3 "$1" --device cuda "$3"; }' \
+      _ "$repo/apps/scripts/bench_torch.py" "$out/bench.json" "$out/step.json"
+  fi
+else
+  note bench_ops "not run (no joule)" "-"
 fi
 
-# --- 5. The rest of the test suite, while time is left ----------------------------------------------
-if [ $built = 0 ]; then
-  step tests_rest 240 ctest --test-dir "$build" -E "$ops" --output-on-failure --no-tests=error -j 8 --timeout 120
+# --- 5. A short tune, measured with NVML ---------------------------------------------------------------
+if [ $built = 1 ]; then
+  step tune 25 gpu "$joule" tune --make-data --data "$work/shapes.h5" --out "$work/tune-$(date +%Y%m%d-%H%M%S).h5" \
+    --no-train --warmup-steps 1 --measured-steps 2 --max-repeats 1
+else
+  note tune "not run (no joule)" "-"
 fi
 
-# --- Summary ----------------------------------------------------------------------------------------
-{
-  echo "joule device check: $(grep '^gpu' "$out/machine.txt"), $(grep '^nvcc' "$out/machine.txt"), $jobs cores"
-  echo "joule $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?'); Kokkos: $(sed -n 's/.*joule: Kokkos \(.*\)/\1/p' "$out/configure.log" 2>/dev/null | head -1)"
-  [ -n "$deps" ] && sed -n 1,3p "$out/deps/joule-deps/MANIFEST" 2>/dev/null | sed 's/^/  bundle: /'
-  for t in tests_operators tests_rest; do
-    [ -f "$out/$t.log" ] && grep -h "tests passed" "$out/$t.log" | sed "s/^/  $t: /"
-  done
-  grep -h "^attention.*TFLOP/s\|^geometric mean" "$out/bench_torch.log" 2>/dev/null | sed 's/^/  bench: /'
-  grep -hE "^(block|linear_qkv|attention_causal|attention_prefix) " "$out/bench.log" 2>/dev/null | sed 's/^/  joule bench: /'
-  grep -hE "^step time|^final held-out" "$out/train_medium.log" 2>/dev/null | tail -3 | sed 's/^/  medium: /'
-  grep -hE "^source" "$out/energy_probe.log" 2>/dev/null | head -3 | sed 's/^/  energy: /'
-  grep -hiE "Chosen configuration|Energy:|measured" "$out/tune.log" 2>/dev/null | head -4 | sed 's/^/  tune: /'
-  printf '%-16s %-48s %s\n' step result time
-  for r in "${results[@]}"; do IFS='|' read -r a b c <<<"$r"; printf '%-16s %-48s %s\n' "$a" "$b" "$c"; done
-  echo "total: $((SECONDS - start)) s of a $budget s budget"
-} | tee "$out/summary.txt"
+# --- With the time left: the operator tests ------------------------------------------------------------
+if [ $built = 1 ] && [ -n "$more_targets" ] && [ "$(left)" -ge 60 ]; then
+  read -r -a more_build <<<"$more_targets"
+  if step build_more "$(( $(left) - 30 ))" any cmake --build "$build" -j "$jobs" --target "${more_build[@]}"; then
+    step tests_more "$(left)" gpu ctest --test-dir "$build" -R "$more_re" -E "$tests_re" --output-on-failure --no-tests=error -j 4 --timeout 60
+  fi
+else
+  note tests_more "not run ($([ $built = 1 ] && echo "under 60 s left" || echo "no build"))" "-"
+fi
+
+current=""; publish
+cat "$out/summary.txt"
 ! grep -qE "FAILED|TIMED OUT" "$out/summary.txt"
+exit
+}

@@ -14,7 +14,9 @@
 #   JOULE_KOKKOS_BACKEND openmp (default): OpenMP + Serial, Kokkos-Kernels on OpenBLAS (OpenMP build)
 #                        cuda: CUDA (Hopper, sm_90) + OpenMP + Serial, Kokkos-Kernels on cuBLAS;
 #                        nvcc_wrapper from KOKKOS_SRC, nvcc from PATH or CUDA_HOME; on aarch64
-#                        hosts the Grace cores too (Kokkos_ARCH_ARMV9_GRACE)
+#                        hosts the Grace cores too (Kokkos_ARCH_ARMV9_GRACE). With CUDA 13 and a
+#                        Kokkos that has a patch in cmake/patches (4.6.01), a copy of KOKKOS_SRC
+#                        is patched and built; the tree itself is never changed
 #   JOULE_WITH_TORCH=1   also install Debian's python3-torch (golden files, PyTorch bench)
 #   Kokkos_ROOT          if set, the user's own Kokkos is used and nothing is built
 #   --print-prefix       print the prefix these settings build into, and do nothing else
@@ -63,6 +65,8 @@ packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libhdf5-dev catch
           libopenblas-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev
           python3 python3-numpy python3-h5py python3-pil python3-matplotlib)
 if [ "${JOULE_WITH_TORCH:-0}" = 1 ]; then packages+=(python3-torch); fi
+# patch(1) for cmake/patches (a CUDA Kokkos from source trees; see kokkos_patch below).
+if [ "$from_source" = 1 ] && [ "$backend" = cuda ]; then packages+=(patch); fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -90,6 +94,7 @@ openblas_dir=/usr/lib/$(gcc -print-multiarch)/openblas-openmp
 kokkos_options=(-DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=ON)
 kernels_options=()
 cxx_compiler=()
+kokkos_patch=""
 if [ "$backend" = cuda ]; then
   nvcc="$(command -v nvcc || true)"
   [ -n "$nvcc" ] || { [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] && nvcc="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"; } ||
@@ -109,6 +114,28 @@ if [ "$backend" = cuda ]; then
                     -DKokkosKernels_ENABLE_TPL_CUSOLVER=OFF -DKokkosKernels_ENABLE_TPL_BLAS=OFF
                     -DKokkosKernels_ENABLE_TPL_LAPACK=OFF)
   tpl_text="cublas (CUDA $cuda_version)"
+  # Kokkos releases older than CUDA 13 (4.6.01 and before) call three CUDA runtime functions by
+  # their pre-13 signatures. cmake/patches/kokkos-<tag>-cuda13.patch mirrors the upstream fix
+  # (kokkos/kokkos #8298, in 4.7.01 as #8328; the file says what it changes and why); it is applied
+  # to a copy of the tree, only when it applies cleanly. A tree that already has it (patched by
+  # hand, or a release with the fix) is built as it is.
+  if [ "$from_source" = 1 ] && [ "${cuda_version%%.*}" -ge 13 ]; then
+    # Named by the release tag (4.6.01); the tree's CMakeLists.txt says 4.6.1.
+    kokkos_tag="$(printf '%d.%d.%02d' ${kokkos_version//./ })"
+    candidate="$(cd "$(dirname "$0")/../.." && pwd)/cmake/patches/kokkos-$kokkos_tag-cuda13.patch"
+    if [ -f "$candidate" ]; then
+      command -v patch >/dev/null || die "patch(1) is needed to apply $candidate (apt-get install patch)"
+      if patch -d "$KOKKOS_SRC" -p1 -R --dry-run -s -f <"$candidate" >/dev/null 2>&1; then
+        log "Kokkos $kokkos_version at $KOKKOS_SRC already has $(basename "$candidate"): built as it is"
+      elif patch -d "$KOKKOS_SRC" -p1 --dry-run -s -f <"$candidate" >/dev/null 2>&1; then
+        kokkos_patch="$candidate"
+        # The checksum of its hunks (from the first ---): the comment above them can change freely.
+        tpl_text+=", $(basename "$candidate") $(sed -n '/^--- /,$p' "$candidate" | md5sum | cut -c1-16)"
+      else
+        log "WARNING: $(basename "$candidate") does not apply to $KOKKOS_SRC (a changed tree?): building it unpatched"
+      fi
+    fi
+  fi
 else
   kernels_options+=(-DKokkosKernels_ENABLE_TPL_BLAS=ON -DBLAS_LIBRARIES=openblas -DBLAS_LIBRARY_DIRS="$openblas_dir"
                     -DLAPACK_LIBRARIES=openblas -DLAPACK_LIBRARY_DIRS="$openblas_dir")
@@ -136,8 +163,17 @@ cd "$work"
 if [ "$from_source" = 1 ]; then
   kokkos_src="$KOKKOS_SRC"; kernels_src="$KOKKOS_KERNELS_SRC"
   log "Kokkos $kokkos_version from $kokkos_src, Kokkos-Kernels $kernels_version from $kernels_src ($backend)"
-  if [ "$backend" = cuda ] && [ "${cuda_version%%.*}" -ge 13 ] && version_lt "$kokkos_version" 5.0.1; then
-    log "NOTE: Kokkos $kokkos_version predates CUDA 13 (upstream supports it from 5.0.1): its CUDA backend does not compile unpatched"
+  if [ -n "$kokkos_patch" ]; then
+    # A copy, so that the user's tree stays as it is (and its checksum, in the recipe, with it).
+    log "patching a copy of $kokkos_src with $kokkos_patch"
+    mkdir -p "$work/kokkos-src"
+    (cd "$kokkos_src" && tar --exclude=./.git -cf - .) | tar -xf - -C "$work/kokkos-src"
+    patch -d "$work/kokkos-src" -p1 -s <"$kokkos_patch" || die "applying $kokkos_patch failed"
+    kokkos_src="$work/kokkos-src"
+    # CMAKE_CXX_COMPILER names nvcc_wrapper: the patched copy's, whose default arch CUDA 13 has.
+    cxx_compiler=(-DCMAKE_CXX_COMPILER="$kokkos_src/bin/nvcc_wrapper" -DCMAKE_CXX_FLAGS=-arch=sm_90)
+  elif [ "$backend" = cuda ] && [ "${cuda_version%%.*}" -ge 13 ] && version_lt "$kokkos_version" 4.7.1; then
+    log "NOTE: Kokkos $kokkos_version predates CUDA 13 (upstream supports it from 4.7.01) and cmake/patches has no patch that applies: its CUDA backend will likely not compile"
   fi
 else
   # deb-src entry for Debian's trilinos source package (the only Debian source of Kokkos 3.4.1).
