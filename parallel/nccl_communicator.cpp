@@ -64,7 +64,7 @@ class NcclCommunicator final : public Communicator {
 
   bool orders_on_device() const override { return true; }
 
-  void allreduce_sum(float* data, std::size_t count) override { start_allreduce_sum(data, count)->wait(); }
+  void allreduce_sum(float* data, std::size_t count) override { start_allreduce_sum(data, count, nullptr)->wait(); }
   void allreduce_sum(double* data, std::size_t count) override { mpi_->allreduce_sum(data, count); }  // host
   std::unique_ptr<Request> start_allreduce_sum(float* data, std::size_t count, void* after_stream) override {
     // The sum runs on this stream, after the kernels that wrote `data` (an event on their stream;

@@ -94,6 +94,56 @@ TEMPLATE_TEST_CASE("adamw: matches a plain loop over several steps, in float and
   REQUIRE_THROWS(adamw_update(space, p, g, m, v, cfg, 0));
 }
 
+TEMPLATE_TEST_CASE("adamw: the multi-tensor launch over runs of several arrays is adamw_update on each run",
+                   "[ops][adamw]", JOULE_TEST_SPACES) {
+  using Mem = typename TestType::memory_space;
+  TestType space;
+  Rng rng(33);
+  AdamWConfig decayed;
+  decayed.lr = 1e-2;
+  decayed.weight_decay = 0.1;
+  AdamWConfig plain = decayed;
+  plain.weight_decay = 0.0;
+  // Two arrays (two groups), cut into runs of awkward lengths: [0, 37) decayed, [37, 40) not,
+  // [40, 1003) decayed of the first; all 5 elements of the second, not decayed.
+  Tensor1<float, Mem> p1("p1", 1003), g1("g1", 1003), m1("m1", 1003), v1("v1", 1003);
+  Tensor1<float, Mem> p2("p2", 5), g2("g2", 5), m2("m2", 5), v2("v2", 5);
+  for (auto* t : {&p1, &g1, &p2, &g2}) fill_uniform(*t, rng, -1, 1);
+  auto q1 = Tensor1<float, Mem>("q1", 1003), q2 = Tensor1<float, Mem>("q2", 5);
+  auto n1 = Tensor1<float, Mem>("n1", 1003), w1 = Tensor1<float, Mem>("w1", 1003);
+  auto n2 = Tensor1<float, Mem>("n2", 5), w2 = Tensor1<float, Mem>("w2", 5);
+  Kokkos::deep_copy(q1, p1);
+  Kokkos::deep_copy(q2, p2);
+  std::vector<AdamWRun<float>> runs{{p1.data(), g1.data(), m1.data(), v1.data(), 0, 1},
+                                    {p1.data() + 37, g1.data() + 37, m1.data() + 37, v1.data() + 37, 37, 0},
+                                    {p1.data() + 40, g1.data() + 40, m1.data() + 40, v1.data() + 40, 40, 1},
+                                    {p2.data(), g2.data(), m2.data(), v2.data(), 1003, 0}};
+  Kokkos::View<AdamWRun<float>*, Mem> table("runs", runs.size());
+  auto h = Kokkos::create_mirror_view(table);
+  std::copy(runs.begin(), runs.end(), h.data());
+  Kokkos::deep_copy(table, h);
+  auto slice = [](auto const& t, int b, int e) { return Kokkos::subview(t, std::make_pair(b, e)); };
+  for (long step = 1; step <= 3; ++step) {
+    adamw_update_runs(space, table, 1008, detail::make_adamw_element<float>(decayed, step, 0.7),
+                      detail::make_adamw_element<float>(plain, step, 0.7));
+    adamw_update(space, slice(q1, 0, 37), slice(g1, 0, 37), slice(n1, 0, 37), slice(w1, 0, 37), decayed, step, 0.7);
+    adamw_update(space, slice(q1, 37, 40), slice(g1, 37, 40), slice(n1, 37, 40), slice(w1, 37, 40), plain, step, 0.7);
+    adamw_update(space, slice(q1, 40, 1003), slice(g1, 40, 1003), slice(n1, 40, 1003), slice(w1, 40, 1003), decayed,
+                 step, 0.7);
+    adamw_update(space, q2, g2, n2, w2, plain, step, 0.7);
+  }
+  space.fence();
+  // Within a float rounding here: this test's code is compiled for this CPU (-march=native may
+  // contract a*b+c into an FMA), the host loop of adamw_update without contraction. On CUDA, the
+  // one place the multi-tensor launch runs, both paths are AdamWElement::apply with its rounding
+  // intrinsics: the same bits (the offload tests check the step's parameters bit for bit).
+  JOULE_REQUIRE_CLOSE("runs p1", to_vector(p1), to_vector(q1), 1e-6, 1e-7);
+  JOULE_REQUIRE_CLOSE("runs m1", to_vector(m1), to_vector(n1), 1e-6, 1e-7);
+  JOULE_REQUIRE_CLOSE("runs v1", to_vector(v1), to_vector(w1), 1e-6, 1e-9);
+  JOULE_REQUIRE_CLOSE("runs p2", to_vector(p2), to_vector(q2), 1e-6, 1e-7);
+  REQUIRE(to_vector(p1) != to_vector(g1));  // something was updated
+}
+
 namespace {
 // AdamW on one element with every operation rounded to float on its own: volatile stores keep the
 // compiler from fusing a multiply and an add into an FMA.

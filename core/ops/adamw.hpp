@@ -152,4 +152,44 @@ void adamw_update(ExecutionSpace const& space, Param const& param, Grad const& g
       });
 }
 
+// The multi-tensor form for devices: many contiguous arrays (the device groups' runs of decayed and
+// not decayed tensors) in one launch, so a step's AdamW is one kernel over every element instead
+// of one per tensor (57 at medium.json, the smallest 384 threads). Run k holds elements
+// [begin, next run's begin) of the concatenation. The element update is AdamWElement::apply, as
+// everywhere: the same bits as adamw_update.
+template <class T>
+struct AdamWRun {
+  T* p;
+  T const* g;
+  T* m;
+  T* v;
+  long long begin;
+  int decay;  // 1: with weight decay
+};
+
+template <class ExecutionSpace, class T, class MemorySpace>
+void adamw_update_runs(ExecutionSpace const& space, Kokkos::View<AdamWRun<T>*, MemorySpace> const& runs,
+                       long long total, detail::AdamWElement<T> const& with_decay,
+                       detail::AdamWElement<T> const& without_decay) {
+  int const n_runs = int(runs.extent(0));
+  if (n_runs == 0 || total == 0) return;
+  detail::note_launch("adamw_update_runs", long(total));
+  Kokkos::parallel_for(
+      label("adamw_update_runs"), Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<long long>>(space, 0, total),
+      KOKKOS_LAMBDA(long long i) {
+        int lo = 0, hi = n_runs - 1;  // the run holding i: the last whose begin is <= i
+        while (lo < hi) {
+          int const mid = (lo + hi + 1) / 2;
+          if (runs(mid).begin <= i) lo = mid; else hi = mid - 1;
+        }
+        AdamWRun<T> const r = runs(lo);
+        long long const k = i - r.begin;
+        T p = r.p[k], m = r.m[k], v = r.v[k];
+        (r.decay ? with_decay : without_decay).apply(p, m, v, r.g[k]);
+        r.p[k] = p;
+        r.m[k] = m;
+        r.v[k] = v;
+      });
+}
+
 }  // namespace joule

@@ -54,6 +54,11 @@ OptimizerMemory estimate_optimizer_memory(ModelConfig const& m, double offload_r
   return r;
 }
 
+namespace {
+template <class F>
+void for_each_run(std::vector<std::pair<std::size_t, std::size_t>> const& decayed, std::size_t n, F&& f);
+}  // namespace
+
 Optimizer::Optimizer(Model& model, OptimizerSettings const& settings)
     : model_(model),
       settings_(settings),
@@ -106,6 +111,22 @@ Optimizer::Optimizer(Model& model, OptimizerSettings const& settings)
     }
   }
   achieved_ratio_ = total ? double(host) / double(total) : 0.0;
+  {
+    std::vector<AdamWRun<float>> runs;
+    for (std::size_t i = 0; i < groups_.size(); ++i) {
+      Group& g = groups_[i];
+      if (offloaded_[i]) continue;
+      for_each_run(g.decayed, g.param.extent(0), [&](std::size_t begin, std::size_t end, bool decay) {
+        runs.push_back({g.param.data() + begin, g.grad.data() + begin, g.m.data() + begin, g.v.data() + begin,
+                        device_elements_, decay ? 1 : 0});
+        device_elements_ += (long long)(end - begin);
+      });
+    }
+    device_runs_ = Kokkos::View<AdamWRun<float>*, DeviceMemory>(label("optimizer.device_runs"), runs.size());
+    auto h = Kokkos::create_mirror_view(device_runs_);
+    std::copy(runs.begin(), runs.end(), h.data());
+    Kokkos::deep_copy(device_runs_, h);
+  }
   norm_parts_ = Kokkos::View<double*, DeviceMemory>(label("optimizer.norm_parts"), groups_.size());
   norm_parts_host_ = Kokkos::create_mirror_view(norm_parts_);
   norm_started_.assign(groups_.size(), 0);
@@ -340,12 +361,23 @@ double Optimizer::gradient_norm() {
 }
 
 void Optimizer::finish_step(double grad_scale) {
+  if constexpr (!kDeviceIsHost) {
+    // Every device group's tensors in one launch.
+    compat::ScopedRegion region(compute_, "optimizer_device");
+    AdamWConfig decayed = adamw_config(), plain = adamw_config();
+    decayed.weight_decay = settings_.weight_decay;
+    plain.weight_decay = 0.0;
+    adamw_update_runs(compute_, device_runs_, device_elements_, detail::make_adamw_element<float>(decayed, step_, grad_scale),
+                      detail::make_adamw_element<float>(plain, step_, grad_scale));
+  }
   for (std::size_t i = 0; i < groups_.size(); ++i) {
     Group& g = groups_[i];
     if (offloaded_[i]) continue;
-    compat::ScopedRegion region(compute_, "optimizer_device");
-    adamw_slices(compute_, g.decayed, g.param, g.grad, g.m, g.v, adamw_config(), settings_.weight_decay,
-                 step_, grad_scale, 0);
+    if constexpr (kDeviceIsHost) {
+      compat::ScopedRegion region(compute_, "optimizer_device");
+      adamw_slices(compute_, g.decayed, g.param, g.grad, g.m, g.v, adamw_config(), settings_.weight_decay,
+                   step_, grad_scale, 0);
+    }
     ordering::on_stream(ordering::Lane::compute, "optimizer_device", {{"grad", int(i)}}, {{"param", int(i)}});
   }
   // The jobs not handed over yet (with clipping: all of them), in the order the next forward

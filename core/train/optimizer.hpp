@@ -153,6 +153,10 @@ class Optimizer {
   std::vector<Group> groups_;
   std::vector<std::string> names_, decayed_names_;
   std::vector<bool> offloaded_;
+  // The device groups' runs for one multi-tensor AdamW launch (GPU builds; on CPUs the host loop
+  // of adamw_update, compiled without FMA contraction as the host jobs' is, keeps the same bits).
+  Kokkos::View<AdamWRun<float>*, DeviceMemory> device_runs_;
+  long long device_elements_ = 0;
   Kokkos::View<double*, DeviceMemory> norm_parts_;                    // per group, this step
   compat::host_mirror_t<Kokkos::View<double*, DeviceMemory>> norm_parts_host_;
   std::vector<char> norm_started_;

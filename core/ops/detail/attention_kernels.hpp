@@ -20,6 +20,7 @@
 // order on every run. Masks cost nothing outside the diagonal tiles: key (query) ranges stop at
 // the tile's last visible key, and column chunks no row of a group sees are skipped.
 #include "core/detail/launch_shape.hpp"
+#include "core/ops/detail/row_kernels.hpp"
 #include "core/ops/detail/vector_math.hpp"
 #include "core/tensor.hpp"
 
@@ -892,21 +893,22 @@ void launch_attention_forward(ExecutionSpace const& space, AttentionShape const&
 }
 
 // delta[bh, i] = sum_d d_out[token, h*HD + d] * out[token, h*HD + d]
+// One token's row per warp (for_each_row: 32 lanes over each head's HD columns, coalesced), a
+// row reduction per head in the backend's fixed order: N*32 threads on a GPU, not N*heads
+// threads each walking HD columns at a stride of HD.
 template <int HD, class ExecutionSpace, class Delta, class DOut, class Out>
 void attention_delta(ExecutionSpace const& space, AttentionShape const& s, Delta const& delta,
                      DOut const& d_out, Out const& out) {
   using T = typename Delta::non_const_value_type;
   int const seq = s.seq, heads = s.heads;
-  note_launch("attention_backward_delta", long(s.batch) * seq * heads, 0);
-  Kokkos::parallel_for(
-      label("attention_backward_delta"),
-      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0},
-                                                             {s.batch * seq, heads}),
-      KOKKOS_LAMBDA(int token, int h) {
-        T sum = 0;
-        for (int d = 0; d < HD; ++d) sum += d_out(token, h * HD + d) * out(token, h * HD + d);
-        delta((token / seq) * heads + h, token % seq) = sum;
-      });
+  for_each_row(space, "attention_backward_delta", s.batch * seq,
+               KOKKOS_LAMBDA(RowMember<ExecutionSpace> const& team, int token) {
+    for (int h = 0; h < heads; ++h) {
+      T const sum = vector_sum<ExecutionSpace, T>(
+          team, HD, [&](int d) { return T(d_out(token, h * HD + d) * out(token, h * HD + d)); });
+      once_per_row(team, [&]() { delta((token / seq) * heads + h, token % seq) = sum; });
+    }
+  });
 }
 
 // One team per (batch, head, key tile): accumulates dK and dV of its keys over all queries.
