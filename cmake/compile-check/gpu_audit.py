@@ -257,7 +257,9 @@ def snake(name):
     -> 'next_tokens'."""
     base = name.split("::")[-1]
     base = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", base).lower()
-    return base[:-len("_kernel")] if base.endswith("_kernel") else base
+    base = base[:-len("_kernel")] if base.endswith("_kernel") else base
+    # The GPU-shaped functors (AttentionForwardBlockKernel) launch under their operator's label.
+    return base[:-len("_block")] if base.endswith("_block") else base
 
 
 def label_matches(label, function, loose=False):

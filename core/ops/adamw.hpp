@@ -116,7 +116,7 @@ void adamw_update(ExecutionSpace const& space, Param const& param, Grad const& g
                               shape_of(m) + ", v " + shape_of(v));
   auto const e = detail::make_adamw_element<T>(cfg, step, grad_scale);
   constexpr bool host = Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
-  detail::note_launch("adamw_update", n);  // on CUDA (not host-accessible): one thread per element
+  if constexpr (!host) detail::note_launch("adamw_update", n);  // one thread per element (host jobs: no GPU launch)
   bool const contiguous = param.span_is_contiguous() && grad.span_is_contiguous() &&
                           m.span_is_contiguous() && v.span_is_contiguous();
   if constexpr (host) {

@@ -370,6 +370,9 @@ void Optimizer::finish_step(double grad_scale) {
     adamw_update_runs(compute_, device_runs_, device_elements_, detail::make_adamw_element<float>(decayed, step_, grad_scale),
                       detail::make_adamw_element<float>(plain, step_, grad_scale));
   }
+  // A CPU build runs the host loop per run (below), where a GPU build would launch once.
+  if constexpr (kDeviceIsHost)
+    if (device_elements_ > 0) detail::note_launch("adamw_update_runs", long(device_elements_));
   for (std::size_t i = 0; i < groups_.size(); ++i) {
     Group& g = groups_[i];
     if (offloaded_[i]) continue;
