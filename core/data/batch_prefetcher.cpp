@@ -14,9 +14,7 @@ bool BatchPrefetcher::reads_ahead() {
 #endif
 }
 
-BatchPrefetcher::BatchPrefetcher(Dataset const& data) : data_(data) {
-  if (reads_ahead()) thread_ = std::thread([this] { loop(); });
-}
+BatchPrefetcher::BatchPrefetcher(Dataset const& data) : data_(data) {}
 
 BatchPrefetcher::~BatchPrefetcher() {
   {
@@ -28,7 +26,11 @@ BatchPrefetcher::~BatchPrefetcher() {
 }
 
 void BatchPrefetcher::request(std::vector<std::size_t> const& samples) {
-  if (!thread_.joinable()) return;
+  if (!reads_ahead()) return;
+  // The thread starts with the first request, not with the trainer: a trainer forks to read a
+  // checkpoint before it trains (io::read_in_child, resume()), and a thread starting at that
+  // moment can hold a lock (the allocator's, under ASan) that the child would then wait for.
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return !reading_; });  // the buffer is the thread's while it reads
   done_ = false;

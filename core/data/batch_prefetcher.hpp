@@ -7,7 +7,8 @@
 // change of micro-batch size, a restored sampler, a draw that starts a new epoch). A read that
 // failed on the thread is rethrown by the take() that wanted it. Other reads may run meanwhile
 // where the HDF5 library is built thread-safe (H5_HAVE_THREADSAFE, as Debian's is); with one that
-// is not, there is no thread and take() reads every batch itself.
+// is not, there is no thread and take() reads every batch itself. The thread starts at the first
+// request(): fork (io::read_in_child) only before that, or with no read in flight.
 #include "core/data/dataset.hpp"
 
 #include <condition_variable>
