@@ -101,10 +101,10 @@ Optimizer::Optimizer(Model& model, OptimizerSettings const& settings)
     total += n;
     if (offloaded_[i]) {
       host += n;
-      g.host_param = Tensor1<float, HostStateMemory>(label(("host.param." + g.name).c_str()), n);
-      g.host_grad = Tensor1<float, HostStateMemory>(label(("host.grad." + g.name).c_str()), n);
-      g.host_m = Tensor1<float, HostStateMemory>(label(("host.adam_m." + g.name).c_str()), n);
-      g.host_v = Tensor1<float, HostStateMemory>(label(("host.adam_v." + g.name).c_str()), n);
+      g.host_param = Tensor1<float, PinnedHostMemory>(label(("host.param." + g.name).c_str()), n);
+      g.host_grad = Tensor1<float, PinnedHostMemory>(label(("host.grad." + g.name).c_str()), n);
+      g.host_m = Tensor1<float, PinnedHostMemory>(label(("host.adam_m." + g.name).c_str()), n);
+      g.host_v = Tensor1<float, PinnedHostMemory>(label(("host.adam_v." + g.name).c_str()), n);
     } else {
       g.m = Tensor1<float, DeviceMemory>(label(("adam_m." + g.name).c_str()), n);
       g.v = Tensor1<float, DeviceMemory>(label(("adam_v." + g.name).c_str()), n);

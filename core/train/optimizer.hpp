@@ -43,7 +43,6 @@ namespace io {
 class H5File;
 }
 
-using HostStateMemory = PinnedHostMemory;
 using HostExecSpace = Kokkos::DefaultHostExecutionSpace;
 
 struct OptimizerSettings {
@@ -132,7 +131,7 @@ class Optimizer {
     std::string name;
     Tensor1<float, DeviceMemory> param, grad;     // the model's buffers
     Tensor1<float, DeviceMemory> m, v;            // device groups
-    Tensor1<float, HostStateMemory> host_param, host_grad, host_m, host_v;  // offloaded groups
+    Tensor1<float, PinnedHostMemory> host_param, host_grad, host_m, host_v;  // offloaded groups
     std::vector<std::pair<std::size_t, std::size_t>> decayed;  // [begin, end) slices with weight decay
     detail::StreamEvent grad_final, landed, params_ready;      // see the data path above
     bool copied = false, handed_over = false, ordered = true;
