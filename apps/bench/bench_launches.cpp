@@ -29,6 +29,7 @@ constexpr long kH200Sms = 132, kThreadsPerSm = 2048, kWaveThreads = kH200Sms * k
 struct Launches {
   long count = 0, threads_min = 0, threads_max = 0;
   int block = 0;
+  std::size_t shared = 0;  // the most dynamic shared memory per block of its launches
 };
 
 struct Recorded {
@@ -50,6 +51,7 @@ void record(char const* name, detail::LaunchShape shape) {
   l.threads_min = l.count ? std::min(l.threads_min, shape.threads) : shape.threads;
   l.threads_max = l.count ? std::max(l.threads_max, shape.threads) : shape.threads;
   l.block = std::max(l.block, shape.block);
+  l.shared = std::max(l.shared, shape.shared);
   ++l.count;
 }
 
@@ -89,7 +91,7 @@ int run_launch_bench(LaunchBenchOptions const& options) {
     fmt::print("{:<32} {:>8} {:>12} {:>12} {:>6} {:>8.1f}%\n", label, l.count, l.threads_min, l.threads_max,
                l.block ? fmt::format("{}", l.block) : std::string("kokkos"), 100.0 * l.threads_min / kWaveThreads);
     kernels.push_back({{"label", label}, {"launches", l.count}, {"threads_min", l.threads_min},
-                       {"threads_max", l.threads_max}, {"block", l.block}});
+                       {"threads_max", l.threads_max}, {"block", l.block}, {"shared", l.shared}});
   }
   fmt::print("one step: {:.1f} s here (loss {:.4f}); a full H200 wave: {} SMs x {} threads = {}; GEMMs (cuBLAS on "
              "CUDA) and Kokkos' own deep_copy kernels are not listed{}\n",

@@ -65,6 +65,13 @@ def occupancy(regs, block, smem=0, lim=SM90):
     return blocks * warps / lim["max_warps_per_sm"], blocks, by
 
 
+def kokkos_team_buffer(block):
+    """The shared memory Kokkos' CUDA TeamPolicy parallel_for takes per block before the team
+    scratch (Kokkos_Cuda_Parallel_Team.hpp, 4.x and 5.x: sizeof(double) * (team_size + 2)), bounded
+    by the block's threads (team_size = block / vector_length <= block)."""
+    return 8 * (block + 2)
+
+
 def best_occupancy(regs, smem=0, lim=SM90):
     """A RangePolicy's block size is Kokkos' choice: the best occupancy over the block sizes it
     considers (multiples of 32 up to 1024 that the register file can hold), and the largest block
@@ -328,8 +335,11 @@ def audit(kernels, launches, allow, wave_gate=False):
         labels = r["labels"] + r["loose_labels"]
         if team:
             # the worst of the blocks it is launched with (one, normally)
-            at = sorted((occupancy(r["regs"], b, r["smem"])[0], b) for b in {shapes[l]["block"] for l in labels})
-            r["occupancy"], r["block"] = at[0] if at else (None, None)
+            # shared memory: static (ptxas) + Kokkos' team buffer + the team scratch the launch states
+            blocks = {(shapes[l]["block"], shapes[l].get("shared", 0)) for l in labels}
+            at = sorted((occupancy(r["regs"], b, r["smem"] + kokkos_team_buffer(b) + dyn)[0], b, dyn)
+                        for b, dyn in blocks)
+            r["occupancy"], r["block"], r["dyn_smem"] = at[0] if at else (None, None, 0)
             r["block_note"] = "launch" if at else "unknown"
         else:
             r["occupancy"], r["block"] = best_occupancy(r["regs"], r["smem"])
@@ -373,9 +383,9 @@ def print_tables(kernels, launches, unmatched, failures, wave_gate):
     out.append("== Part A: kernels (ptxas -v, sm_90; worst over instantiations) ==")
     out.append("occupancy: theoretical, at the launch block (TeamPolicy: team_size x vector_length, from the "
                "recorded launches) or the best block Kokkos can choose (RangePolicy/MDRange: 'best');")
-    out.append("smem: static shared memory only; Kokkos team scratch and team reductions use dynamic shared "
-               "memory, given at launch, not counted here")
-    h = f"{'kernel':<58} {'policy':<8} {'n':>2} {'regs':>4} {'spill st/ld':>11} {'stack':>5} {'smem':>5} " \
+    out.append("smem: static shared memory (ptxas) + the team scratch the launch states (TeamPolicy; KB), "
+               "which the occupancy counts with Kokkos' team buffer (8 B x (block + 2))")
+    h = f"{'kernel':<58} {'policy':<8} {'n':>2} {'regs':>4} {'spill st/ld':>11} {'stack':>5} {'smem':>11} " \
         f"{'block':>9} {'occ':>5} {'step launches':>13} {'min threads':>11}  verdict"
     out.append(h)
     out.append("-" * len(h))
@@ -384,6 +394,8 @@ def print_tables(kernels, launches, unmatched, failures, wave_gate):
         name = display_name(r)
         blk = "-" if r["block"] is None else (f"{r['block']} best" if r["block_note"] == "best" else str(r["block"]))
         occ = "-" if r["occupancy"] is None else f"{r['occupancy']:.0%}"
+        dyn = r.get("dyn_smem", 0)
+        smem = f"{r['smem']}+{dyn / 1024:.1f}K" if dyn else str(r["smem"])
         verdict = "ok"
         if r.get("problems"):
             verdict = ("allowed: " + r["allowed"][:40]) if r["allowed"] else "FAIL: " + "; ".join(r["problems"])
@@ -392,7 +404,7 @@ def print_tables(kernels, launches, unmatched, failures, wave_gate):
         elif r["policy"] == "TeamPolicy" and r["block"] is None:
             verdict = "ok? block unknown (no recorded launch)"
         out.append(f"{name[:58]:<58} {pol.get(r['policy'], r['policy'])[:8]:<8} {r['instances']:>2} {r['regs']:>4} "
-                   f"{r['spill_stores']:>5}/{r['spill_loads']:<5} {r['stack']:>5} {r['smem']:>5} {blk:>9} {occ:>5} "
+                   f"{r['spill_stores']:>5}/{r['spill_loads']:<5} {r['stack']:>5} {smem:>11} {blk:>9} {occ:>5} "
                    f"{(r['per_step'] or '-'):>13} {fmt_threads(r['min_threads']):>11}  {verdict}")
     if launches:
         out.append("")
@@ -484,6 +496,18 @@ ptxas info    : Used 18 registers, used 0 barriers
     assert [f[0] for f in failures] == ["joule::f λ1", "f"], failures
     failures, _ = audit(one(), launches, [dict(kernel="joule::f λ1", reason="r")])
     assert failures == [], failures
+    # The team scratch a launch states bounds occupancy: at 80 registers a block of 256 fits 3 times
+    # by registers (37.5 %), but 93.5 KB of scratch (+ 2 KB of Kokkos' buffer) only twice (25 %),
+    # and 120 KB once (12.5 %: a failure).
+    def two(regs):
+        return [dict(name="joule::g λ1", function="joule::g", policy="TeamPolicy", pattern="ParallelFor",
+                     regs=regs, stack=0, spill_stores=0, spill_loads=0, smem=0)]
+    for shared, occ in ((0, 0.375), (int(93.5 * 1024), 0.25), (120 * 1024, 0.125)):
+        ks = two(80)
+        failures, _ = audit(ks, dict(kernels=[dict(label="g", launches=1, threads_min=1 << 20, threads_max=1 << 20,
+                                                   block=256, shared=shared)]), [])
+        assert ks[0]["occupancy"] == occ and ks[0]["dyn_smem"] == shared, (shared, ks[0])
+        assert [f[0] for f in failures] == ([] if occ >= MIN_OCCUPANCY else ["joule::g λ1"]), failures
     print("gpu_audit.py self-test: ok")
 
 

@@ -5,12 +5,14 @@
 // what an H200 would be given. Nothing is recorded unless a tool installs a recorder; otherwise a
 // launch pays one relaxed atomic load.
 #include <atomic>
+#include <cstddef>
 
 namespace joule::detail {
 
 struct LaunchShape {
   long threads = 0;  // threads launched on a CUDA device (teams × team size × vector length)
   int block = 0;     // threads per block; 0: Kokkos chooses (a RangePolicy's block size)
+  std::size_t shared = 0;  // dynamic shared memory per block (team scratch), bytes; it bounds occupancy
 };
 
 using LaunchRecorder = void (*)(char const* name, LaunchShape shape);
@@ -21,8 +23,8 @@ inline std::atomic<LaunchRecorder>& launch_recorder() {
 }
 
 // name: the kernel's label without the "joule::" prefix, as passed to label().
-inline void note_launch(char const* name, long threads, int block = 0) {
-  if (auto const r = launch_recorder().load(std::memory_order_relaxed)) r(name, LaunchShape{threads, block});
+inline void note_launch(char const* name, long threads, int block = 0, std::size_t shared = 0) {
+  if (auto const r = launch_recorder().load(std::memory_order_relaxed)) r(name, LaunchShape{threads, block, shared});
 }
 
 }  // namespace joule::detail

@@ -404,6 +404,83 @@ KOKKOS_INLINE_FUNCTION int attention_row_keys(AttentionShape const& s, int query
   return e < 0 ? 0 : e < n_keys ? e : n_keys;
 }
 
+// The block kernels' shared pieces. Each is called by thread `tid` of a 256-thread team inside a
+// TeamThreadRange, so a caller can stage more in the same pass before its barrier.
+
+// Rows [0, Rows) of two HD-wide tiles staged into shared memory: element e = row * HD + d goes to
+// thread e % 256, so neighbouring threads read neighbouring columns of one row (coalesced);
+// rows at or past n are zero. a(row, d), b(row, d): the elements in global memory.
+template <int Rows, int HD, class T, class A, class B>
+KOKKOS_INLINE_FUNCTION void attention_stage_pair(int tid, int n, T* tile_a, int ld_a, A const& a, T* tile_b,
+                                                 int ld_b, B const& b) {
+  for (int e = tid; e < Rows * HD; e += kBlockThreads) {
+    int const row = e / HD, d = e % HD;
+    bool const in = row < n;
+    tile_a[row * ld_a + d] = in ? a(row, d) : T(0);
+    tile_b[row * ld_b + d] = in ? b(row, d) : T(0);
+  }
+}
+
+template <int Rows, int HD, class T, class A>
+KOKKOS_INLINE_FUNCTION void attention_stage(int tid, int n, T* tile, int ld, A const& a) {
+  for (int e = tid; e < Rows * HD; e += kBlockThreads) {
+    int const row = e / HD, d = e % HD;
+    tile[row * ld + d] = row < n ? a(row, d) : T(0);
+  }
+}
+
+// Rows [0, Rows) of an HD-wide shared tile set to zero (an accumulator's start).
+template <int Rows, int HD, class T>
+KOKKOS_INLINE_FUNCTION void attention_zero_tile(int tid, T* tile, int ld) {
+  for (int e = tid; e < Rows * HD; e += kBlockThreads) tile[(e / HD) * ld + e % HD] = 0;
+}
+
+// The 16 x 16 thread grid's micro-tiles: thread (ty, tx) owns rows ty + 16 r and columns
+// tx + 16 c of a result, so a warp (two values of ty) reads 16 consecutive rows or columns of a
+// shared tile at once, spread over the banks by the tiles' odd or padded strides.
+
+// acc[r][c] = sum_{d < HD} a[(ty + 16 r) * ld_a + d] * b[(tx + 16 c) * ld_b + d], d ascending:
+// the thread's micro-tile of a product a b^T of two row-major shared tiles.
+template <int R, int C, int HD, class T>
+KOKKOS_INLINE_FUNCTION void attention_micro_dot(int ty, int tx, T const* a, int ld_a, T const* b, int ld_b,
+                                                T (&acc)[R][C]) {
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = 0;
+  for (int d = 0; d < HD; ++d) {
+    T ar[R], bc[C];
+    for (int r = 0; r < R; ++r) ar[r] = a[(ty + kBlockGrid * r) * ld_a + d];
+    for (int c = 0; c < C; ++c) bc[c] = b[(tx + kBlockGrid * c) * ld_b + d];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] += ar[r] * bc[c];
+  }
+}
+
+// acc[r][c] += sum_{j < n} a(ty + 16 r, j) * b[j * ld_b + tx + 16 c], j ascending, where
+// a(row, j) = a[row * a_row + j * a_step] (a_step = 1: row-major, a_row = 1: transposed).
+template <int R, int C, class T>
+KOKKOS_INLINE_FUNCTION void attention_micro_axpy(int ty, int tx, int n, T const* a, int a_row, int a_step,
+                                                 T const* b, int ld_b, T (&acc)[R][C]) {
+  for (int j = 0; j < n; ++j) {
+    T ar[R], bc[C];
+    for (int r = 0; r < R; ++r) ar[r] = a[(ty + kBlockGrid * r) * a_row + j * a_step];
+    for (int c = 0; c < C; ++c) bc[c] = b[j * ld_b + tx + kBlockGrid * c];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] += ar[r] * bc[c];
+  }
+}
+
+// The micro-tile's elements of a row-major shared tile, read and written back.
+template <int R, int C, class T>
+KOKKOS_INLINE_FUNCTION void attention_micro_load(int ty, int tx, T const* tile, int ld, T (&acc)[R][C]) {
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = tile[(ty + kBlockGrid * r) * ld + tx + kBlockGrid * c];
+}
+template <int R, int C, class T>
+KOKKOS_INLINE_FUNCTION void attention_micro_store(int ty, int tx, T const (&acc)[R][C], T* tile, int ld) {
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) tile[(ty + kBlockGrid * r) * ld + tx + kBlockGrid * c] = acc[r][c];
+}
+
 // Forward, GPU shape: a team owns kQ query rows and walks key tiles of kK keys.
 template <class T, int HD>
 struct AttentionForwardBlockLayout {
@@ -457,11 +534,9 @@ struct AttentionForwardBlockKernel {
     T* const scorr = sl + kQ;
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
-      for (int e = tid; e < kQ * HD; e += kBlockThreads) {
-        int const i = e / HD, d = e % HD;  // rows past the end are zero, computed, never stored
-        sq[i * ldq + d] = i < n_rows ? scale * qkv(token0 + row0 + i, q_col + d) : T(0);
-        so[i * ldo + d] = 0;
-      }
+      // Rows past the end are zero, computed, never stored.
+      attention_stage<kQ, HD>(tid, n_rows, sq, ldq, [&](int i, int d) { return scale * qkv(token0 + row0 + i, q_col + d); });
+      attention_zero_tile<kQ, HD>(tid, so, ldo);
       if (tid < kQ) {
         sm[tid] = T(-1e30);
         sl[tid] = 0;
@@ -473,27 +548,16 @@ struct AttentionForwardBlockKernel {
       int const n_keys = key_limit - key0 < kK ? key_limit - key0 : kK;
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
-        for (int e = tid; e < kK * HD; e += kBlockThreads) {
-          int const j = e / HD, d = e % HD;  // keys past the end are zero, never used
-          bool const in = j < n_keys;
-          sk[j * ldk + d] = in ? qkv(token0 + key0 + j, k_col + d) : T(0);
-          sv[j * ldv + d] = in ? qkv(token0 + key0 + j, v_col + d) : T(0);
-        }
+        attention_stage_pair<kK, HD>(  // keys past the end are zero, never used
+            tid, n_keys, sk, ldk, [&](int j, int d) { return qkv(token0 + key0 + j, k_col + d); }, sv, ldv,
+            [&](int j, int d) { return qkv(token0 + key0 + j, v_col + d); });
       });
       team.team_barrier();
       // (A) scores of rows ty + 16 r against keys tx + 16 c; partial maxima over those keys.
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
         int const ty = tid / kBlockGrid, tx = tid % kBlockGrid;
         T acc[kRQ][kCK];
-        for (int r = 0; r < kRQ; ++r)
-          for (int c = 0; c < kCK; ++c) acc[r][c] = 0;
-        for (int d = 0; d < HD; ++d) {
-          T a[kRQ], b[kCK];
-          for (int r = 0; r < kRQ; ++r) a[r] = sq[(ty + kBlockGrid * r) * ldq + d];
-          for (int c = 0; c < kCK; ++c) b[c] = sk[(tx + kBlockGrid * c) * ldk + d];
-          for (int r = 0; r < kRQ; ++r)
-            for (int c = 0; c < kCK; ++c) acc[r][c] += a[r] * b[c];
-        }
+        attention_micro_dot<kRQ, kCK, HD>(ty, tx, sq, ldq, sk, ldk, acc);
         for (int r = 0; r < kRQ; ++r) {
           int const i = ty + kBlockGrid * r;
           int const n_valid = attention_row_keys(s, row0 + i, i < n_rows, key0, n_keys);
@@ -535,19 +599,13 @@ struct AttentionForwardBlockKernel {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
         int const ty = tid / kBlockGrid, tx = tid % kBlockGrid;
         T acc[kRQ][kCD];
+        attention_micro_load(ty, tx, so, ldo, acc);
         for (int r = 0; r < kRQ; ++r) {
           T const corr = scorr[ty + kBlockGrid * r];
-          for (int c = 0; c < kCD; ++c) acc[r][c] = so[(ty + kBlockGrid * r) * ldo + tx + kBlockGrid * c] * corr;
+          for (int c = 0; c < kCD; ++c) acc[r][c] *= corr;
         }
-        for (int j = 0; j < n_keys; ++j) {
-          T p[kRQ], v[kCD];
-          for (int r = 0; r < kRQ; ++r) p[r] = spt[j * ldp + ty + kBlockGrid * r];
-          for (int c = 0; c < kCD; ++c) v[c] = sv[j * ldv + tx + kBlockGrid * c];
-          for (int r = 0; r < kRQ; ++r)
-            for (int c = 0; c < kCD; ++c) acc[r][c] += p[r] * v[c];
-        }
-        for (int r = 0; r < kRQ; ++r)
-          for (int c = 0; c < kCD; ++c) so[(ty + kBlockGrid * r) * ldo + tx + kBlockGrid * c] = acc[r][c];
+        attention_micro_axpy(ty, tx, n_keys, spt, 1, ldp, sv, ldv, acc);  // P^T: row i of P at column i
+        attention_micro_store(ty, tx, acc, so, ldo);
         if (tx == 0)
           for (int r = 0; r < kRQ; ++r) {
             int const i = ty + kBlockGrid * r;
@@ -623,25 +681,19 @@ struct AttentionBackwardKeyValueBlockKernel {
     T* const sdel = slse + kQ;
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
-      for (int e = tid; e < kK * HD; e += kBlockThreads) {
-        int const j = e / HD, d = e % HD;  // keys past the end are zero, computed, never stored
-        bool const in = j < n_keys;
-        sk[j * ld + d] = in ? qkv(token0 + key0 + j, k_col + d) : T(0);
-        sv[j * ld + d] = in ? qkv(token0 + key0 + j, v_col + d) : T(0);
-        sdk[j * lda + d] = 0;
-        sdv[j * lda + d] = 0;
-      }
+      attention_stage_pair<kK, HD>(  // keys past the end are zero, computed, never stored
+          tid, n_keys, sk, ld, [&](int j, int d) { return qkv(token0 + key0 + j, k_col + d); }, sv, ld,
+          [&](int j, int d) { return qkv(token0 + key0 + j, v_col + d); });
+      attention_zero_tile<kK, HD>(tid, sdk, lda);
+      attention_zero_tile<kK, HD>(tid, sdv, lda);
     });
     for (int query0 = attention_query_begin(key0, s.open_prefix); query0 < s.seq; query0 += kQ) {
       int const n_queries = s.seq - query0 < kQ ? s.seq - query0 : kQ;
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
-        for (int e = tid; e < kQ * HD; e += kBlockThreads) {
-          int const i = e / HD, d = e % HD;  // rows past the end are zero, never used
-          bool const in = i < n_queries;
-          sq[i * ld + d] = in ? scale * qkv(token0 + query0 + i, q_col + d) : T(0);  // pre-scaled
-          sdo[i * ld + d] = in ? d_out(token0 + query0 + i, q_col + d) : T(0);
-        }
+        attention_stage_pair<kQ, HD>(  // rows past the end are zero, never used; q pre-scaled
+            tid, n_queries, sq, ld, [&](int i, int d) { return scale * qkv(token0 + query0 + i, q_col + d); },
+            sdo, ld, [&](int i, int d) { return d_out(token0 + query0 + i, q_col + d); });
         if (tid < kQ) {
           slse[tid] = tid < n_queries ? lse(bh, query0 + tid) : T(0);
           sdel[tid] = tid < n_queries ? delta(bh, query0 + tid) : T(0);
@@ -652,24 +704,8 @@ struct AttentionBackwardKeyValueBlockKernel {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
         int const ty = tid / kBlockGrid, tx = tid % kBlockGrid;
         T sc[kRK][kCQ], dp[kRK][kCQ];
-        for (int r = 0; r < kRK; ++r)
-          for (int c = 0; c < kCQ; ++c) sc[r][c] = dp[r][c] = 0;
-        for (int d = 0; d < HD; ++d) {
-          T a[kRK], b[kCQ], va[kRK], gb[kCQ];
-          for (int r = 0; r < kRK; ++r) {
-            a[r] = sk[(ty + kBlockGrid * r) * ld + d];
-            va[r] = sv[(ty + kBlockGrid * r) * ld + d];
-          }
-          for (int c = 0; c < kCQ; ++c) {
-            b[c] = sq[(tx + kBlockGrid * c) * ld + d];
-            gb[c] = sdo[(tx + kBlockGrid * c) * ld + d];
-          }
-          for (int r = 0; r < kRK; ++r)
-            for (int c = 0; c < kCQ; ++c) {
-              sc[r][c] += a[r] * b[c];
-              dp[r][c] += va[r] * gb[c];
-            }
-        }
+        attention_micro_dot<kRK, kCQ, HD>(ty, tx, sk, ld, sq, ld, sc);
+        attention_micro_dot<kRK, kCQ, HD>(ty, tx, sv, ld, sdo, ld, dp);
         for (int r = 0; r < kRK; ++r) {
           int const j = ty + kBlockGrid * r;
           for (int c = 0; c < kCQ; ++c) {
@@ -686,33 +722,13 @@ struct AttentionBackwardKeyValueBlockKernel {
       // (C) dV += p dO, dK += ds q for keys ty + 16 r, head columns tx + 16 c.
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
         int const ty = tid / kBlockGrid, tx = tid % kBlockGrid;
-        T av[kRK][kCD], ak[kRK][kCD];
-        for (int r = 0; r < kRK; ++r)
-          for (int c = 0; c < kCD; ++c) {
-            av[r][c] = sdv[(ty + kBlockGrid * r) * lda + tx + kBlockGrid * c];
-            ak[r][c] = sdk[(ty + kBlockGrid * r) * lda + tx + kBlockGrid * c];
-          }
-        for (int i = 0; i < n_queries; ++i) {
-          T p[kRK], g[kRK], o[kCD], q[kCD];
-          for (int r = 0; r < kRK; ++r) {
-            p[r] = sp[(ty + kBlockGrid * r) * ldp + i];
-            g[r] = sds[(ty + kBlockGrid * r) * ldp + i];
-          }
-          for (int c = 0; c < kCD; ++c) {
-            o[c] = sdo[i * ld + tx + kBlockGrid * c];
-            q[c] = sq[i * ld + tx + kBlockGrid * c];
-          }
-          for (int r = 0; r < kRK; ++r)
-            for (int c = 0; c < kCD; ++c) {
-              av[r][c] += p[r] * o[c];
-              ak[r][c] += g[r] * q[c];
-            }
-        }
-        for (int r = 0; r < kRK; ++r)
-          for (int c = 0; c < kCD; ++c) {
-            sdv[(ty + kBlockGrid * r) * lda + tx + kBlockGrid * c] = av[r][c];
-            sdk[(ty + kBlockGrid * r) * lda + tx + kBlockGrid * c] = ak[r][c];
-          }
+        T acc[kRK][kCD];
+        attention_micro_load(ty, tx, sdv, lda, acc);
+        attention_micro_axpy(ty, tx, n_queries, sp, ldp, 1, sdo, ld, acc);
+        attention_micro_store(ty, tx, acc, sdv, lda);
+        attention_micro_load(ty, tx, sdk, lda, acc);
+        attention_micro_axpy(ty, tx, n_queries, sds, ldp, 1, sq, ld, acc);
+        attention_micro_store(ty, tx, acc, sdk, lda);
       });
     }
     team.team_barrier();
@@ -778,13 +794,10 @@ struct AttentionBackwardQueryBlockKernel {
     T* const sdel = slse + kQ;
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
-      for (int e = tid; e < kQ * HD; e += kBlockThreads) {
-        int const i = e / HD, d = e % HD;  // rows past the end are zero, computed, never stored
-        bool const in = i < n_rows;
-        sq[i * ld + d] = in ? scale * qkv(token0 + row0 + i, q_col + d) : T(0);
-        sdo[i * ld + d] = in ? d_out(token0 + row0 + i, q_col + d) : T(0);
-        sdq[i * lda + d] = 0;
-      }
+      attention_stage_pair<kQ, HD>(  // rows past the end are zero, computed, never stored
+          tid, n_rows, sq, ld, [&](int i, int d) { return scale * qkv(token0 + row0 + i, q_col + d); }, sdo, ld,
+          [&](int i, int d) { return d_out(token0 + row0 + i, q_col + d); });
+      attention_zero_tile<kQ, HD>(tid, sdq, lda);
       if (tid < kQ) {
         slse[tid] = tid < n_rows ? lse(bh, row0 + tid) : T(0);
         sdel[tid] = tid < n_rows ? delta(bh, row0 + tid) : T(0);
@@ -795,36 +808,17 @@ struct AttentionBackwardQueryBlockKernel {
       int const n_keys = key_limit - key0 < kK ? key_limit - key0 : kK;
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
-        for (int e = tid; e < kK * HD; e += kBlockThreads) {
-          int const j = e / HD, d = e % HD;  // keys past the end are zero, never used
-          bool const in = j < n_keys;
-          sk[j * ld + d] = in ? qkv(token0 + key0 + j, k_col + d) : T(0);
-          sv[j * ld + d] = in ? qkv(token0 + key0 + j, v_col + d) : T(0);
-        }
+        attention_stage_pair<kK, HD>(  // keys past the end are zero, never used
+            tid, n_keys, sk, ld, [&](int j, int d) { return qkv(token0 + key0 + j, k_col + d); }, sv, ld,
+            [&](int j, int d) { return qkv(token0 + key0 + j, v_col + d); });
       });
       team.team_barrier();
       // (A) s = q k^T, dp = dO v^T for queries ty + 16 r, keys tx + 16 c; ds.
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
         int const ty = tid / kBlockGrid, tx = tid % kBlockGrid;
         T sc[kRQ][kCK], dp[kRQ][kCK];
-        for (int r = 0; r < kRQ; ++r)
-          for (int c = 0; c < kCK; ++c) sc[r][c] = dp[r][c] = 0;
-        for (int d = 0; d < HD; ++d) {
-          T a[kRQ], g[kRQ], b[kCK], vb[kCK];
-          for (int r = 0; r < kRQ; ++r) {
-            a[r] = sq[(ty + kBlockGrid * r) * ld + d];
-            g[r] = sdo[(ty + kBlockGrid * r) * ld + d];
-          }
-          for (int c = 0; c < kCK; ++c) {
-            b[c] = sk[(tx + kBlockGrid * c) * ld + d];
-            vb[c] = sv[(tx + kBlockGrid * c) * ld + d];
-          }
-          for (int r = 0; r < kRQ; ++r)
-            for (int c = 0; c < kCK; ++c) {
-              sc[r][c] += a[r] * b[c];
-              dp[r][c] += g[r] * vb[c];
-            }
-        }
+        attention_micro_dot<kRQ, kCK, HD>(ty, tx, sq, ld, sk, ld, sc);
+        attention_micro_dot<kRQ, kCK, HD>(ty, tx, sdo, ld, sv, ld, dp);
         for (int r = 0; r < kRQ; ++r) {
           int const i = ty + kBlockGrid * r;
           int const n_valid = attention_row_keys(s, row0 + i, i < n_rows, key0, n_keys);
@@ -840,17 +834,9 @@ struct AttentionBackwardQueryBlockKernel {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
         int const ty = tid / kBlockGrid, tx = tid % kBlockGrid;
         T acc[kRQ][kCD];
-        for (int r = 0; r < kRQ; ++r)
-          for (int c = 0; c < kCD; ++c) acc[r][c] = sdq[(ty + kBlockGrid * r) * lda + tx + kBlockGrid * c];
-        for (int j = 0; j < n_keys; ++j) {
-          T g[kRQ], b[kCD];
-          for (int r = 0; r < kRQ; ++r) g[r] = sds[(ty + kBlockGrid * r) * lds + j];
-          for (int c = 0; c < kCD; ++c) b[c] = sk[j * ld + tx + kBlockGrid * c];
-          for (int r = 0; r < kRQ; ++r)
-            for (int c = 0; c < kCD; ++c) acc[r][c] += g[r] * b[c];
-        }
-        for (int r = 0; r < kRQ; ++r)
-          for (int c = 0; c < kCD; ++c) sdq[(ty + kBlockGrid * r) * lda + tx + kBlockGrid * c] = acc[r][c];
+        attention_micro_load(ty, tx, sdq, lda, acc);
+        attention_micro_axpy(ty, tx, n_keys, sds, lds, 1, sk, ld, acc);
+        attention_micro_store(ty, tx, acc, sdq, lda);
       });
     }
     team.team_barrier();
@@ -872,6 +858,12 @@ constexpr bool attention_block_default() {
   return !is_host_space<ExecutionSpace>();
 }
 
+// The shared memory a block kernel's team scratch takes on a GPU (its tiles), for the launch audit.
+template <class BlockKernel>
+constexpr std::size_t attention_block_shared() {
+  return BlockKernel::Layout::bytes(BlockKernel::kTiles.rows, BlockKernel::kTiles.cols);
+}
+
 template <class Kernel>
 typename Kernel::Policy attention_policy(typename Kernel::Policy::execution_space const& space, int league) {
   return typename Kernel::Policy(space, league, Kernel::team_size());
@@ -887,7 +879,8 @@ void launch_attention_forward(ExecutionSpace const& space, AttentionShape const&
   Kernel kernel{s, out, lse, qkv, T(1.0 / std::sqrt(double(HD))), row_tiles};
   auto policy = attention_policy<Kernel>(space, s.batch * s.heads * row_tiles);
   int const cuda_league = s.batch * s.heads * ((s.seq + BlockKernel::kTile - 1) / BlockKernel::kTile);
-  note_launch("attention_forward", long(cuda_league) * kBlockThreads, kBlockThreads);
+  note_launch("attention_forward", long(cuda_league) * kBlockThreads, kBlockThreads,
+              attention_block_shared<BlockKernel>());
   Kokkos::parallel_for(label("attention_forward"),
                        policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())), kernel);
 }
@@ -1117,7 +1110,8 @@ void launch_attention_backward(ExecutionSpace const& space, AttentionShape const
     int const tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
     Kernel kernel{s, d_qkv, delta, d_out, qkv, lse, scale, tiles};
     auto policy = attention_policy<Kernel>(space, s.batch * s.heads * tiles);
-    note_launch("attention_backward_key_value", cuda_threads(BlockKernel::kTile), kBlockThreads);
+    note_launch("attention_backward_key_value", cuda_threads(BlockKernel::kTile), kBlockThreads,
+                attention_block_shared<BlockKernel>());
     Kokkos::parallel_for(label("attention_backward_key_value"),
                          policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())),
                          kernel);
@@ -1129,7 +1123,8 @@ void launch_attention_backward(ExecutionSpace const& space, AttentionShape const
     int const tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
     Kernel kernel{s, d_qkv, delta, d_out, qkv, lse, scale, tiles};
     auto policy = attention_policy<Kernel>(space, s.batch * s.heads * tiles);
-    note_launch("attention_backward_query", cuda_threads(BlockKernel::kTile), kBlockThreads);
+    note_launch("attention_backward_query", cuda_threads(BlockKernel::kTile), kBlockThreads,
+                attention_block_shared<BlockKernel>());
     Kokkos::parallel_for(label("attention_backward_query"),
                          policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())),
                          kernel);
