@@ -1,0 +1,172 @@
+// The bf16 storage type (core/precision/bf16.hpp) and whole-tensor conversions
+// (core/precision/convert.hpp): against a reference rounding written another way (exact distances
+// in double), over every bf16, edge values and random bit patterns; against torch.bfloat16
+// (tests/golden/make_bf16_golden.py); and the same bits from a kernel on every backend as on the host.
+#include "core/io/h5file.hpp"
+#include "core/precision/convert.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include "support/test_support.hpp"
+
+using namespace joule;
+using namespace joule::test;
+
+namespace {
+
+float float_of_bits(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// The bf16 nearest to f by value, ties to the even mantissa: the two bf16 neighbours of f are
+// its truncation and the next one away from zero; their distances to f are exact in double.
+// Past the largest bf16 the next neighbour is 2^128 (where infinity stands for rounding).
+std::uint16_t reference_bf16(float f) {
+  if (std::isnan(f)) return kBf16QuietNaN;
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if (std::isinf(f)) return std::uint16_t(u >> 16);
+  std::uint16_t const lo = std::uint16_t(u >> 16);  // toward zero
+  std::uint16_t const hi = std::uint16_t(lo + 1);   // away from zero (0x7F80: infinity)
+  double const x = std::fabs(double(f));
+  double const v_lo = std::fabs(double(float_of_bits(std::uint32_t(lo) << 16)));
+  double const v_hi = (hi & 0x7FFF) == 0x7F80 ? std::ldexp(1.0, 128) : std::fabs(double(float_of_bits(std::uint32_t(hi) << 16)));
+  double const d_lo = x - v_lo, d_hi = v_hi - x;
+  if (d_lo < d_hi) return lo;
+  if (d_hi < d_lo) return hi;
+  return (lo & 1) ? hi : lo;
+}
+
+std::string hex(std::uint32_t v) {
+  char b[16];
+  std::snprintf(b, sizeof b, "0x%08X", v);
+  return b;
+}
+
+std::vector<std::uint32_t> edge_bits() {
+  std::vector<std::uint32_t> v = {
+      0x00000000, 0x80000000, 0x7F800000, 0xFF800000,              // +-0, +-inf
+      0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FFFFFFF,  // quiet, signalling, payload NaNs
+      0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F7FFF, 0x7F7F8000, 0x7F7F8001,  // overflow to inf and just under it
+      0x7F7E8000, 0x00000001, 0x80000001, 0x007FFFFF, 0x00008000,  // ties, subnormals
+      0x00018000, 0x00007FFF, 0x007F8000, 0x00800000, 0x3F808000, 0x3F818000};
+  for (std::uint32_t e = 0; e < 256; ++e)  // a tie and its neighbours at every exponent, both signs
+    for (std::uint32_t m : {0u, 1u, 0x7Fu})
+      for (std::uint32_t low : {0x7FFFu, 0x8000u, 0x8001u})
+        for (std::uint32_t sign : {0u, 0x80000000u}) v.push_back(sign | (e << 23) | (m << 16) | low);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 is two bytes that widen exactly and round back to themselves", "[bf16]") {
+  STATIC_REQUIRE(sizeof(bf16) == 2);
+  int nans = 0;
+  for (std::uint32_t b = 0; b <= 0xFFFF; ++b) {
+    float const f = float_from_bf16_bits(std::uint16_t(b));
+    std::uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    REQUIRE(u == b << 16);  // exact widening: the top half of a float
+    std::uint16_t const back = bf16_bits_from_float(f);
+    if (std::isnan(f)) {
+      ++nans;
+      REQUIRE(back == kBf16QuietNaN);
+    } else if (back != b) {
+      FAIL("bf16 " << hex(b) << " widened and rounded back gives " << hex(back));
+    }
+  }
+  REQUIRE(nans == 2 * 127);  // exponent all ones, mantissa nonzero, both signs
+}
+
+TEST_CASE("bf16 rounding matches the reference on edge values and random floats", "[bf16]") {
+  std::vector<std::uint32_t> bits = edge_bits();
+  Rng rng(20261202);
+  std::uniform_int_distribution<std::uint32_t> any;
+  for (int i = 0; i < 200000; ++i) bits.push_back(any(rng));
+  int mismatches = 0;
+  for (std::uint32_t u : bits) {
+    float const f = float_of_bits(u);
+    std::uint16_t const got = bf16_bits_from_float(f), want = reference_bf16(f);
+    if (got != want && ++mismatches <= 10)
+      UNSCOPED_INFO("float " << hex(u) << " (" << f << "): got " << hex(got) << ", reference " << hex(want));
+  }
+  REQUIRE(mismatches == 0);
+
+  // Named cases, so a failure says which rule broke.
+  CHECK(bf16_bits_from_float(float_of_bits(0x3F808000)) == 0x3F80);  // tie, even stays
+  CHECK(bf16_bits_from_float(float_of_bits(0x3F818000)) == 0x3F82);  // tie, odd rounds up
+  CHECK(bf16_bits_from_float(float_of_bits(0x3F808001)) == 0x3F81);  // above the tie
+  CHECK(bf16_bits_from_float(std::numeric_limits<float>::max()) == 0x7F80);   // overflow to inf
+  CHECK(bf16_bits_from_float(-std::numeric_limits<float>::max()) == 0xFF80);
+  CHECK(bf16_bits_from_float(float_of_bits(0x7F7F7FFF)) == 0x7F7F);  // largest bf16, not inf
+  CHECK(bf16_bits_from_float(float_of_bits(0x00018000)) == 0x0002);  // subnormal tie, odd up
+  CHECK(bf16_bits_from_float(float_of_bits(0x007F8000)) == 0x0080);  // subnormal carries into normal
+  CHECK(bf16_bits_from_float(-0.0f) == 0x8000);
+  CHECK(bf16_bits_from_float(float_of_bits(0xFF800001)) == kBf16QuietNaN);  // signalling NaN, negative
+  CHECK(to_float(bf16(1.0f / 3.0f)) == float_of_bits(0x3EAB0000));
+}
+
+TEST_CASE("bf16 rounding matches torch.bfloat16 (golden file)", "[bf16][golden]") {
+  char const* dir = std::getenv("JOULE_GOLDEN_DIR");
+  io::H5File const f(std::string(dir ? dir : JOULE_TEST_GOLDEN_DIR) + "/bf16_golden.h5", io::H5File::Mode::read);
+  auto const in = f.read<std::int64_t>("float_bits");
+  auto const torch = f.read<std::int32_t>("bf16_bits");
+  REQUIRE(in.size() == torch.size());
+  REQUIRE(in.size() > 10000);
+  int nans = 0, mismatches = 0;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    float const x = float_of_bits(std::uint32_t(in[i]));
+    auto const got = bf16_bits_from_float(x);
+    auto const want = std::uint16_t(torch[i]);
+    if (std::isnan(x)) {  // PyTorch's NaN bits depend on its code path (the generator says why)
+      ++nans;
+      REQUIRE(std::isnan(float_from_bf16_bits(want)));
+      REQUIRE(std::isnan(float_from_bf16_bits(got)));
+    } else if (got != want && ++mismatches <= 10) {
+      UNSCOPED_INFO("float " << hex(std::uint32_t(in[i])) << ": joule " << hex(got) << ", torch " << hex(want));
+    }
+  }
+  REQUIRE(mismatches == 0);
+  REQUIRE(nans > 0);
+}
+
+TEMPLATE_TEST_CASE("bf16 conversions of whole tensors give the host's bits on every backend", "[bf16]",
+                   JOULE_TEST_SPACES) {
+  using Space = TestType;
+  using Mem = typename Space::memory_space;
+  Space const space;
+  std::vector<std::uint32_t> bits = edge_bits();
+  Rng rng(7);
+  std::uniform_int_distribution<std::uint32_t> any;
+  while (bits.size() % 997 != 0) bits.push_back(any(rng));  // an awkward length: 997 * k
+  int const rows = 997, cols = int(bits.size() / 997);
+  Tensor2<float, Mem> x("x", rows, cols), back("back", rows, cols);
+  Tensor2<bf16, Mem> y("y", rows, cols);
+  {
+    auto h = Kokkos::create_mirror_view(x);
+    std::memcpy(h.data(), bits.data(), bits.size() * sizeof(float));
+    Kokkos::deep_copy(x, h);
+  }
+  convert_precision(space, y, x);
+  convert_precision(space, back, y);
+  auto hy = Kokkos::create_mirror_view(y);
+  auto hb = Kokkos::create_mirror_view(back);
+  Kokkos::deep_copy(hy, y);
+  Kokkos::deep_copy(hb, back);
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    float const f = float_of_bits(bits[i]);
+    std::uint16_t const want = bf16_bits_from_float(f);
+    if (hy.data()[i].bits != want) FAIL("element " << i << " = " << hex(bits[i]) << ": kernel " << hex(hy.data()[i].bits) << ", host " << hex(want));
+    std::uint32_t wb;
+    std::memcpy(&wb, hb.data() + i, sizeof wb);
+    if (wb != std::uint32_t(want) << 16) FAIL("element " << i << " widened to " << hex(wb));
+  }
+  Tensor2<bf16, Mem> wrong("wrong", rows, cols + 1);
+  REQUIRE_THROWS_WITH(convert_precision(space, wrong, x), Contains("convert_precision") &&
+                                                              Contains("[997, " + std::to_string(cols + 1) + "]"));
+}
