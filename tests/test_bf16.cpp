@@ -4,6 +4,7 @@
 // (tests/golden/make_bf16_golden.py); and the same bits from a kernel on every backend as on the host.
 #include "core/io/h5file.hpp"
 #include "core/precision/convert.hpp"
+#include "core/precision/gemm.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -169,4 +170,96 @@ TEMPLATE_TEST_CASE("bf16 conversions of whole tensors give the host's bits on ev
   Tensor2<bf16, Mem> wrong("wrong", rows, cols + 1);
   REQUIRE_THROWS_WITH(convert_precision(space, wrong, x), Contains("convert_precision") &&
                                                               Contains("[997, " + std::to_string(cols + 1) + "]"));
+}
+
+namespace {
+
+// C = alpha op(A) op(B) + beta C0 in double from the bf16 values as stored, and the bound on an
+// fp32 GEMM's error: k ulps of fp32 of the sum of |products| (any summation order), plus beta C0's.
+struct GemmReference {
+  std::vector<double> value, bound;
+};
+
+GemmReference reference_gemm(bool ta, bool tb, int m, int n, int k, double alpha, std::vector<float> const& a,
+                             std::vector<float> const& b, double beta, std::vector<double> const& c0) {
+  GemmReference r{std::vector<double>(std::size_t(m) * n), std::vector<double>(std::size_t(m) * n)};
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double s = 0, mag = 0;
+      for (int l = 0; l < k; ++l) {
+        double const x = ta ? a[std::size_t(l) * m + i] : a[std::size_t(i) * k + l];
+        double const y = tb ? b[std::size_t(j) * k + l] : b[std::size_t(l) * n + j];
+        s += x * y;
+        mag += std::fabs(x * y);
+      }
+      std::size_t const e = std::size_t(i) * n + j;
+      r.value[e] = alpha * s + beta * c0[e];
+      r.bound[e] = (k + 2) * 1.2e-7 * (std::fabs(alpha) * mag + std::fabs(beta * c0[e])) + 1e-30;
+    }
+  return r;
+}
+
+template <class View>
+std::vector<float> bf16_values(View const& v) {
+  auto h = Kokkos::create_mirror_view(v);
+  Kokkos::deep_copy(h, v);
+  std::vector<float> out(h.span());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = to_float(h.data()[i]);
+  return out;
+}
+
+template <class View>
+void fill_bf16(View const& v, Rng& rng) {
+  auto h = Kokkos::create_mirror_view(v);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = bf16(dist(rng));
+  Kokkos::deep_copy(v, h);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("bf16 GEMMs accumulate in fp32 and round a bf16 C once", "[bf16][gemm]", JOULE_TEST_SPACES) {
+  using Space = TestType;
+  using Mem = typename Space::memory_space;
+  Space const space;
+  Rng rng(11);
+  int const m = 37, n = 53, k = 71;  // no multiple of any tile
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      INFO("op" << (ta ? "T" : "N") << "(A) op" << (tb ? "T" : "N") << "(B), " << bf16_gemm_path<Space>());
+      Tensor2<bf16, Mem> a("a", ta ? k : m, ta ? m : k), b("b", tb ? n : k, tb ? k : n);
+      fill_bf16(a, rng), fill_bf16(b, rng);
+      auto const work = Bf16GemmWorkspace<Mem>::template for_space<Space>(a.span(), b.span(), std::size_t(m) * n, "test");
+      auto const av = bf16_values(a), bv = bf16_values(b);
+      char const* const op_a = ta ? "T" : "N";
+      char const* const op_b = tb ? "T" : "N";
+
+      // fp32 C, accumulating onto what it holds (beta = 1, a gradient across micro-batches)
+      Tensor2<float, Mem> c("c", m, n);
+      fill_uniform(c, rng);
+      auto const c0 = to_vector(c);
+      gemm_bf16(space, op_a, op_b, 0.75f, a, b, 1.0f, c, work);
+      auto const ref = reference_gemm(ta, tb, m, n, k, 0.75, av, bv, 1.0, c0);
+      auto const got = to_vector(c);
+      for (std::size_t e = 0; e < got.size(); ++e)
+        if (!(std::fabs(got[e] - ref.value[e]) <= ref.bound[e]))
+          FAIL("fp32 C[" << e / n << ", " << e % n << "] = " << got[e] << ", reference " << ref.value[e]);
+
+      // bf16 C overwritten (beta = 0: an activation): within half a bf16 ulp of the exact result,
+      // plus the fp32 sum's error, which can move a value across a rounding boundary.
+      Tensor2<bf16, Mem> y("y", m, n);
+      gemm_bf16(space, op_a, op_b, 1.0f, a, b, 0.0f, y, work);
+      auto const yref = reference_gemm(ta, tb, m, n, k, 1.0, av, bv, 0.0, std::vector<double>(got.size(), 0.0));
+      auto const yv = bf16_values(y);
+      for (std::size_t e = 0; e < yv.size(); ++e) {
+        double const half_ulp = std::ldexp(1.0, std::ilogb(yref.value[e] == 0 ? 1e-30 : yref.value[e]) - 8);
+        if (!(std::fabs(yv[e] - yref.value[e]) <= half_ulp + yref.bound[e]))
+          FAIL("bf16 C[" << e / n << ", " << e % n << "] = " << yv[e] << ", reference " << yref.value[e]);
+      }
+    }
+  Tensor2<bf16, Mem> a("a", m, k), b("b", k + 1, n);
+  Tensor2<float, Mem> c("c", m, n);
+  auto const work = Bf16GemmWorkspace<Mem>::template for_space<Space>(a.span(), b.span(), c.span(), "test");
+  REQUIRE_THROWS_WITH(gemm_bf16(space, "N", "N", 1.0f, a, b, 0.0f, c, work),
+                      Contains("gemm_bf16") && Contains("[37, 71]") && Contains("[72, 53]"));
 }

@@ -14,6 +14,7 @@
 #include "core/ops/layernorm.hpp"
 #include "core/ops/linear.hpp"
 #include "core/ops/patch_embed.hpp"
+#include "core/precision/gemm.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -123,6 +124,20 @@ void run_ops_bench(BenchOptions const& options, nlohmann::json& report) {
         linear_backward(space, din, dw, db, dy, in, w, sums);
       }));
     }
+  }
+  {  // The qkv GEMM alone (forward, y = x W^T), fp32 beside bf16 with fp32 accumulation: what the
+     // bf16 path costs or saves here (gemm_bf16: widened to fp32 on CPUs, cuBLASLt on CUDA)
+    Tensor2<float, Mem> x("x", n, c), w("w", 3 * c, c), y("y", n, 3 * c);
+    fill(x, rng), fill(w, rng);
+    Tensor2<bf16, Mem> xb("xb", n, c), wb("wb", 3 * c, c), yb("yb", n, 3 * c);
+    convert_precision(space, xb, x), convert_precision(space, wb, w);
+    auto const work = Bf16GemmWorkspace<Mem>::for_space<Space>(xb.span(), wb.span(), yb.span(), "bench.gemm");
+    std::string const shape = "N,in,out=" + nk(n, c, 3 * c);
+    results.push_back(time_op("gemm_qkv_fp32", shape, 2.0 * n * c * 3 * c, options.repeats,
+                              [&] { compat::gemm(space, "N", "T", 1.0f, x, w, 0.0f, y); }));
+    results.push_back(time_op("gemm_qkv_bf16", shape, 2.0 * n * c * 3 * c, options.repeats,
+                              [&] { gemm_bf16(space, "N", "T", 1.0f, xb, wb, 0.0f, yb, work); }));
+    report["bf16_gemm_path"] = bf16_gemm_path<Space>();
   }
   {  // Attention, causal and image-prefix masks
     Tensor2<T, Mem> qkv("qkv", n, 3 * c), out("out", n, c), dout("dout", n, c), dqkv("dqkv", n, 3 * c);

@@ -309,3 +309,25 @@ MAIN
     || { cat "$work/log.nccl_link" >&2; die "the NCCL backend does not link"; }
   log "the NCCL backend compiles and links (libnccl from $nccl_lib; not run: no GPU here)"
 fi
+
+# --- 5. The cuBLASLt backend (bf16 GEMMs) compiles as a CUDA build has it, links against the
+# toolkit's libcublasLt and libcudart, and says it is there (have_cublaslt() calls no CUDA function,
+# so this much runs without a GPU; the GEMM itself does not run here).
+if printf '%s\n' "${units[@]}" | grep -qx core/precision/cublaslt_gemm.cpp; then
+  cat > "$work/cublaslt_link_main.cpp" <<'MAIN'
+#include "core/precision/detail/cublaslt_gemm.hpp"
+int main(int argc, char**) {
+  if (argc > 1)  // linked, never run here
+    joule::detail::cublaslt_gemm_bf16(nullptr, false, false, 1, 1, 1, 1.0f, nullptr, 1, nullptr, 1, 0.0f, nullptr, 1,
+                                      false, nullptr, 0);
+  return joule::detail::have_cublaslt() ? 0 : 3;
+}
+MAIN
+  "$nvcc" -x cu -std=c++20 -arch=sm_90 --extended-lambda -Xcompiler -fopenmp "${common[@]}" -I"$work/cuda5" -I"$k5" \
+    "$work/cublaslt_link_main.cpp" \
+    "$repo/core/precision/cublaslt_gemm.cpp" -o "$work/cublaslt_link_check" -L"$cuda_top/lib64" -lcublasLt -lcudart \
+    >"$work/log.cublaslt_link" 2>&1 || { cat "$work/log.cublaslt_link" >&2; die "the cuBLASLt backend does not link"; }
+  LD_LIBRARY_PATH="$cuda_top/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$work/cublaslt_link_check" \
+    || die "the cuBLASLt backend was linked without its CUDA path (have_cublaslt() is false)"
+  log "the cuBLASLt backend compiles and links (libcublasLt from $cuda_top/lib64; not run: no GPU here)"
+fi

@@ -1,0 +1,125 @@
+// bf16 GEMMs through cuBLASLt (core/precision/detail/cublaslt_gemm.hpp). joule's tensors are
+// row-major and cuBLASLt's column-major: a row-major X [r, c] is the column-major X^T, so
+// C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T with the operands swapped and each keeping
+// its own transpose flag.
+#include "core/precision/detail/cublaslt_gemm.hpp"
+
+#include <Kokkos_Macros.hpp>
+
+#include <stdexcept>
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+#endif
+
+namespace joule::detail {
+
+#if defined(KOKKOS_ENABLE_CUDA)
+
+namespace {
+
+std::string shape_text(bool ta, bool tb, int m, int n, int k, bool c_bf16) {
+  return std::string("C[") + std::to_string(m) + ", " + std::to_string(n) + "] (" + (c_bf16 ? "bf16" : "fp32") +
+         ") = op" + (ta ? "T" : "N") + "(A) op" + (tb ? "T" : "N") + "(B), k = " + std::to_string(k);
+}
+
+void check(cublasStatus_t s, char const* what, std::string const& shape) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("joule: cuBLASLt ") + what + " failed (status " + std::to_string(int(s)) +
+                             ") for the bf16 GEMM " + shape);
+}
+
+// One matmul shape: its descriptors and the algorithm the heuristic chose for it.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, std::size_t>;
+
+struct Library {
+  std::mutex mutex;
+  cublasLtHandle_t handle = nullptr;
+  std::map<Key, Plan> plans;  // kept for the process: a training step's few shapes
+};
+
+Library& library() {
+  static Library lib;
+  return lib;
+}
+
+Plan make_plan(cublasLtHandle_t handle, bool ta, bool tb, int m, int n, int k, int lda, int ldb, int ldc, bool c_bf16,
+               std::size_t workspace_bytes, std::string const& shape) {
+  Plan p;
+  check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate", shape);
+  // Column-major C^T [n, m] = op(B)^T [n, k] * op(A)^T [k, m]: B is the first operand, A the second.
+  cublasOperation_t const op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first),
+        "MatmulDescSetAttribute(TRANSA)", shape);
+  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second),
+        "MatmulDescSetAttribute(TRANSB)", shape);
+  // Stored (column-major) shapes: B^T is [n, k] (tb: B [n, k] row-major is [k, n]); A^T [k, m] likewise.
+  check(cublasLtMatrixLayoutCreate(&p.first, CUDA_R_16BF, tb ? k : n, tb ? n : k, ldb), "MatrixLayoutCreate(B)", shape);
+  check(cublasLtMatrixLayoutCreate(&p.second, CUDA_R_16BF, ta ? m : k, ta ? k : m, lda), "MatrixLayoutCreate(A)", shape);
+  check(cublasLtMatrixLayoutCreate(&p.out, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, n, m, ldc), "MatrixLayoutCreate(C)", shape);
+  cublasLtMatmulPreference_t pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&pref), "MatmulPreferenceCreate", shape);
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                             sizeof workspace_bytes),
+        "MatmulPreferenceSetAttribute", shape);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t const s =
+      cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.first, p.second, p.out, p.out, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  check(s, "MatmulAlgoGetHeuristic", shape);
+  if (found == 0) throw std::runtime_error("joule: cuBLASLt has no algorithm for the bf16 GEMM " + shape);
+  p.algo = result.algo;
+  return p;
+}
+
+}  // namespace
+
+bool have_cublaslt() { return true; }
+
+void cublaslt_gemm_bf16(void* stream, bool trans_a, bool trans_b, int m, int n, int k, float alpha, void const* a,
+                        int lda, void const* b, int ldb, float beta, void* c, int ldc, bool c_bf16, void* workspace,
+                        std::size_t workspace_bytes) {
+  if (m == 0 || n == 0) return;
+  auto& lib = library();
+  Plan plan;
+  {
+    std::lock_guard<std::mutex> lock(lib.mutex);
+    std::string const shape = shape_text(trans_a, trans_b, m, n, k, c_bf16);
+    if (!lib.handle) check(cublasLtCreate(&lib.handle), "Create", shape);
+    Key const key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_bf16, workspace_bytes};
+    auto it = lib.plans.find(key);
+    if (it == lib.plans.end())
+      it = lib.plans.emplace(key, make_plan(lib.handle, trans_a, trans_b, m, n, k, lda, ldb, ldc, c_bf16,
+                                            workspace_bytes, shape)).first;
+    plan = it->second;
+  }
+  cublasStatus_t const s =
+      cublasLtMatmul(lib.handle, plan.desc, &alpha, b, plan.first, a, plan.second, &beta, c, plan.out, c, plan.out,
+                     &plan.algo, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
+  check(s, "Matmul", shape_text(trans_a, trans_b, m, n, k, c_bf16));
+}
+
+#else
+
+bool have_cublaslt() { return false; }
+
+void cublaslt_gemm_bf16(void*, bool, bool, int, int, int, float, void const*, int, void const*, int, float, void*, int,
+                        bool, void*, std::size_t) {
+  throw std::logic_error("joule: cublaslt_gemm_bf16 called in a build without CUDA");
+}
+
+#endif
+
+}  // namespace joule::detail

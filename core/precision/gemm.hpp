@@ -1,0 +1,126 @@
+#pragma once
+// bf16 GEMMs with fp32 accumulation: C = alpha op(A) op(B) + beta C for bf16 A and B, and C in fp32
+// (a parameter gradient accumulating across micro-batches) or bf16 (an activation, rounded once
+// from the fp32 result: what cuBLASLt's epilogue does).
+//
+//   CUDA    cuBLASLt on the instance's stream: Hopper's bf16 tensor cores (core/precision/cublaslt_gemm.cpp)
+//   others  A and B widened to fp32 (exact) into the workspace, Kokkos-Kernels' fp32 gemm (OpenBLAS
+//           on CPUs), the result rounded into a bf16 C: correct everywhere; the products and sums
+//           are the fp32 GEMM's, so it differs from cuBLASLt only in summation order.
+// (A CPU with bf16 instructions could take a oneDNN path; none of the machines here has them.)
+#include "core/compat_kernels.hpp"
+#include "core/precision/bf16.hpp"
+#include "core/precision/convert.hpp"
+#include "core/precision/detail/cublaslt_gemm.hpp"
+#include "core/tensor.hpp"
+
+#include <cstddef>
+#include <string>
+#include <type_traits>
+
+namespace joule {
+
+// Which path a bf16 GEMM takes on ExecutionSpace, in words (joule info, the run log).
+template <class ExecutionSpace>
+std::string bf16_gemm_path() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (std::is_same_v<ExecutionSpace, Kokkos::Cuda>) return "cuBLASLt (bf16 tensor cores, fp32 accumulation)";
+#endif
+  return "bf16 widened to fp32, Kokkos-Kernels fp32 gemm";
+}
+
+template <class ExecutionSpace>
+constexpr bool bf16_gemm_on_cublaslt() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return std::is_same_v<ExecutionSpace, Kokkos::Cuda>;
+#else
+  return false;
+#endif
+}
+
+// The scratch a bf16 GEMM needs, allocated once by its owner for the largest GEMM it runs (a
+// training step must not allocate): cuBLASLt's workspace on CUDA; elsewhere fp32 copies of A, B
+// and (for a bf16 C) of C.
+template <class MemorySpace>
+struct Bf16GemmWorkspace {
+  Kokkos::View<float*, MemorySpace> a, b, c;
+  Kokkos::View<unsigned char*, MemorySpace> cublaslt;
+
+  Bf16GemmWorkspace() = default;
+  // The most elements of A, of B and of a bf16 C among the GEMMs it serves.
+  template <class ExecutionSpace>
+  static Bf16GemmWorkspace for_space(std::size_t a_elements, std::size_t b_elements, std::size_t c_elements,
+                                     std::string const& name) {
+    Bf16GemmWorkspace w;
+    auto const alloc = [&](char const* part) {
+      return Kokkos::view_alloc(Kokkos::WithoutInitializing, label((name + "." + part).c_str()));
+    };
+    if constexpr (bf16_gemm_on_cublaslt<ExecutionSpace>()) {
+      w.cublaslt = decltype(w.cublaslt)(alloc("cublaslt_workspace"), detail::kCublasLtWorkspaceBytes);
+    } else {
+      w.a = decltype(w.a)(alloc("gemm_a_fp32"), a_elements);
+      w.b = decltype(w.b)(alloc("gemm_b_fp32"), b_elements);
+      w.c = decltype(w.c)(alloc("gemm_c_fp32"), c_elements);
+    }
+    return w;
+  }
+};
+
+namespace detail {
+
+template <class T, class MemorySpace>
+using UnmanagedMatrix = Kokkos::View<T**, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+template <class T, class MemorySpace>
+UnmanagedMatrix<T, MemorySpace> matrix_in(Kokkos::View<T*, MemorySpace> const& buffer, std::size_t rows,
+                                          std::size_t cols, char const* what) {
+  require(buffer.extent(0) >= rows * cols, "gemm_bf16",
+          std::string("workspace for ") + what + " holds " + std::to_string(buffer.extent(0)) + " floats, needs " +
+              std::to_string(rows * cols));
+  return UnmanagedMatrix<T, MemorySpace>(buffer.data(), rows, cols);
+}
+
+}  // namespace detail
+
+// C = alpha op(A) op(B) + beta C. A, B: bf16 row-major matrices; C: fp32 or bf16 (beta applies to
+// its value as stored). trans_a / trans_b: "N" or "T" (as compat::gemm).
+template <class ExecutionSpace, class A, class B, class C, class MemorySpace>
+void gemm_bf16(ExecutionSpace const& space, char const* trans_a, char const* trans_b, float alpha, A const& a,
+               B const& b, float beta, C const& c, Bf16GemmWorkspace<MemorySpace> const& work) {
+  static_assert(std::is_same_v<typename A::non_const_value_type, bf16> &&
+                    std::is_same_v<typename B::non_const_value_type, bf16>,
+                "gemm_bf16: A and B are bf16");
+  using CT = typename C::non_const_value_type;
+  static_assert(std::is_same_v<CT, float> || std::is_same_v<CT, bf16>, "gemm_bf16: C is fp32 or bf16");
+  bool const ta = trans_a[0] == 'T', tb = trans_b[0] == 'T';
+  int const m = int(c.extent(0)), n = int(c.extent(1));
+  int const k = int(ta ? a.extent(0) : a.extent(1));
+  int const am = int(ta ? a.extent(1) : a.extent(0));
+  int const bk = int(tb ? b.extent(1) : b.extent(0)), bn = int(tb ? b.extent(0) : b.extent(1));
+  require(am == m && bk == k && bn == n, "gemm_bf16",
+          std::string("op") + trans_a + "(A) of " + shape_of(a) + " times op" + trans_b + "(B) of " + shape_of(b) +
+              " into C " + shape_of(c));
+  if constexpr (bf16_gemm_on_cublaslt<ExecutionSpace>()) {
+#if defined(KOKKOS_ENABLE_CUDA)
+    require(work.cublaslt.extent(0) > 0, "gemm_bf16", "no cuBLASLt workspace (make it with Bf16GemmWorkspace::for_space)");
+    detail::cublaslt_gemm_bf16(space.cuda_stream(), ta, tb, m, n, k, alpha, a.data(), int(a.stride(0)), b.data(),
+                               int(b.stride(0)), beta, c.data(), int(c.stride(0)), std::is_same_v<CT, bf16>,
+                               work.cublaslt.data(), work.cublaslt.extent(0));
+#endif
+  } else {
+    auto const fa = detail::matrix_in(work.a, a.extent(0), a.extent(1), "A");
+    auto const fb = detail::matrix_in(work.b, b.extent(0), b.extent(1), "B");
+    convert_precision(space, fa, a);
+    convert_precision(space, fb, b);
+    if constexpr (std::is_same_v<CT, float>) {
+      compat::gemm(space, trans_a, trans_b, alpha, fa, fb, beta, c);
+    } else {
+      auto const fc = detail::matrix_in(work.c, c.extent(0), c.extent(1), "C");
+      if (beta != 0.0f) convert_precision(space, fc, c);
+      compat::gemm(space, trans_a, trans_b, alpha, fa, fb, beta, fc);
+      convert_precision(space, c, fc);
+    }
+  }
+}
+
+}  // namespace joule
