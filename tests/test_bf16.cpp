@@ -5,6 +5,9 @@
 #include "core/io/h5file.hpp"
 #include "core/precision/convert.hpp"
 #include "core/precision/gemm.hpp"
+#include "core/ops/attention.hpp"
+#include "core/ops/elementwise.hpp"
+#include "core/ops/layernorm.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -262,4 +265,153 @@ TEMPLATE_TEST_CASE("bf16 GEMMs accumulate in fp32 and round a bf16 C once", "[bf
   auto const work = Bf16GemmWorkspace<Mem>::template for_space<Space>(a.span(), b.span(), c.span(), "test");
   REQUIRE_THROWS_WITH(gemm_bf16(space, "N", "N", 1.0f, a, b, 0.0f, c, work),
                       Contains("gemm_bf16") && Contains("[37, 71]") && Contains("[72, 53]"));
+}
+
+namespace {
+
+template <class View>
+std::vector<std::uint16_t> bits_of(View const& v) {
+  auto h = Kokkos::create_mirror_view(v);
+  Kokkos::deep_copy(h, v);
+  std::vector<std::uint16_t> out(h.span());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = h.data()[i].bits;
+  return out;
+}
+
+// The bf16 operator's output must be the fp32 operator's on the widened inputs, rounded once:
+// the same arithmetic, in the same order, then one rounding.
+template <class Space, class Bf, class Fp>
+void require_rounded_from(Space const& space, char const* what, Bf const& got, Fp const& fp32) {
+  Bf want("want", fp32.extent(0), fp32.extent(1));
+  convert_precision(space, want, fp32);
+  auto const g = bits_of(got), w = bits_of(want);
+  REQUIRE(g.size() == w.size());
+  for (std::size_t e = 0; e < g.size(); ++e)
+    if (g[e] != w[e])
+      FAIL(what << "[" << e / got.extent(1) << ", " << e % got.extent(1) << "] = " << hex(g[e])
+                << ", the fp32 operator rounded: " << hex(w[e]));
+}
+
+// Within half a bf16 ulp of a double reference (plus rel_extra, the fp32 computation's error).
+void require_bf16_close(char const* what, std::vector<float> const& got, std::vector<double> const& ref,
+                        double abs_extra) {
+  REQUIRE(got.size() == ref.size());
+  for (std::size_t e = 0; e < got.size(); ++e) {
+    double const half_ulp = ref[e] == 0 ? 0 : std::ldexp(1.0, std::ilogb(ref[e]) - 8);
+    if (!(std::fabs(got[e] - ref[e]) <= half_ulp * (1 + 1e-3) + abs_extra))
+      FAIL(what << "[" << e << "] = " << got[e] << ", reference " << ref[e] << " (half ulp " << half_ulp << ")");
+  }
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("bf16 LayerNorm, GELU and residual are the fp32 operators rounded once", "[bf16][ops]",
+                   JOULE_TEST_SPACES) {
+  using Space = TestType;
+  using Mem = typename Space::memory_space;
+  Space const space;
+  Rng rng(23);
+  int const n = 37, c = 203;  // no multiple of a warp, a tile or a vector width
+  Tensor2<bf16, Mem> x("x", n, c), dy("dy", n, c), skip("skip", n, c);
+  Tensor1<bf16, Mem> w("w", c), b("b", c);  // the kernels' bf16 copies of the parameters
+  fill_bf16(x, rng), fill_bf16(dy, rng), fill_bf16(skip, rng), fill_bf16(w, rng), fill_bf16(b, rng);
+  Tensor2<float, Mem> xf("xf", n, c), dyf("dyf", n, c), skipf("skipf", n, c);
+  Tensor1<float, Mem> wf("wf", c), bf("bf", c);
+  convert_precision(space, xf, x), convert_precision(space, dyf, dy), convert_precision(space, skipf, skip);
+  convert_precision(space, wf, w), convert_precision(space, bf, b);
+
+  SECTION("LayerNorm forward and backward") {
+    Tensor2<bf16, Mem> y("y", n, c), dx("dx", n, c);
+    Tensor1<float, Mem> mean("mean", n), rstd("rstd", n), dw("dw", c), db("db", c);
+    layernorm_forward(space, y, mean, rstd, x, w, b);
+    layernorm_backward(space, dx, dw, db, dy, x, w, mean, rstd);
+    Tensor2<float, Mem> yf("yf", n, c), dxf("dxf", n, c);
+    Tensor1<float, Mem> meanf("meanf", n), rstdf("rstdf", n), dwf("dwf", c), dbf("dbf", c);
+    layernorm_forward(space, yf, meanf, rstdf, xf, wf, bf);
+    layernorm_backward(space, dxf, dwf, dbf, dyf, xf, wf, meanf, rstdf);
+    require_rounded_from(space, "LayerNorm y", y, yf);
+    require_rounded_from(space, "LayerNorm d_x", dx, dxf);
+    // fp32 statistics and parameter gradients: exactly the fp32 operator's
+    REQUIRE(to_vector(mean) == to_vector(meanf));
+    REQUIRE(to_vector(rstd) == to_vector(rstdf));
+    REQUIRE(to_vector(dw) == to_vector(dwf));
+    REQUIRE(to_vector(db) == to_vector(dbf));
+    // and against a double reference of the forward: half a bf16 ulp plus fp32's error
+    auto const xv = bf16_values(x), wv = bf16_values(w), bv = bf16_values(b);
+    std::vector<double> ref(std::size_t(n) * c);
+    for (int r = 0; r < n; ++r) {
+      double m = 0, v = 0;
+      for (int i = 0; i < c; ++i) m += xv[std::size_t(r) * c + i];
+      m /= c;
+      for (int i = 0; i < c; ++i) v += (xv[std::size_t(r) * c + i] - m) * (xv[std::size_t(r) * c + i] - m);
+      double const rs = 1 / std::sqrt(v / c + 1e-5);
+      for (int i = 0; i < c; ++i) ref[std::size_t(r) * c + i] = (xv[std::size_t(r) * c + i] - m) * rs * wv[i] + bv[i];
+    }
+    require_bf16_close("LayerNorm y", bf16_values(y), ref, 1e-5);
+  }
+  SECTION("GELU forward and backward") {
+    Tensor2<bf16, Mem> y("y", n, c), dx("dx", n, c);
+    Tensor2<float, Mem> yf("yf", n, c), dxf("dxf", n, c);
+    gelu_forward(space, y, x), gelu_backward(space, dx, dy, x);
+    gelu_forward(space, yf, xf), gelu_backward(space, dxf, dyf, xf);
+    require_rounded_from(space, "GELU y", y, yf);
+    require_rounded_from(space, "GELU d_x", dx, dxf);
+    auto const xv = bf16_values(x);
+    std::vector<double> ref(xv.size());
+    for (std::size_t e = 0; e < xv.size(); ++e) {
+      double const v = xv[e];
+      ref[e] = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    }
+    require_bf16_close("GELU y", bf16_values(y), ref, 1e-6);
+  }
+  SECTION("residual forward and backward") {
+    Tensor2<bf16, Mem> y("y", n, c), acc("acc", n, c);
+    Tensor2<float, Mem> yf("yf", n, c), accf("accf", n, c);
+    residual_forward(space, y, x, skip), residual_forward(space, yf, xf, skipf);
+    require_rounded_from(space, "residual y", y, yf);
+    Kokkos::deep_copy(acc, x), Kokkos::deep_copy(accf, xf);
+    residual_backward(space, acc, dy), residual_backward(space, accf, dyf);
+    require_rounded_from(space, "residual d_x", acc, accf);
+  }
+}
+
+namespace {
+
+// Attention at head size 64 through one shape of kernels (Block: the GPU-shaped ones), bf16
+// against the fp32 kernels on the same (widened) inputs.
+template <bool Block, class Space>
+void check_bf16_attention(Space const& space) {
+  using Mem = typename Space::memory_space;
+  Rng rng(Block ? 31 : 29);
+  int const batch = 2, seq = 47, heads = 2, c = 128, n = batch * seq;  // head size 64, seq no tile multiple
+  auto const mask = AttentionMask::prefix(13);
+  auto const s = detail::attention_shape("attention_forward", n, 3 * c, batch, heads, mask);
+  Tensor2<bf16, Mem> qkv("qkv", n, 3 * c), out("out", n, c), d_out("d_out", n, c), d_qkv("d_qkv", n, 3 * c);
+  Tensor2<float, Mem> lse("lse", batch * heads, seq), delta("delta", batch * heads, seq);
+  fill_bf16(qkv, rng), fill_bf16(d_out, rng);
+  Tensor2<float, Mem> qkv_f("qkv_f", n, 3 * c), out_f("out_f", n, c), d_out_f("d_out_f", n, c),
+      d_qkv_f("d_qkv_f", n, 3 * c), lse_f("lse_f", batch * heads, seq), delta_f("delta_f", batch * heads, seq);
+  convert_precision(space, qkv_f, qkv), convert_precision(space, d_out_f, d_out);
+
+  detail::launch_attention_forward<64, Block>(space, s, out, lse, qkv);
+  detail::launch_attention_forward<64, Block>(space, s, out_f, lse_f, qkv_f);
+  require_rounded_from(space, "attention out", out, out_f);
+  REQUIRE(to_vector(lse) == to_vector(lse_f));  // fp32 log-sum-exp: the fp32 kernel's exactly
+
+  // The backward reads the stored (bf16) output for delta: give the fp32 kernels the same values.
+  Tensor2<float, Mem> out_widened("out_widened", n, c);
+  convert_precision(space, out_widened, out);
+  detail::launch_attention_backward<64, Block>(space, s, d_qkv, delta, d_out, qkv, out, lse);
+  detail::launch_attention_backward<64, Block>(space, s, d_qkv_f, delta_f, d_out_f, qkv_f, out_widened, lse_f);
+  REQUIRE(to_vector(delta) == to_vector(delta_f));
+  require_rounded_from(space, "attention d_qkv", d_qkv, d_qkv_f);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("bf16 attention is the fp32 kernels rounded once (host and GPU-shaped kernels)", "[bf16][ops]",
+                   JOULE_TEST_SPACES) {
+  TestType const space;
+  SECTION("host kernels") { check_bf16_attention<false>(space); }
+  SECTION("GPU-shaped block kernels") { check_bf16_attention<true>(space); }
 }

@@ -1,6 +1,9 @@
 #pragma once
-// Element-wise operators on [N, C] activations: GELU (tanh form) and the residual add.
+// Element-wise operators on [N, C] activations: GELU (tanh form) and the residual add. Any storage
+// precision: computed in the output's compute type (compute_t: float for bf16), every element
+// widened on reading and rounded once on writing.
 #include "core/ops/detail/row_kernels.hpp"
+#include "core/precision/bf16.hpp"
 #include "core/tensor.hpp"
 
 namespace joule {
@@ -30,26 +33,30 @@ struct GeluTanh {
 
 template <class ExecutionSpace, class Out, class In>
 void gelu_forward(ExecutionSpace const& space, Out const& out, In const& x) {
-  using G = detail::GeluTanh<ExecutionSpace, typename Out::non_const_value_type>;
+  using S = typename Out::non_const_value_type;
+  using G = detail::GeluTanh<ExecutionSpace, compute_t<S>>;
   detail::require_same_shape("gelu_forward", out, x);
-  detail::for_each_element(space, "gelu_forward", x.extent(0), x.extent(1),
-                           KOKKOS_LAMBDA(int r, int col) { out(r, col) = x(r, col) * G::sigmoid_2u(x(r, col)); });
+  detail::for_each_element(space, "gelu_forward", x.extent(0), x.extent(1), KOKKOS_LAMBDA(int r, int col) {
+    auto const v = widen(x(r, col));
+    out(r, col) = narrow<S>(v * G::sigmoid_2u(v));
+  });
 }
 
 // d_x = d_out * gelu'(x)   (overwritten; may alias d_out)
 //   gelu'(x) = s + x * 2 s (1 - s) * du/dx,  s = sigmoid(2u),  du/dx = sqrt(2/pi) (1 + 3c x^2)
 template <class ExecutionSpace, class DIn, class DOut, class In>
 void gelu_backward(ExecutionSpace const& space, DIn const& d_x, DOut const& d_out, In const& x) {
-  using T = typename DIn::non_const_value_type;
+  using S = typename DIn::non_const_value_type;
+  using T = compute_t<S>;
   using G = detail::GeluTanh<ExecutionSpace, T>;
   detail::require_same_shape("gelu_backward", d_x, x);
   detail::require_same_shape("gelu_backward", d_out, x);
   detail::for_each_element(space, "gelu_backward", x.extent(0), x.extent(1),
       KOKKOS_LAMBDA(int r, int col) {
-        T const v = x(r, col);
+        T const v = widen(x(r, col));
         T const s = G::sigmoid_2u(v);
         T const du = G::k * (T(1) + T(3) * G::c * v * v);
-        d_x(r, col) = d_out(r, col) * (s + v * T(2) * s * (T(1) - s) * du);
+        d_x(r, col) = narrow<S>(widen(d_out(r, col)) * (s + v * T(2) * s * (T(1) - s) * du));
       });
 }
 
@@ -59,7 +66,9 @@ void residual_forward(ExecutionSpace const& space, Out const& out, A const& a, B
   detail::require_same_shape("residual_forward", out, a);
   detail::require_same_shape("residual_forward", out, b);
   detail::for_each_element(space, "residual_forward", out.extent(0), out.extent(1),
-                           KOKKOS_LAMBDA(int r, int c) { out(r, c) = a(r, c) + b(r, c); });
+                           KOKKOS_LAMBDA(int r, int c) {
+                             out(r, c) = narrow<typename Out::non_const_value_type>(widen(a(r, c)) + widen(b(r, c)));
+                           });
 }
 
 // A residual connection y = x + f(x) sends d_y both into f's backward and straight to x:
@@ -68,7 +77,9 @@ template <class ExecutionSpace, class DIn, class DOut>
 void residual_backward(ExecutionSpace const& space, DIn const& d_x, DOut const& d_out) {
   detail::require_same_shape("residual_backward", d_x, d_out);
   detail::for_each_element(space, "residual_backward", d_out.extent(0), d_out.extent(1),
-                           KOKKOS_LAMBDA(int r, int c) { d_x(r, c) += d_out(r, c); });
+                           KOKKOS_LAMBDA(int r, int c) {
+                             d_x(r, c) = narrow<typename DIn::non_const_value_type>(widen(d_x(r, c)) + widen(d_out(r, c)));
+                           });
 }
 
 }  // namespace joule

@@ -1,8 +1,12 @@
 #pragma once
 // LayerNorm over the last dimension: out = (x - mean) * rstd * weight + bias, per row.
-// The forward pass saves mean[N] and rstd[N] for the backward pass.
+// The forward pass saves mean[N] and rstd[N] for the backward pass. Any storage precision (x,
+// out, d_out, d_x in bf16 with fp32 statistics and parameter gradients, or all fp32/fp64): the
+// arithmetic is in the output's compute type (compute_t), every element widened on reading and
+// rounded once on writing.
 #include "core/ops/detail/column_sum.hpp"
 #include "core/ops/detail/row_kernels.hpp"
+#include "core/precision/bf16.hpp"
 #include "core/tensor.hpp"
 
 namespace joule {
@@ -12,7 +16,8 @@ template <class ExecutionSpace, class Out, class Mean, class Rstd, class In, cla
 void layernorm_forward(ExecutionSpace const& space, Out const& out, Mean const& mean,
                        Rstd const& rstd, In const& x, Weight const& weight, Bias const& bias,
                        double eps = 1e-5) {
-  using T = typename Out::non_const_value_type;
+  using S = typename Out::non_const_value_type;
+  using T = compute_t<S>;
   int const n = x.extent(0), c = x.extent(1);
   require(out.extent(0) == x.extent(0) && out.extent(1) == x.extent(1) && int(mean.extent(0)) == n &&
               int(rstd.extent(0)) == n && int(weight.extent(0)) == c && int(bias.extent(0)) == c,
@@ -22,13 +27,15 @@ void layernorm_forward(ExecutionSpace const& space, Out const& out, Mean const& 
   // Two sweeps for the statistics (mean, then squared deviations: no cancellation), one for the
   // output; the row stays in L1 between them.
   detail::for_each_row(space, "layernorm_forward", n, KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
-    T const m = detail::vector_sum<ExecutionSpace, T>(team, c, [&](int i) { return T(x(r, i)); }) / c;
+    T const m = detail::vector_sum<ExecutionSpace, T>(team, c, [&](int i) { return T(widen(x(r, i))); }) / c;
     T const var = detail::vector_sum<ExecutionSpace, T>(team, c, [&](int i) {
-                    T const d = x(r, i) - m;
+                    T const d = widen(x(r, i)) - m;
                     return d * d;
                   }) / c;
     T const rs = T(1) / math::sqrt(var + epsilon);
-    detail::vector_for(team, c, [&](int i) { out(r, i) = (x(r, i) - m) * rs * weight(i) + bias(i); });
+    detail::vector_for(team, c, [&](int i) {
+      out(r, i) = narrow<S>((widen(x(r, i)) - m) * rs * widen(weight(i)) + widen(bias(i)));
+    });
     detail::once_per_row(team, [&]() {
       mean(r) = m;
       rstd(r) = rs;
@@ -46,7 +53,8 @@ void layernorm_backward(ExecutionSpace const& space, DIn const& d_x, DWeight con
                         DBias const& d_bias, DOut const& d_out, In const& x, Weight const& weight,
                         Mean const& mean, Rstd const& rstd, Work const&... work) {
   static_assert(sizeof...(Work) <= 1, "layernorm_backward: at most one workspace");
-  using T = typename DIn::non_const_value_type;
+  using S = typename DIn::non_const_value_type;
+  using T = compute_t<S>;
   int const n = x.extent(0), c = x.extent(1);
   require(d_x.extent(0) == x.extent(0) && d_x.extent(1) == x.extent(1) &&
               d_out.extent(0) == x.extent(0) && d_out.extent(1) == x.extent(1) &&
@@ -60,20 +68,20 @@ void layernorm_backward(ExecutionSpace const& space, DIn const& d_x, DWeight con
     detail::vector_sum2<ExecutionSpace, T>(
         team, c,
         [&](int i, T& a, T& b) {
-          T const g = d_out(r, i) * weight(i);
+          T const g = widen(d_out(r, i)) * widen(weight(i));
           a += g;
-          b += g * ((x(r, i) - m) * rs);
+          b += g * ((widen(x(r, i)) - m) * rs);
         },
         g_sum, g_xhat_sum);
     T const g_mean = g_sum / c, g_xhat_mean = g_xhat_sum / c;
     detail::vector_for(team, c, [&](int i) {
-      T const xhat = (x(r, i) - m) * rs;
-      d_x(r, i) = rs * (d_out(r, i) * weight(i) - g_mean - xhat * g_xhat_mean);
+      T const xhat = (widen(x(r, i)) - m) * rs;
+      d_x(r, i) = narrow<S>(rs * (widen(d_out(r, i)) * widen(weight(i)) - g_mean - xhat * g_xhat_mean));
     });
   });
   detail::accumulate_column_sums_of(
       space, "layernorm_backward_weight", d_weight, n,
-      KOKKOS_LAMBDA(int r, int i) { return d_out(r, i) * (x(r, i) - mean(r)) * rstd(r); }, work...);
+      KOKKOS_LAMBDA(int r, int i) { return widen(d_out(r, i)) * (widen(x(r, i)) - mean(r)) * rstd(r); }, work...);
   detail::accumulate_column_sums(space, "layernorm_backward_bias", d_bias, d_out, work...);
 }
 

@@ -86,17 +86,34 @@ static_assert(sizeof(bf16) == sizeof(__nv_bfloat16) && alignof(bf16) == alignof(
               "bf16 must be layout-compatible with CUDA's __nv_bfloat16");
 #endif
 
-// A storage type's value as float (exact) and a float stored as T (rounded for bf16): what kernels
-// that read or write tensors of either precision call.
+// A bf16's value as float (exact).
 KOKKOS_INLINE_FUNCTION float to_float(bf16 x) { return float_from_bf16_bits(x.bits); }
-KOKKOS_INLINE_FUNCTION float to_float(float x) { return x; }
+
+// What a kernel computes in for a storage type (float for bf16, the type itself otherwise), and
+// the two ends of every access: widen(x) reads a stored element exactly in its compute type,
+// narrow<S>(v) stores a computed value as S (rounded to nearest even for bf16). For float and
+// double both are the identity, so an operator written with them gives the bits it gave before.
 template <class T>
-KOKKOS_INLINE_FUNCTION T from_float(float x) {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>, "storage types: float, bf16");
-  if constexpr (std::is_same_v<T, bf16>)
-    return bf16(x);
+struct compute_type {
+  using type = T;
+};
+template <>
+struct compute_type<bf16> {
+  using type = float;
+};
+template <class T>
+using compute_t = typename compute_type<std::remove_cv_t<T>>::type;
+
+KOKKOS_INLINE_FUNCTION float widen(bf16 x) { return to_float(x); }
+KOKKOS_INLINE_FUNCTION float widen(float x) { return x; }
+KOKKOS_INLINE_FUNCTION double widen(double x) { return x; }
+
+template <class S, class U>
+KOKKOS_INLINE_FUNCTION S narrow(U v) {
+  if constexpr (std::is_same_v<S, bf16>)
+    return bf16(float(v));
   else
-    return x;
+    return S(v);
 }
 
 }  // namespace joule

@@ -1,5 +1,5 @@
 #pragma once
-// Conversions between storage precisions of whole tensors: out[i] = from_float<Out>(to_float(in[i]))
+// Conversions between storage precisions of whole tensors: out[i] = narrow<Out>(widen(in[i]))
 // (fp32 -> bf16 rounds to nearest even, bf16 -> fp32 is exact). One thread per element, neighbours
 // on neighbouring elements (coalesced); the bits do not depend on the backend (core/precision/bf16.hpp).
 #include "core/detail/launch_shape.hpp"
@@ -22,7 +22,7 @@ void convert_precision(ExecutionSpace const& space, Out const& out, In const& in
   detail::note_launch("convert_precision", long(n));
   Kokkos::parallel_for(
       label("convert_precision"), Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<long long>>(space, 0, n),
-      KOKKOS_LAMBDA(long long i) { dst[i] = from_float<To>(to_float(src[i])); });
+      KOKKOS_LAMBDA(long long i) { dst[i] = narrow<To>(widen(src[i])); });
 }
 
 }  // namespace joule

@@ -1,6 +1,11 @@
 #pragma once
 // Kernels behind joule::attention_forward / attention_backward (see core/ops/attention.hpp).
 //
+// Precision: Q, K, V, O and their gradients may be stored in bf16 (or float, double); scores,
+// softmax, scratch tiles and accumulators are in the compute type (compute_t: float for bf16),
+// every element widened as it is staged and rounded once as it is stored; lse and delta are
+// stored in the compute type.
+//
 // Work decomposition: one team per (batch, head, tile of rows). A tile's K/V (or Q/dO) rows are
 // staged in team scratch and reused by every row of the other side. Two shapes of the same
 // algorithm (launch_attention_forward / _backward pick by backend, Block = !host):
@@ -22,6 +27,7 @@
 #include "core/detail/launch_shape.hpp"
 #include "core/ops/detail/row_kernels.hpp"
 #include "core/ops/detail/vector_math.hpp"
+#include "core/precision/bf16.hpp"
 #include "core/tensor.hpp"
 
 #include <cmath>
@@ -252,7 +258,8 @@ KOKKOS_INLINE_FUNCTION T attention_row_sum(T const (&s)[N]) {
 // walks the key tiles (K transposed and V staged in scratch) with an online softmax.
 template <class ExecutionSpace, int HD, class Out, class Lse, class Qkv>
 struct AttentionForwardKernel {
-  using T = typename Out::non_const_value_type;
+  using S = typename Out::non_const_value_type;  // storage (bf16, float, double)
+  using T = compute_t<S>;                         // arithmetic and scratch tiles
   using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
   using Member = typename Policy::member_type;
   using Tile2 = ScratchMatrix<T, ExecutionSpace>;
@@ -287,7 +294,7 @@ struct AttentionForwardKernel {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](int i) {
       bool const in = i < n_rows;  // rows past the end are zero, computed but never stored
       for (int d = 0; d < HD; ++d) {
-        q(i, d) = in ? scale * qkv(token0 + row0 + i, q_col + d) : T(0);  // pre-scaled query
+        q(i, d) = in ? scale * widen(qkv(token0 + row0 + i, q_col + d)) : T(0);  // pre-scaled query
         o(i, d) = 0;
       }
       m(i) = T(-1e30);
@@ -300,8 +307,8 @@ struct AttentionForwardKernel {
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](int j) {
         for (int d = 0; d < HD; ++d) {  // keys past the tile's end are zero, never used
-          kt(d, j) = j < n_keys ? qkv(token0 + key0 + j, k_col + d) : T(0);
-          v(j, d) = j < n_keys ? qkv(token0 + key0 + j, v_col + d) : T(0);
+          kt(d, j) = j < n_keys ? widen(qkv(token0 + key0 + j, k_col + d)) : T(0);
+          v(j, d) = j < n_keys ? widen(qkv(token0 + key0 + j, v_col + d)) : T(0);
         }
       });
       team.team_barrier();
@@ -327,7 +334,7 @@ struct AttentionForwardKernel {
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_rows), [&](int i) {
       T const inv = T(1) / l(i);
-      for (int d = 0; d < HD; ++d) out(token0 + row0 + i, q_col + d) = o(i, d) * inv;
+      for (int d = 0; d < HD; ++d) out(token0 + row0 + i, q_col + d) = narrow<S>(o(i, d) * inv);
       lse(bh, row0 + i) = m(i) + math::log(l(i));
     });
   }
@@ -485,16 +492,17 @@ KOKKOS_INLINE_FUNCTION void attention_micro_store(int ty, int tx, T const (&acc)
 template <class T, int HD>
 struct AttentionForwardBlockLayout {
   static constexpr int ldq = HD + 1, ldk = HD + 1, ldv = HD, ldo = attention_stride16(HD);
-  static constexpr std::size_t elements(int q, int k) {  // q, k, v, o, p^t, max parts, sum parts, m[2], l, corr
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t elements(int q, int k) {  // q, k, v, o, p^t, max parts, sum parts, m[2], l, corr
     return std::size_t(q) * ldq + std::size_t(k) * ldk + std::size_t(k) * ldv + std::size_t(q) * ldo +
            std::size_t(k + kBlockGrid) * attention_stride2(q) + std::size_t(kBlockThreads) + 4 * std::size_t(q);
   }
-  static constexpr std::size_t bytes(int q, int k) { return elements(q, k) * sizeof(T); }
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t bytes(int q, int k) { return elements(q, k) * sizeof(T); }
 };
 
 template <class ExecutionSpace, int HD, class Out, class Lse, class Qkv>
 struct AttentionForwardBlockKernel {
-  using T = typename Out::non_const_value_type;
+  using S = typename Out::non_const_value_type;  // storage (bf16, float, double)
+  using T = compute_t<S>;                         // arithmetic and scratch tiles
   using Policy = Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<kBlockThreads, 2>>;
   using Member = typename Policy::member_type;
   using Layout = AttentionForwardBlockLayout<T, HD>;
@@ -535,7 +543,7 @@ struct AttentionForwardBlockKernel {
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
       // Rows past the end are zero, computed, never stored.
-      attention_stage<kQ, HD>(tid, n_rows, sq, ldq, [&](int i, int d) { return scale * qkv(token0 + row0 + i, q_col + d); });
+      attention_stage<kQ, HD>(tid, n_rows, sq, ldq, [&](int i, int d) { return scale * widen(qkv(token0 + row0 + i, q_col + d)); });
       attention_zero_tile<kQ, HD>(tid, so, ldo);
       if (tid < kQ) {
         sm[tid] = T(-1e30);
@@ -549,8 +557,8 @@ struct AttentionForwardBlockKernel {
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
         attention_stage_pair<kK, HD>(  // keys past the end are zero, never used
-            tid, n_keys, sk, ldk, [&](int j, int d) { return qkv(token0 + key0 + j, k_col + d); }, sv, ldv,
-            [&](int j, int d) { return qkv(token0 + key0 + j, v_col + d); });
+            tid, n_keys, sk, ldk, [&](int j, int d) { return widen(qkv(token0 + key0 + j, k_col + d)); }, sv, ldv,
+            [&](int j, int d) { return widen(qkv(token0 + key0 + j, v_col + d)); });
       });
       team.team_barrier();
       // (A) scores of rows ty + 16 r against keys tx + 16 c; partial maxima over those keys.
@@ -620,7 +628,7 @@ struct AttentionForwardBlockKernel {
       for (int e = tid; e < n_rows * HD; e += kBlockThreads) {
         int const i = e / HD, d = e % HD;
         T const inv = T(1) / sl[i];
-        out(token0 + row0 + i, q_col + d) = so[i * ldo + d] * inv;
+        out(token0 + row0 + i, q_col + d) = narrow<S>(so[i * ldo + d] * inv);
       }
       if (tid < n_rows) lse(bh, row0 + tid) = sm[cur * kQ + tid] + math::log(sl[tid]);
     });
@@ -632,16 +640,17 @@ template <class T, int HD>
 struct AttentionKeyValueBlockLayout {
   static constexpr int ld = HD + 1, lda = attention_stride16(HD);
   // rows: keys of the team, cols: queries of a tile. k, v, q, dout, dk, dv, p, ds, lse, delta
-  static constexpr std::size_t elements(int k, int q) {
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t elements(int k, int q) {
     return 2 * std::size_t(k) * ld + 2 * std::size_t(q) * ld + 2 * std::size_t(k) * lda +
            2 * std::size_t(k) * attention_stride16(q) + 2 * std::size_t(q);
   }
-  static constexpr std::size_t bytes(int k, int q) { return elements(k, q) * sizeof(T); }
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t bytes(int k, int q) { return elements(k, q) * sizeof(T); }
 };
 
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
 struct AttentionBackwardKeyValueBlockKernel {
-  using T = typename DQkv::non_const_value_type;
+  using S = typename DQkv::non_const_value_type;  // storage (bf16, float, double)
+  using T = compute_t<S>;                          // arithmetic and scratch tiles
   using Policy = Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<kBlockThreads, 2>>;
   using Member = typename Policy::member_type;
   using Layout = AttentionKeyValueBlockLayout<T, HD>;
@@ -682,8 +691,8 @@ struct AttentionBackwardKeyValueBlockKernel {
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
       attention_stage_pair<kK, HD>(  // keys past the end are zero, computed, never stored
-          tid, n_keys, sk, ld, [&](int j, int d) { return qkv(token0 + key0 + j, k_col + d); }, sv, ld,
-          [&](int j, int d) { return qkv(token0 + key0 + j, v_col + d); });
+          tid, n_keys, sk, ld, [&](int j, int d) { return widen(qkv(token0 + key0 + j, k_col + d)); }, sv, ld,
+          [&](int j, int d) { return widen(qkv(token0 + key0 + j, v_col + d)); });
       attention_zero_tile<kK, HD>(tid, sdk, lda);
       attention_zero_tile<kK, HD>(tid, sdv, lda);
     });
@@ -692,8 +701,8 @@ struct AttentionBackwardKeyValueBlockKernel {
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
         attention_stage_pair<kQ, HD>(  // rows past the end are zero, never used; q pre-scaled
-            tid, n_queries, sq, ld, [&](int i, int d) { return scale * qkv(token0 + query0 + i, q_col + d); },
-            sdo, ld, [&](int i, int d) { return d_out(token0 + query0 + i, q_col + d); });
+            tid, n_queries, sq, ld, [&](int i, int d) { return scale * widen(qkv(token0 + query0 + i, q_col + d)); },
+            sdo, ld, [&](int i, int d) { return widen(d_out(token0 + query0 + i, q_col + d)); });
         if (tid < kQ) {
           slse[tid] = tid < n_queries ? lse(bh, query0 + tid) : T(0);
           sdel[tid] = tid < n_queries ? delta(bh, query0 + tid) : T(0);
@@ -735,8 +744,8 @@ struct AttentionBackwardKeyValueBlockKernel {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
       for (int e = tid; e < n_keys * HD; e += kBlockThreads) {
         int const j = e / HD, d = e % HD;
-        d_qkv(token0 + key0 + j, k_col + d) = sdk[j * lda + d];
-        d_qkv(token0 + key0 + j, v_col + d) = sdv[j * lda + d];
+        d_qkv(token0 + key0 + j, k_col + d) = narrow<S>(sdk[j * lda + d]);
+        d_qkv(token0 + key0 + j, v_col + d) = narrow<S>(sdv[j * lda + d]);
       }
     });
   }
@@ -747,16 +756,17 @@ template <class T, int HD>
 struct AttentionQueryBlockLayout {
   static constexpr int ld = HD + 1, lda = attention_stride16(HD);
   // rows: queries of the team, cols: keys of a tile. q, dout, k, v, dq, ds, lse, delta
-  static constexpr std::size_t elements(int q, int k) {
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t elements(int q, int k) {
     return 2 * std::size_t(q) * ld + 2 * std::size_t(k) * ld + std::size_t(q) * lda +
            std::size_t(q) * attention_stride16(k) + 2 * std::size_t(q);
   }
-  static constexpr std::size_t bytes(int q, int k) { return elements(q, k) * sizeof(T); }
+  KOKKOS_INLINE_FUNCTION static constexpr std::size_t bytes(int q, int k) { return elements(q, k) * sizeof(T); }
 };
 
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
 struct AttentionBackwardQueryBlockKernel {
-  using T = typename DQkv::non_const_value_type;
+  using S = typename DQkv::non_const_value_type;  // storage (bf16, float, double)
+  using T = compute_t<S>;                          // arithmetic and scratch tiles
   using Policy = Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<kBlockThreads, 2>>;
   using Member = typename Policy::member_type;
   using Layout = AttentionQueryBlockLayout<T, HD>;
@@ -795,8 +805,8 @@ struct AttentionBackwardQueryBlockKernel {
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
       attention_stage_pair<kQ, HD>(  // rows past the end are zero, computed, never stored
-          tid, n_rows, sq, ld, [&](int i, int d) { return scale * qkv(token0 + row0 + i, q_col + d); }, sdo, ld,
-          [&](int i, int d) { return d_out(token0 + row0 + i, q_col + d); });
+          tid, n_rows, sq, ld, [&](int i, int d) { return scale * widen(qkv(token0 + row0 + i, q_col + d)); }, sdo, ld,
+          [&](int i, int d) { return widen(d_out(token0 + row0 + i, q_col + d)); });
       attention_zero_tile<kQ, HD>(tid, sdq, lda);
       if (tid < kQ) {
         slse[tid] = tid < n_rows ? lse(bh, row0 + tid) : T(0);
@@ -809,8 +819,8 @@ struct AttentionBackwardQueryBlockKernel {
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
         attention_stage_pair<kK, HD>(  // keys past the end are zero, never used
-            tid, n_keys, sk, ld, [&](int j, int d) { return qkv(token0 + key0 + j, k_col + d); }, sv, ld,
-            [&](int j, int d) { return qkv(token0 + key0 + j, v_col + d); });
+            tid, n_keys, sk, ld, [&](int j, int d) { return widen(qkv(token0 + key0 + j, k_col + d)); }, sv, ld,
+            [&](int j, int d) { return widen(qkv(token0 + key0 + j, v_col + d)); });
       });
       team.team_barrier();
       // (A) s = q k^T, dp = dO v^T for queries ty + 16 r, keys tx + 16 c; ds.
@@ -843,7 +853,7 @@ struct AttentionBackwardQueryBlockKernel {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
       for (int e = tid; e < n_rows * HD; e += kBlockThreads) {
         int const i = e / HD, d = e % HD;
-        d_qkv(token0 + row0 + i, q_col + d) = scale * sdq[i * lda + d];
+        d_qkv(token0 + row0 + i, q_col + d) = narrow<S>(scale * sdq[i * lda + d]);
       }
     });
   }
@@ -898,7 +908,7 @@ void attention_delta(ExecutionSpace const& space, AttentionShape const& s, Delta
                KOKKOS_LAMBDA(RowMember<ExecutionSpace> const& team, int token) {
     for (int h = 0; h < heads; ++h) {
       T const sum = vector_sum<ExecutionSpace, T>(
-          team, HD, [&](int d) { return T(d_out(token, h * HD + d) * out(token, h * HD + d)); });
+          team, HD, [&](int d) { return T(widen(d_out(token, h * HD + d)) * widen(out(token, h * HD + d))); });
       once_per_row(team, [&]() { delta((token / seq) * heads + h, token % seq) = sum; });
     }
   });
@@ -910,7 +920,8 @@ void attention_delta(ExecutionSpace const& space, AttentionShape const& s, Delta
 // row-major tiles (register-blocked micro-tiles, see attention_tile_dot / attention_tile_axpy).
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
 struct AttentionBackwardKeyValueKernel {
-  using T = typename DQkv::non_const_value_type;
+  using S = typename DQkv::non_const_value_type;  // storage (bf16, float, double)
+  using T = compute_t<S>;                          // arithmetic and scratch tiles
   using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
   using Member = typename Policy::member_type;
   using Tile2 = ScratchMatrix<T, ExecutionSpace>;
@@ -947,8 +958,8 @@ struct AttentionBackwardKeyValueKernel {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](int j) {
       bool const in = j < n_keys;  // keys past the end are zero, computed but never stored
       for (int d = 0; d < HD; ++d) {
-        k(j, d) = in ? qkv(token0 + key0 + j, k_col + d) : T(0);
-        v(j, d) = in ? qkv(token0 + key0 + j, v_col + d) : T(0);
+        k(j, d) = in ? widen(qkv(token0 + key0 + j, k_col + d)) : T(0);
+        v(j, d) = in ? widen(qkv(token0 + key0 + j, v_col + d)) : T(0);
         dk(j, d) = 0;
         dv(j, d) = 0;
       }
@@ -960,8 +971,8 @@ struct AttentionBackwardKeyValueKernel {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](int i) {
         bool const in = i < n_queries;  // rows past the end are zero, never used
         for (int d = 0; d < HD; ++d) {
-          T const qv = in ? scale * qkv(token0 + query0 + i, q_col + d) : T(0);
-          T const gv = in ? d_out(token0 + query0 + i, q_col + d) : T(0);
+          T const qv = in ? scale * widen(qkv(token0 + query0 + i, q_col + d)) : T(0);
+          T const gv = in ? widen(d_out(token0 + query0 + i, q_col + d)) : T(0);
           q(i, d) = qt(d, i) = qv;  // pre-scaled query: d score / d k = scale * q
           dout(i, d) = doutt(d, i) = gv;
         }
@@ -999,8 +1010,8 @@ struct AttentionBackwardKeyValueKernel {
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_keys), [&](int j) {
       for (int d = 0; d < HD; ++d) {
-        d_qkv(token0 + key0 + j, k_col + d) = dk(j, d);
-        d_qkv(token0 + key0 + j, v_col + d) = dv(j, d);
+        d_qkv(token0 + key0 + j, k_col + d) = narrow<S>(dk(j, d));
+        d_qkv(token0 + key0 + j, v_col + d) = narrow<S>(dv(j, d));
       }
     });
   }
@@ -1011,7 +1022,8 @@ struct AttentionBackwardKeyValueKernel {
 // V tiles, ds = exp(s - lse) (dp - delta), then dQ += ds K against the row-major K tile.
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
 struct AttentionBackwardQueryKernel {
-  using T = typename DQkv::non_const_value_type;
+  using S = typename DQkv::non_const_value_type;  // storage (bf16, float, double)
+  using T = compute_t<S>;                          // arithmetic and scratch tiles
   using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
   using Member = typename Policy::member_type;
   using Tile2 = ScratchMatrix<T, ExecutionSpace>;
@@ -1048,8 +1060,8 @@ struct AttentionBackwardQueryKernel {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](int i) {
       bool const in = i < n_rows;  // rows past the end are zero, computed but never stored
       for (int d = 0; d < HD; ++d) {
-        q(i, d) = in ? scale * qkv(token0 + row0 + i, q_col + d) : T(0);
-        dout(i, d) = in ? d_out(token0 + row0 + i, q_col + d) : T(0);
+        q(i, d) = in ? scale * widen(qkv(token0 + row0 + i, q_col + d)) : T(0);
+        dout(i, d) = in ? widen(d_out(token0 + row0 + i, q_col + d)) : T(0);
         dq(i, d) = 0;
       }
       row_lse(i) = in ? lse(bh, row0 + i) : T(0);
@@ -1062,9 +1074,9 @@ struct AttentionBackwardQueryKernel {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](int j) {
         bool const in = j < n_keys;  // keys past the end are zero, never used
         for (int d = 0; d < HD; ++d) {
-          T const kv = in ? qkv(token0 + key0 + j, k_col + d) : T(0);
+          T const kv = in ? widen(qkv(token0 + key0 + j, k_col + d)) : T(0);
           k(j, d) = kt(d, j) = kv;
-          vt(d, j) = in ? qkv(token0 + key0 + j, v_col + d) : T(0);
+          vt(d, j) = in ? widen(qkv(token0 + key0 + j, v_col + d)) : T(0);
         }
       });
       team.team_barrier();
@@ -1087,7 +1099,7 @@ struct AttentionBackwardQueryKernel {
     }
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_rows), [&](int i) {
-      for (int d = 0; d < HD; ++d) d_qkv(token0 + row0 + i, q_col + d) = scale * dq(i, d);
+      for (int d = 0; d < HD; ++d) d_qkv(token0 + row0 + i, q_col + d) = narrow<S>(scale * dq(i, d));
     });
   }
 };
@@ -1098,7 +1110,7 @@ void launch_attention_backward(ExecutionSpace const& space, AttentionShape const
                                DQkv const& d_qkv, Delta const& delta, DOut const& d_out,
                                Qkv const& qkv, Out const& out, Lse const& lse) {
   attention_delta<HD>(space, s, delta, d_out, out);
-  using T = typename DQkv::non_const_value_type;
+  using T = compute_t<typename DQkv::non_const_value_type>;
   T const scale = T(1.0 / std::sqrt(double(HD)));
   auto const cuda_threads = [&](int tile) {
     return long(s.batch) * s.heads * ((s.seq + tile - 1) / tile) * kBlockThreads;

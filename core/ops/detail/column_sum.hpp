@@ -16,6 +16,7 @@
 // 32 columns of its tile in the inner loop (contiguous, vectorised) in the same order.
 #include "core/detail/launch_shape.hpp"
 #include "core/ops/column_sum_workspace.hpp"
+#include "core/precision/bf16.hpp"
 #include "core/tensor.hpp"
 
 #include <string>
@@ -129,14 +130,14 @@ void accumulate_column_sums_of(ExecutionSpace const& space, char const* name, Ou
   accumulate_column_sums_of(space, name, out, rows, f, work);
 }
 
-// out[c] += sum_r in[r, c]
+// out[c] += sum_r in[r, c]  (in may be stored narrower than out: bf16 activations, fp32 sums)
 template <class ExecutionSpace, class Out, class In, class... Work>
 void accumulate_column_sums(ExecutionSpace const& space, char const* name, Out const& out,
                             In const& in, Work const&... work) {
   require(out.extent(0) == in.extent(1), name,
           "column sum of " + shape_of(in) + " into " + shape_of(out));
   accumulate_column_sums_of(space, name, out, int(in.extent(0)),
-                            KOKKOS_LAMBDA(int r, int c) { return in(r, c); }, work...);
+                            KOKKOS_LAMBDA(int r, int c) { return widen(in(r, c)); }, work...);
 }
 
 }  // namespace joule::detail

@@ -14,7 +14,7 @@
 namespace joule::detail {
 
 template <class ExecutionSpace>
-constexpr bool is_host_space() {
+KOKKOS_INLINE_FUNCTION constexpr bool is_host_space() {
   return Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
 }
 
