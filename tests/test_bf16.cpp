@@ -6,8 +6,11 @@
 #include "core/precision/convert.hpp"
 #include "core/precision/gemm.hpp"
 #include "core/ops/attention.hpp"
+#include "core/ops/cross_entropy.hpp"
 #include "core/ops/elementwise.hpp"
+#include "core/ops/embedding.hpp"
 #include "core/ops/layernorm.hpp"
+#include "core/ops/linear.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -18,6 +21,12 @@
 
 using namespace joule;
 using namespace joule::test;
+
+// The operators' bf16 paths are checked on the default execution space (the GPU on GPU builds);
+// their fp32 paths, on which the bf16 checks rest, run on every backend in their own tests. (One
+// space keeps this file's compile time, instantiating attention and GEMMs twice per backend, in
+// CI's budget.) The conversions run on every backend.
+#define JOULE_TEST_OP_SPACES Kokkos::DefaultExecutionSpace
 
 namespace {
 
@@ -221,7 +230,7 @@ void fill_bf16(View const& v, Rng& rng) {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("bf16 GEMMs accumulate in fp32 and round a bf16 C once", "[bf16][gemm]", JOULE_TEST_SPACES) {
+TEMPLATE_TEST_CASE("bf16 GEMMs accumulate in fp32 and round a bf16 C once", "[bf16][gemm]", JOULE_TEST_OP_SPACES) {
   using Space = TestType;
   using Mem = typename Space::memory_space;
   Space const space;
@@ -306,7 +315,7 @@ void require_bf16_close(char const* what, std::vector<float> const& got, std::ve
 }  // namespace
 
 TEMPLATE_TEST_CASE("bf16 LayerNorm, GELU and residual are the fp32 operators rounded once", "[bf16][ops]",
-                   JOULE_TEST_SPACES) {
+                   JOULE_TEST_OP_SPACES) {
   using Space = TestType;
   using Mem = typename Space::memory_space;
   Space const space;
@@ -410,8 +419,100 @@ void check_bf16_attention(Space const& space) {
 }  // namespace
 
 TEMPLATE_TEST_CASE("bf16 attention is the fp32 kernels rounded once (host and GPU-shaped kernels)", "[bf16][ops]",
-                   JOULE_TEST_SPACES) {
+                   JOULE_TEST_OP_SPACES) {
   TestType const space;
   SECTION("host kernels") { check_bf16_attention<false>(space); }
   SECTION("GPU-shaped block kernels") { check_bf16_attention<true>(space); }
+}
+
+TEMPLATE_TEST_CASE("bf16 linear layers are the fp32 layer rounded once, with fp32 bias and gradients", "[bf16][ops]",
+                   JOULE_TEST_OP_SPACES) {
+  using Space = TestType;
+  using Mem = typename Space::memory_space;
+  Space const space;
+  Rng rng(41);
+  int const n = 37, n_in = 53, n_out = 29;
+  Tensor2<bf16, Mem> in("in", n, n_in), w("w", n_out, n_in), y("y", n, n_out), dy("dy", n, n_out), dx("dx", n, n_in);
+  Tensor1<float, Mem> b("b", n_out), db("db", n_out), db_f("db_f", n_out);
+  Tensor2<float, Mem> dw("dw", n_out, n_in), dw_f("dw_f", n_out, n_in);
+  fill_bf16(in, rng), fill_bf16(w, rng), fill_bf16(dy, rng);
+  fill_uniform(b, rng), fill_uniform(db, rng), fill_uniform(dw, rng);  // gradients accumulate onto these
+  Kokkos::deep_copy(db_f, db), Kokkos::deep_copy(dw_f, dw);
+  Tensor2<float, Mem> in_f("in_f", n, n_in), w_f("w_f", n_out, n_in), y_f("y_f", n, n_out), dy_f("dy_f", n, n_out),
+      dx_f("dx_f", n, n_in);
+  convert_precision(space, in_f, in), convert_precision(space, w_f, w), convert_precision(space, dy_f, dy);
+  auto const need = linear_gemm_scratch(n, n_in, n_out);
+  auto const gemm_work = Bf16GemmWorkspace<Mem>::template for_space<Space>(need.a, need.b, need.c, "test");
+  ColumnSumWorkspace<float, Mem> const sums(column_sum_scratch(n, n_out), "test");
+
+  linear_forward(space, y, in, w, b, gemm_work);
+  linear_forward(space, y_f, in_f, w_f, b);
+  require_rounded_from(space, "linear y", y, y_f);
+  linear_backward(space, dx, dw, db, dy, in, w, sums, gemm_work);  // workspaces in either order
+  linear_backward(space, dx_f, dw_f, db_f, dy_f, in_f, w_f, sums);
+  require_rounded_from(space, "linear d_in", dx, dx_f);
+  REQUIRE(to_vector(dw) == to_vector(dw_f));
+  REQUIRE(to_vector(db) == to_vector(db_f));
+  Tensor2<bf16, Mem> y_no_bias("y_no_bias", n, n_out);
+  Tensor2<float, Mem> y_no_bias_f("y_no_bias_f", n, n_out);
+  linear_forward(space, y_no_bias, in, w, Tensor1<float, Mem>(), gemm_work);
+  linear_forward(space, y_no_bias_f, in_f, w_f, Tensor1<float, Mem>());
+  require_rounded_from(space, "linear y without bias", y_no_bias, y_no_bias_f);
+}
+
+TEMPLATE_TEST_CASE("bf16 logits: cross-entropy in fp32, the gradient rounded once", "[bf16][ops]", JOULE_TEST_OP_SPACES) {
+  using Space = TestType;
+  using Mem = typename Space::memory_space;
+  Space const space;
+  Rng rng(43);
+  int const n = 37, vocab = 259;  // the byte vocabulary: no multiple of a warp
+  Tensor2<bf16, Mem> logits("logits", n, vocab), d_logits("d_logits", n, vocab);
+  fill_bf16(logits, rng);
+  Tensor2<float, Mem> logits_f("logits_f", n, vocab), d_logits_f("d_logits_f", n, vocab);
+  convert_precision(space, logits_f, logits);
+  Kokkos::View<int*, Mem> targets("targets", n);
+  {
+    auto h = Kokkos::create_mirror_view(targets);
+    std::uniform_int_distribution<int> pick(0, vocab - 1);
+    for (int r = 0; r < n; ++r) h(r) = r % 5 == 0 ? kIgnoreIndex : pick(rng);  // some rows ignored
+    Kokkos::deep_copy(targets, h);
+  }
+  Tensor1<float, Mem> lse("lse", n), losses("losses", n), lse_f("lse_f", n), losses_f("losses_f", n);
+  auto const got = cross_entropy_forward(space, lse, losses, logits, targets);
+  auto const want = cross_entropy_forward(space, lse_f, losses_f, logits_f, targets);
+  REQUIRE(got.loss == want.loss);  // the fp32 loss of the same (bf16) logits, bit for bit
+  REQUIRE(got.counted_rows == want.counted_rows);
+  REQUIRE(to_vector(lse) == to_vector(lse_f));
+  cross_entropy_backward(space, d_logits, logits, lse, targets, got.counted_rows);
+  cross_entropy_backward(space, d_logits_f, logits_f, lse_f, targets, want.counted_rows);
+  require_rounded_from(space, "cross-entropy d_logits", d_logits, d_logits_f);
+}
+
+TEMPLATE_TEST_CASE("bf16 embeddings: fp32 tables, bf16 activations, fp32 gradient sums", "[bf16][ops]", JOULE_TEST_OP_SPACES) {
+  using Space = TestType;
+  using Mem = typename Space::memory_space;
+  Space const space;
+  Rng rng(47);
+  int const batch = 3, seq = 23, n = batch * seq, c = 72, vocab = 37;
+  Tensor2<float, Mem> wte("wte", vocab, c), wpe("wpe", seq, c);
+  fill_uniform(wte, rng), fill_uniform(wpe, rng);
+  Kokkos::View<int*, Mem> tokens("tokens", n);
+  {
+    auto h = Kokkos::create_mirror_view(tokens);
+    std::uniform_int_distribution<int> pick(0, vocab - 1);
+    for (int r = 0; r < n; ++r) h(r) = r % 3 == 0 ? 0 : pick(rng);  // a large bucket, as PAD makes
+    Kokkos::deep_copy(tokens, h);
+  }
+  Tensor2<bf16, Mem> x("x", n, c), dy("dy", n, c);
+  Tensor2<float, Mem> x_f("x_f", n, c), dy_f("dy_f", n, c);
+  embedding_forward(space, x, tokens, wte, wpe, seq);
+  embedding_forward(space, x_f, tokens, wte, wpe, seq);
+  require_rounded_from(space, "embedding x", x, x_f);
+  fill_bf16(dy, rng);
+  convert_precision(space, dy_f, dy);
+  Tensor2<float, Mem> dwte("dwte", vocab, c), dwpe("dwpe", seq, c), dwte_f("dwte_f", vocab, c), dwpe_f("dwpe_f", seq, c);
+  embedding_backward(space, dwte, dwpe, dy, tokens, seq);
+  embedding_backward(space, dwte_f, dwpe_f, dy_f, tokens, seq);
+  REQUIRE(to_vector(dwte) == to_vector(dwte_f));
+  REQUIRE(to_vector(dwpe) == to_vector(dwpe_f));
 }

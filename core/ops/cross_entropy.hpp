@@ -1,11 +1,13 @@
 #pragma once
 // Softmax cross-entropy over logits[N, V] with integer targets[N]. Rows whose target equals
 // ignore_index (image positions, padding) contribute nothing; the loss is the mean over the rest,
-// as PyTorch's F.cross_entropy(reduction="mean", ignore_index=...).
+// as PyTorch's F.cross_entropy(reduction="mean", ignore_index=...). Logits and their gradient
+// may be bf16: the softmax, lse, losses and sums are in the compute type (fp32), each logit
+// widened as read, each gradient rounded once as stored.
 #include "core/detail/launch_shape.hpp"
 #include "core/ops/cross_entropy_result.hpp"
-#include "core/detail/launch_shape.hpp"
 #include "core/ops/detail/row_kernels.hpp"
+#include "core/precision/bf16.hpp"
 #include "core/tensor.hpp"
 
 #include <limits>
@@ -27,14 +29,14 @@ void cross_entropy_rows(ExecutionSpace const& space, Lse const& lse, Losses cons
                                        shape_of(targets) + ", lse " + shape_of(lse));
   detail::for_each_row(space, "cross_entropy_forward", n,
                        KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
-    T const row_max = detail::vector_max<ExecutionSpace, T>(team, vocab, [&](int v) { return T(logits(r, v)); });
+    T const row_max = detail::vector_max<ExecutionSpace, T>(team, vocab, [&](int v) { return T(widen(logits(r, v))); });
     T const sum = detail::vector_sum<ExecutionSpace, T>(
-        team, vocab, [&](int v) { return detail::exp_of<ExecutionSpace>(T(logits(r, v) - row_max)); });
+        team, vocab, [&](int v) { return detail::exp_of<ExecutionSpace>(T(widen(logits(r, v)) - row_max)); });
     detail::once_per_row(team, [&]() {
       T const l = row_max + math::log(sum);
       lse(r) = l;
       int const t = targets(r);
-      losses(r) = (t == ignore_index || t < 0 || t >= vocab) ? T(0) : l - logits(r, t);
+      losses(r) = (t == ignore_index || t < 0 || t >= vocab) ? T(0) : l - widen(logits(r, t));
     });
   });
 }
@@ -85,7 +87,8 @@ void cross_entropy_backward(ExecutionSpace const& space, DLogits const& d_logits
                             Logits const& logits, Lse const& lse, Targets const& targets,
                             int counted_rows, double d_loss = 1.0,
                             int ignore_index = kIgnoreIndex) {
-  using T = typename DLogits::non_const_value_type;
+  using S = typename DLogits::non_const_value_type;
+  using T = compute_t<S>;
   int const n = logits.extent(0), vocab = logits.extent(1);
   require(d_logits.extent(0) == logits.extent(0) && d_logits.extent(1) == logits.extent(1),
           "cross_entropy_backward", "d_logits " + shape_of(d_logits) + ", logits " + shape_of(logits));
@@ -95,8 +98,8 @@ void cross_entropy_backward(ExecutionSpace const& space, DLogits const& d_logits
     int const t = targets(r);
     T const row_scale = t == ignore_index ? T(0) : scale, row_lse = lse(r);
     detail::vector_for(team, vocab, [&](int v) {
-      T const p = detail::exp_of<ExecutionSpace>(T(logits(r, v) - row_lse));
-      d_logits(r, v) = row_scale * (p - (v == t ? T(1) : T(0)));
+      T const p = detail::exp_of<ExecutionSpace>(T(widen(logits(r, v)) - row_lse));
+      d_logits(r, v) = narrow<S>(row_scale * (p - (v == t ? T(1) : T(0))));
     });
   });
 }

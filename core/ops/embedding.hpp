@@ -6,9 +6,14 @@
 // float atomics (non-deterministic order), the rows are sorted by token (a stable counting sort),
 // each token's rows summed in fixed pieces, the pieces in order (token_embedding_backward):
 // race-free on every backend and bitwise reproducible.
+//
+// Precision: activations and their gradients may be bf16 with fp32 (or bf16) tables; every
+// element is widened as read, sums and parameter gradients are in the gradients' type (fp32), and
+// each activation is rounded once as stored.
 #include "core/ops/embedding_workspace.hpp"
 #include "core/ops/detail/column_sum.hpp"
 #include "core/ops/detail/row_kernels.hpp"
+#include "core/precision/bf16.hpp"
 #include "core/tensor.hpp"
 
 #include <string>
@@ -19,6 +24,18 @@ namespace joule {
 // the caller, who had the tokens on the host (the model checks its staged batch).
 enum class TokenCheck { on_device, by_caller };
 
+namespace detail {
+// Throws, naming `op`, if a token is outside [0, vocab): a device reduction the host waits for.
+template <class ExecutionSpace, class Tokens>
+void check_tokens_on_device(ExecutionSpace const& space, char const* op, Tokens const& tokens, int vocab) {
+  int bad = 0;
+  Kokkos::parallel_reduce(
+      label("embedding_check_tokens"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, tokens.extent(0)),
+      KOKKOS_LAMBDA(int r, int& count) { count += (tokens(r) < 0 || tokens(r) >= vocab) ? 1 : 0; }, bad);
+  require(bad == 0, op, std::to_string(bad) + " token(s) outside the vocabulary [0, " + std::to_string(vocab) + ")");
+}
+}  // namespace detail
+
 // out[r, c] = wte[tokens[r], c]. Throws if a token is outside [0, V) (TokenCheck::on_device).
 template <class ExecutionSpace, class Out, class Tokens, class Wte>
 void token_embedding_forward(ExecutionSpace const& space, Out const& out, Tokens const& tokens,
@@ -26,19 +43,11 @@ void token_embedding_forward(ExecutionSpace const& space, Out const& out, Tokens
   int const n = out.extent(0), c = out.extent(1), vocab = wte.extent(0);
   require(int(tokens.extent(0)) == n && int(wte.extent(1)) == c, "token_embedding_forward",
           "out " + shape_of(out) + ", tokens " + shape_of(tokens) + ", wte " + shape_of(wte));
-  if (check == TokenCheck::on_device) {
-    int bad = 0;
-    Kokkos::parallel_reduce(
-        label("embedding_check_tokens"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
-        KOKKOS_LAMBDA(int r, int& count) { count += (tokens(r) < 0 || tokens(r) >= vocab) ? 1 : 0; },
-        bad);
-    require(bad == 0, "token_embedding_forward",
-            std::to_string(bad) + " token(s) outside the vocabulary [0, " + std::to_string(vocab) + ")");
-  }
+  if (check == TokenCheck::on_device) detail::check_tokens_on_device(space, "token_embedding_forward", tokens, vocab);
   detail::for_each_row(space, "token_embedding_forward", n,
                        KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     int const t = tokens(r);
-    detail::vector_for(team, c, [&](int i) { out(r, i) = wte(t, i); });
+    detail::vector_for(team, c, [&](int i) { out(r, i) = narrow<typename Out::non_const_value_type>(widen(wte(t, i))); });
   });
 }
 
@@ -54,7 +63,7 @@ void position_embedding_forward(ExecutionSpace const& space, X const& x, Wpe con
   detail::for_each_row(space, "position_embedding_forward", n,
                        KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     int const t = r % seq_len;
-    detail::vector_for(team, c, [&](int i) { x(r, i) += wpe(t, i); });
+    detail::vector_for(team, c, [&](int i) { x(r, i) = narrow<typename X::non_const_value_type>(widen(x(r, i)) + widen(wpe(t, i))); });
   });
 }
 
@@ -82,10 +91,10 @@ void position_embedding_backward(ExecutionSpace const& space, DWpe const& d_wpe,
       std::size_t(d_wpe.stride(0)) == std::size_t(c) && d_out.stride(1) == 1 && d_wpe.stride(1) == 1) {
     auto const* const src = d_out.data();
     T* const dst = d_wpe.data();
-    sum(KOKKOS_LAMBDA(int b, int j) { return src[std::size_t(b) * cols + j]; },
+    sum(KOKKOS_LAMBDA(int b, int j) { return widen(src[std::size_t(b) * cols + j]); },
         KOKKOS_LAMBDA(int j, T v) { dst[j] += v; });
   } else {
-    sum(KOKKOS_LAMBDA(int b, int j) { return d_out(b * seq_len + j / c, j % c); },
+    sum(KOKKOS_LAMBDA(int b, int j) { return widen(d_out(b * seq_len + j / c, j % c)); },
         KOKKOS_LAMBDA(int j, T v) { d_wpe(j / c, j % c) += v; });
   }
 }
@@ -218,7 +227,7 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
           for (int i = 0; i < c; ++i) part[i] = 0;
           for (int k = first; k < last; ++k) {
             int const r = rows(k);
-            for (int i = 0; i < c; ++i) part[i] += d_out(r, i);
+            for (int i = 0; i < c; ++i) part[i] += widen(d_out(r, i));
           }
           if (pieces(v + 1) - pieces(v) == 1)
             for (int i = 0; i < c; ++i) d_wte(v, i) += part[i];
@@ -232,7 +241,7 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
           int const v = token_of(p), first = token_start(v) + (p - pieces(v)) * P;
           int const last = first + P < token_start(v + 1) ? first + P : token_start(v + 1);
           T sum = 0;
-          for (int k = first; k < last; ++k) sum += d_out(rows(k), i);
+          for (int k = first; k < last; ++k) sum += widen(d_out(rows(k), i));
           if (pieces(v + 1) - pieces(v) == 1)
             d_wte(v, i) += sum;
           else
@@ -277,13 +286,22 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
   token_embedding_backward(space, d_wte, d_out, tokens, work);
 }
 
-// Token plus position embedding of a text-only sequence:
+// Token plus position embedding of a text-only sequence, in one pass (one rounding for bf16):
 // out[r, c] = wte[tokens[r], c] + wpe[r % seq_len, c]
 template <class ExecutionSpace, class Out, class Tokens, class Wte, class Wpe>
 void embedding_forward(ExecutionSpace const& space, Out const& out, Tokens const& tokens,
                        Wte const& wte, Wpe const& wpe, int seq_len) {
-  token_embedding_forward(space, out, tokens, wte);
-  position_embedding_forward(space, out, wpe, seq_len);
+  using S = typename Out::non_const_value_type;
+  int const n = out.extent(0), c = out.extent(1), vocab = wte.extent(0);
+  require(int(tokens.extent(0)) == n && int(wte.extent(1)) == c && int(wpe.extent(1)) == c && seq_len > 0 &&
+              n % seq_len == 0 && int(wpe.extent(0)) >= seq_len,
+          "embedding_forward", "out " + shape_of(out) + ", tokens " + shape_of(tokens) + ", wte " + shape_of(wte) +
+                                   ", wpe " + shape_of(wpe) + ", seq_len " + std::to_string(seq_len));
+  detail::check_tokens_on_device(space, "embedding_forward", tokens, vocab);
+  detail::for_each_row(space, "embedding_forward", n, KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
+    int const t = tokens(r), p = r % seq_len;
+    detail::vector_for(team, c, [&](int i) { out(r, i) = narrow<S>(widen(wte(t, i)) + widen(wpe(p, i))); });
+  });
 }
 
 template <class ExecutionSpace, class DWte, class DWpe, class DOut, class Tokens>
@@ -306,13 +324,16 @@ void sequence_concat_forward(ExecutionSpace const& space, X const& x, Image cons
               int(image.extent(1)) == c && int(text.extent(1)) == c && int(wpe.extent(1)) == c,
           "sequence_concat_forward", "x " + shape_of(x) + ", image " + shape_of(image) +
                                          ", text " + shape_of(text) + ", wpe " + shape_of(wpe));
+  using S = typename X::non_const_value_type;
   detail::for_each_row(space, "sequence_concat_forward", batch * seq,
                        KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     int const b = r / seq, t = r % seq;
     if (t < n_image)
-      detail::vector_for(team, c, [&](int i) { x(r, i) = image(b * n_image + t, i) + wpe(t, i); });
+      detail::vector_for(team, c, [&](int i) { x(r, i) = narrow<S>(widen(image(b * n_image + t, i)) + widen(wpe(t, i))); });
     else
-      detail::vector_for(team, c, [&](int i) { x(r, i) = text(b * text_len + t - n_image, i) + wpe(t, i); });
+      detail::vector_for(team, c, [&](int i) {
+        x(r, i) = narrow<S>(widen(text(b * text_len + t - n_image, i)) + widen(wpe(t, i)));
+      });
   });
 }
 
@@ -331,9 +352,13 @@ void sequence_concat_backward(ExecutionSpace const& space, DImage const& d_image
                        KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     int const b = r / seq, t = r % seq;
     if (t < n_image)
-      detail::vector_for(team, c, [&](int i) { d_image(b * n_image + t, i) = d_x(r, i); });
+      detail::vector_for(team, c, [&](int i) {
+        d_image(b * n_image + t, i) = narrow<typename DImage::non_const_value_type>(widen(d_x(r, i)));
+      });
     else
-      detail::vector_for(team, c, [&](int i) { d_text(b * text_len + t - n_image, i) = d_x(r, i); });
+      detail::vector_for(team, c, [&](int i) {
+        d_text(b * text_len + t - n_image, i) = narrow<typename DText::non_const_value_type>(widen(d_x(r, i)));
+      });
   });
   position_embedding_backward(space, d_wpe, d_x, seq, work...);
 }

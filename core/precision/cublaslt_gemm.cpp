@@ -12,6 +12,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -28,10 +29,12 @@ std::string shape_text(bool ta, bool tb, int m, int n, int k, bool c_bf16) {
          ") = op" + (ta ? "T" : "N") + "(A) op" + (tb ? "T" : "N") + "(B), k = " + std::to_string(k);
 }
 
-void check(cublasStatus_t s, char const* what, std::string const& shape) {
+// shape(): the GEMM in words, made only for an error message (a step's calls allocate nothing).
+template <class Shape>
+void check(cublasStatus_t s, char const* what, Shape const& shape) {
   if (s != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error(std::string("joule: cuBLASLt ") + what + " failed (status " + std::to_string(int(s)) +
-                             ") for the bf16 GEMM " + shape);
+                             ") for the bf16 GEMM " + shape());
 }
 
 // One matmul shape: its descriptors and the algorithm the heuristic chose for it.
@@ -41,7 +44,7 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, std::size_t>;
+using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, std::size_t, bool>;
 
 struct Library {
   std::mutex mutex;
@@ -55,7 +58,7 @@ Library& library() {
 }
 
 Plan make_plan(cublasLtHandle_t handle, bool ta, bool tb, int m, int n, int k, int lda, int ldb, int ldc, bool c_bf16,
-               std::size_t workspace_bytes, std::string const& shape) {
+               std::size_t workspace_bytes, bool bias, std::function<std::string()> const& shape) {
   Plan p;
   check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate", shape);
   // Column-major C^T [n, m] = op(B)^T [n, k] * op(A)^T [k, m]: B is the first operand, A the second.
@@ -64,6 +67,14 @@ Plan make_plan(cublasLtHandle_t handle, bool ta, bool tb, int m, int n, int k, i
         "MatmulDescSetAttribute(TRANSA)", shape);
   check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second),
         "MatmulDescSetAttribute(TRANSB)", shape);
+  if (bias) {  // D = alpha op op + beta C + bias, per row of the column-major D (a column of ours), fp32
+    cublasLtEpilogue_t const epilogue = CUBLASLT_EPILOGUE_BIAS;
+    cudaDataType_t const bias_type = CUDA_R_32F;
+    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue),
+          "MatmulDescSetAttribute(EPILOGUE)", shape);
+    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type),
+          "MatmulDescSetAttribute(BIAS_DATA_TYPE)", shape);
+  }
   // Stored (column-major) shapes: B^T is [n, k] (tb: B [n, k] row-major is [k, n]); A^T [k, m] likewise.
   check(cublasLtMatrixLayoutCreate(&p.first, CUDA_R_16BF, tb ? k : n, tb ? n : k, ldb), "MatrixLayoutCreate(B)", shape);
   check(cublasLtMatrixLayoutCreate(&p.second, CUDA_R_16BF, ta ? m : k, ta ? k : m, lda), "MatrixLayoutCreate(A)", shape);
@@ -79,7 +90,7 @@ Plan make_plan(cublasLtHandle_t handle, bool ta, bool tb, int m, int n, int k, i
       cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.first, p.second, p.out, p.out, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   check(s, "MatmulAlgoGetHeuristic", shape);
-  if (found == 0) throw std::runtime_error("joule: cuBLASLt has no algorithm for the bf16 GEMM " + shape);
+  if (found == 0) throw std::runtime_error("joule: cuBLASLt has no algorithm for the bf16 GEMM " + shape());
   p.algo = result.algo;
   return p;
 }
@@ -90,25 +101,25 @@ bool have_cublaslt() { return true; }
 
 void cublaslt_gemm_bf16(void* stream, bool trans_a, bool trans_b, int m, int n, int k, float alpha, void const* a,
                         int lda, void const* b, int ldb, float beta, void* c, int ldc, bool c_bf16, void* workspace,
-                        std::size_t workspace_bytes) {
+                        std::size_t workspace_bytes, float const* bias) {
   if (m == 0 || n == 0) return;
   auto& lib = library();
-  Plan plan;
-  {
-    std::lock_guard<std::mutex> lock(lib.mutex);
-    std::string const shape = shape_text(trans_a, trans_b, m, n, k, c_bf16);
-    if (!lib.handle) check(cublasLtCreate(&lib.handle), "Create", shape);
-    Key const key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_bf16, workspace_bytes};
-    auto it = lib.plans.find(key);
-    if (it == lib.plans.end())
-      it = lib.plans.emplace(key, make_plan(lib.handle, trans_a, trans_b, m, n, k, lda, ldb, ldc, c_bf16,
-                                            workspace_bytes, shape)).first;
-    plan = it->second;
-  }
-  cublasStatus_t const s =
-      cublasLtMatmul(lib.handle, plan.desc, &alpha, b, plan.first, a, plan.second, &beta, c, plan.out, c, plan.out,
-                     &plan.algo, workspace, workspace_bytes, static_cast<cudaStream_t>(stream));
-  check(s, "Matmul", shape_text(trans_a, trans_b, m, n, k, c_bf16));
+  // The lock covers the call: a plan's descriptor carries this call's bias pointer.
+  std::lock_guard<std::mutex> lock(lib.mutex);
+  auto const shape = [&] { return shape_text(trans_a, trans_b, m, n, k, c_bf16); };
+  if (!lib.handle) check(cublasLtCreate(&lib.handle), "Create", shape);
+  Key const key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_bf16, workspace_bytes, bias != nullptr};
+  auto it = lib.plans.find(key);
+  if (it == lib.plans.end())
+    it = lib.plans.emplace(key, make_plan(lib.handle, trans_a, trans_b, m, n, k, lda, ldb, ldc, c_bf16,
+                                          workspace_bytes, bias != nullptr, shape)).first;
+  Plan const& plan = it->second;
+  if (bias)
+    check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
+          "MatmulDescSetAttribute(BIAS_POINTER)", shape);
+  check(cublasLtMatmul(lib.handle, plan.desc, &alpha, b, plan.first, a, plan.second, &beta, c, plan.out, c, plan.out,
+                       &plan.algo, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)),
+        "Matmul", shape);
 }
 
 #else
@@ -116,7 +127,7 @@ void cublaslt_gemm_bf16(void* stream, bool trans_a, bool trans_b, int m, int n, 
 bool have_cublaslt() { return false; }
 
 void cublaslt_gemm_bf16(void*, bool, bool, int, int, int, float, void const*, int, void const*, int, float, void*, int,
-                        bool, void*, std::size_t) {
+                        bool, void*, std::size_t, float const*) {
   throw std::logic_error("joule: cublaslt_gemm_bf16 called in a build without CUDA");
 }
 

@@ -9,6 +9,7 @@
 //           are the fp32 GEMM's, so it differs from cuBLASLt only in summation order.
 // (A CPU with bf16 instructions could take a oneDNN path; none of the machines here has them.)
 #include "core/compat_kernels.hpp"
+#include "core/ops/detail/row_kernels.hpp"
 #include "core/precision/bf16.hpp"
 #include "core/precision/convert.hpp"
 #include "core/precision/detail/cublaslt_gemm.hpp"
@@ -82,11 +83,13 @@ UnmanagedMatrix<T, MemorySpace> matrix_in(Kokkos::View<T*, MemorySpace> const& b
 
 }  // namespace detail
 
-// C = alpha op(A) op(B) + beta C. A, B: bf16 row-major matrices; C: fp32 or bf16 (beta applies to
-// its value as stored). trans_a / trans_b: "N" or "T" (as compat::gemm).
+namespace detail {
+
+// bias: nullptr, or n fp32 values added to every row of C before its one rounding (then beta = 0).
 template <class ExecutionSpace, class A, class B, class C, class MemorySpace>
-void gemm_bf16(ExecutionSpace const& space, char const* trans_a, char const* trans_b, float alpha, A const& a,
-               B const& b, float beta, C const& c, Bf16GemmWorkspace<MemorySpace> const& work) {
+void gemm_bf16_impl(ExecutionSpace const& space, char const* trans_a, char const* trans_b, float alpha, A const& a,
+                    B const& b, float beta, C const& c, Bf16GemmWorkspace<MemorySpace> const& work,
+                    float const* bias) {
   static_assert(std::is_same_v<typename A::non_const_value_type, bf16> &&
                     std::is_same_v<typename B::non_const_value_type, bf16>,
                 "gemm_bf16: A and B are bf16");
@@ -105,21 +108,65 @@ void gemm_bf16(ExecutionSpace const& space, char const* trans_a, char const* tra
     require(work.cublaslt.extent(0) > 0, "gemm_bf16", "no cuBLASLt workspace (make it with Bf16GemmWorkspace::for_space)");
     detail::cublaslt_gemm_bf16(space.cuda_stream(), ta, tb, m, n, k, alpha, a.data(), int(a.stride(0)), b.data(),
                                int(b.stride(0)), beta, c.data(), int(c.stride(0)), std::is_same_v<CT, bf16>,
-                               work.cublaslt.data(), work.cublaslt.extent(0));
+                               work.cublaslt.data(), work.cublaslt.extent(0), bias);
 #endif
   } else {
     auto const fa = detail::matrix_in(work.a, a.extent(0), a.extent(1), "A");
     auto const fb = detail::matrix_in(work.b, b.extent(0), b.extent(1), "B");
     convert_precision(space, fa, a);
     convert_precision(space, fb, b);
+    // The bias goes into the fp32 C first and the GEMM adds onto it (as fp32 linear_forward does).
+    auto const put_bias = [&](auto const& fp32_c) {
+      detail::for_each_element(space, "gemm_bf16_bias", m, n, KOKKOS_LAMBDA(int r, int o) { fp32_c(r, o) = bias[o]; });
+    };
     if constexpr (std::is_same_v<CT, float>) {
-      compat::gemm(space, trans_a, trans_b, alpha, fa, fb, beta, c);
+      if (bias) put_bias(c);
+      compat::gemm(space, trans_a, trans_b, alpha, fa, fb, bias ? 1.0f : beta, c);
     } else {
       auto const fc = detail::matrix_in(work.c, c.extent(0), c.extent(1), "C");
-      if (beta != 0.0f) convert_precision(space, fc, c);
-      compat::gemm(space, trans_a, trans_b, alpha, fa, fb, beta, fc);
+      if (bias)
+        put_bias(fc);
+      else if (beta != 0.0f)
+        convert_precision(space, fc, c);
+      compat::gemm(space, trans_a, trans_b, alpha, fa, fb, bias ? 1.0f : beta, fc);
       convert_precision(space, c, fc);
     }
+  }
+}
+
+}  // namespace detail
+
+// C = alpha op(A) op(B) + beta C. A, B: bf16 row-major matrices; C: fp32 or bf16 (beta applies to
+// its value as stored). trans_a / trans_b: "N" or "T" (as compat::gemm).
+template <class ExecutionSpace, class A, class B, class C, class MemorySpace>
+void gemm_bf16(ExecutionSpace const& space, char const* trans_a, char const* trans_b, float alpha, A const& a,
+               B const& b, float beta, C const& c, Bf16GemmWorkspace<MemorySpace> const& work) {
+  detail::gemm_bf16_impl(space, trans_a, trans_b, alpha, a, b, beta, c, work, nullptr);
+}
+
+// C = alpha op(A) op(B) + bias (bias [n] fp32, added to every row before C's one rounding): a
+// linear layer's forward (cuBLASLt's bias epilogue on CUDA: no pass of its own).
+template <class ExecutionSpace, class A, class B, class C, class MemorySpace, class Bias>
+void gemm_bf16_bias(ExecutionSpace const& space, char const* trans_a, char const* trans_b, float alpha, A const& a,
+                    B const& b, C const& c, Bias const& bias, Bf16GemmWorkspace<MemorySpace> const& work) {
+  static_assert(std::is_same_v<typename Bias::non_const_value_type, float>, "gemm_bf16_bias: an fp32 bias");
+  require(bias.extent(0) == c.extent(1), "gemm_bf16_bias", "bias " + shape_of(bias) + " for C " + shape_of(c));
+  detail::gemm_bf16_impl(space, trans_a, trans_b, alpha, a, b, 0.0f, c, work, bias.data());
+}
+
+// What operators call so that one source serves every precision: compat::gemm for float and double
+// operands, gemm_bf16 for bf16 ones, whose scratch `work` (a Bf16GemmWorkspace pointer, from
+// detail::workspace_of) must then be given: a missing one is a compile-time error.
+template <class ExecutionSpace, class A, class B, class C, class Work>
+void gemm_any(ExecutionSpace const& space, char const* trans_a, char const* trans_b,
+              compute_t<typename C::non_const_value_type> alpha, A const& a, B const& b,
+              compute_t<typename C::non_const_value_type> beta, C const& c, Work work) {
+  if constexpr (std::is_same_v<typename A::non_const_value_type, bf16>) {
+    static_assert(!std::is_null_pointer_v<Work>, "a bf16 GEMM needs a Bf16GemmWorkspace among the workspaces");
+    if constexpr (!std::is_null_pointer_v<Work>) gemm_bf16(space, trans_a, trans_b, float(alpha), a, b, float(beta), c, *work);
+  } else {
+    (void)work;
+    compat::gemm(space, trans_a, trans_b, alpha, a, b, beta, c);
   }
 }
 
