@@ -85,6 +85,13 @@ UnmanagedMatrix<T, MemorySpace> matrix_in(Kokkos::View<T*, MemorySpace> const& b
 
 namespace detail {
 
+// c[r, o] = values[o] for every row (a device pointer to c.extent(1) floats).
+template <class ExecutionSpace, class C>
+void fill_rows(ExecutionSpace const& space, C const& c, float const* values) {
+  for_each_element(space, "gemm_bf16_bias", int(c.extent(0)), int(c.extent(1)),
+                   KOKKOS_LAMBDA(int r, int o) { c(r, o) = values[o]; });
+}
+
 // bias: nullptr, or n fp32 values added to every row of C before its one rounding (then beta = 0).
 template <class ExecutionSpace, class A, class B, class C, class MemorySpace>
 void gemm_bf16_impl(ExecutionSpace const& space, char const* trans_a, char const* trans_b, float alpha, A const& a,
@@ -116,16 +123,13 @@ void gemm_bf16_impl(ExecutionSpace const& space, char const* trans_a, char const
     convert_precision(space, fa, a);
     convert_precision(space, fb, b);
     // The bias goes into the fp32 C first and the GEMM adds onto it (as fp32 linear_forward does).
-    auto const put_bias = [&](auto const& fp32_c) {
-      detail::for_each_element(space, "gemm_bf16_bias", m, n, KOKKOS_LAMBDA(int r, int o) { fp32_c(r, o) = bias[o]; });
-    };
     if constexpr (std::is_same_v<CT, float>) {
-      if (bias) put_bias(c);
+      if (bias) fill_rows(space, c, bias);
       compat::gemm(space, trans_a, trans_b, alpha, fa, fb, bias ? 1.0f : beta, c);
     } else {
       auto const fc = detail::matrix_in(work.c, c.extent(0), c.extent(1), "C");
       if (bias)
-        put_bias(fc);
+        fill_rows(space, fc, bias);
       else if (beta != 0.0f)
         convert_precision(space, fc, c);
       compat::gemm(space, trans_a, trans_b, alpha, fa, fb, bias ? 1.0f : beta, fc);

@@ -165,7 +165,7 @@ inline constexpr int kAttentionChunkBytes = 64;
 inline constexpr int kAttentionChunkBytes = 32;
 #endif
 template <class T, int N>
-constexpr int attention_chunk() {
+KOKKOS_INLINE_FUNCTION constexpr int attention_chunk() {
   int const c = kAttentionChunkBytes / int(sizeof(T));
   return N < c ? N : c;
 }
@@ -379,8 +379,8 @@ inline constexpr int kBlockGrid = 16;  // the thread grid is kBlockGrid x kBlock
 // Scratch per block for a GPU team: at most 100 KiB, so that 2 blocks of 256 threads share an
 // SM (228 KB, 1 KB reserved per block, Kokkos' own team buffer on top): occupancy >= 25%.
 inline constexpr std::size_t kBlockScratchBytes = 102400;
-constexpr int attention_stride16(int w) { return w + ((16 - w % 32) + 32) % 32; }
-constexpr int attention_stride2(int w) { return w + ((2 - w % 32) + 32) % 32; }
+KOKKOS_INLINE_FUNCTION constexpr int attention_stride16(int w) { return w + ((16 - w % 32) + 32) % 32; }
+KOKKOS_INLINE_FUNCTION constexpr int attention_stride2(int w) { return w + ((2 - w % 32) + 32) % 32; }
 
 struct AttentionBlockTiles {
   int rows = 16, cols = 16;  // the team's own tile, the tile of the other side it walks
