@@ -69,16 +69,15 @@ struct Bf16GemmWorkspace {
 
 namespace detail {
 
+// A [rows, cols] matrix over the front of `buffer` (not owning it: a View made from a pointer is
+// unmanaged), of the model's own tensor type, so that its GEMMs are the instantiations fp32 layers use.
 template <class T, class MemorySpace>
-using UnmanagedMatrix = Kokkos::View<T**, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-
-template <class T, class MemorySpace>
-UnmanagedMatrix<T, MemorySpace> matrix_in(Kokkos::View<T*, MemorySpace> const& buffer, std::size_t rows,
-                                          std::size_t cols, char const* what) {
+Tensor2<T, MemorySpace> matrix_in(Kokkos::View<T*, MemorySpace> const& buffer, std::size_t rows, std::size_t cols,
+                                  char const* what) {
   require(buffer.extent(0) >= rows * cols, "gemm_bf16",
           std::string("workspace for ") + what + " holds " + std::to_string(buffer.extent(0)) + " floats, needs " +
               std::to_string(rows * cols));
-  return UnmanagedMatrix<T, MemorySpace>(buffer.data(), rows, cols);
+  return Tensor2<T, MemorySpace>(buffer.data(), rows, cols);
 }
 
 }  // namespace detail
