@@ -51,8 +51,7 @@ void linear_forward(ExecutionSpace const& space, Out const& out, In const& in,
   } else if (!has_bias) {
     compat::gemm(space, "N", "T", T(1), in, weight, T(0), out);
   } else {
-    detail::for_each_element(space, "linear_forward_bias", n, n_out,
-                             KOKKOS_LAMBDA(int r, int o) { out(r, o) = bias(o); });
+    detail::fill_rows(space, "linear_forward_bias", out, bias);
     compat::gemm(space, "N", "T", T(1), in, weight, T(1), out);
   }
 }

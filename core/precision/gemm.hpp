@@ -21,15 +21,6 @@
 
 namespace joule {
 
-// Which path a bf16 GEMM takes on ExecutionSpace, in words (joule info, the run log).
-template <class ExecutionSpace>
-std::string bf16_gemm_path() {
-#if defined(KOKKOS_ENABLE_CUDA)
-  if constexpr (std::is_same_v<ExecutionSpace, Kokkos::Cuda>) return "cuBLASLt (bf16 tensor cores, fp32 accumulation)";
-#endif
-  return "bf16 widened to fp32, Kokkos-Kernels fp32 gemm";
-}
-
 template <class ExecutionSpace>
 constexpr bool bf16_gemm_on_cublaslt() {
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -37,6 +28,13 @@ constexpr bool bf16_gemm_on_cublaslt() {
 #else
   return false;
 #endif
+}
+
+// Which path a bf16 GEMM takes on ExecutionSpace, in words (joule info, the run log).
+template <class ExecutionSpace>
+std::string bf16_gemm_path() {
+  return bf16_gemm_on_cublaslt<ExecutionSpace>() ? "cuBLASLt (bf16 tensor cores, fp32 accumulation)"
+                                                 : "bf16 widened to fp32, Kokkos-Kernels fp32 gemm";
 }
 
 // The scratch a bf16 GEMM needs, allocated once by its owner for the largest GEMM it runs (a
@@ -84,11 +82,11 @@ Tensor2<T, MemorySpace> matrix_in(Kokkos::View<T*, MemorySpace> const& buffer, s
 
 namespace detail {
 
-// c[r, o] = values[o] for every row (a device pointer to c.extent(1) floats).
-template <class ExecutionSpace, class C>
-void fill_rows(ExecutionSpace const& space, C const& c, float const* values) {
-  for_each_element(space, "gemm_bf16_bias", int(c.extent(0)), int(c.extent(1)),
-                   KOKKOS_LAMBDA(int r, int o) { c(r, o) = values[o]; });
+// c[r, o] = values(o) for every row: a bias written into C before a GEMM adds onto it.
+template <class ExecutionSpace, class C, class Values>
+void fill_rows(ExecutionSpace const& space, char const* name, C const& c, Values const& values) {
+  for_each_element(space, name, int(c.extent(0)), int(c.extent(1)),
+                   KOKKOS_LAMBDA(int r, int o) { c(r, o) = values(o); });
 }
 
 // bias: nullptr, or n fp32 values added to every row of C before its one rounding (then beta = 0).
@@ -122,13 +120,14 @@ void gemm_bf16_impl(ExecutionSpace const& space, char const* trans_a, char const
     convert_precision(space, fa, a);
     convert_precision(space, fb, b);
     // The bias goes into the fp32 C first and the GEMM adds onto it (as fp32 linear_forward does).
+    Tensor1<float const, MemorySpace> const bias_row(bias, bias ? std::size_t(n) : 0);
     if constexpr (std::is_same_v<CT, float>) {
-      if (bias) fill_rows(space, c, bias);
+      if (bias) fill_rows(space, "gemm_bf16_bias", c, bias_row);
       compat::gemm(space, trans_a, trans_b, alpha, fa, fb, bias ? 1.0f : beta, c);
     } else {
       auto const fc = detail::matrix_in(work.c, c.extent(0), c.extent(1), "C");
       if (bias)
-        fill_rows(space, fc, bias);
+        fill_rows(space, "gemm_bf16_bias", fc, bias_row);
       else if (beta != 0.0f)
         convert_precision(space, fc, c);
       compat::gemm(space, trans_a, trans_b, alpha, fa, fb, bias ? 1.0f : beta, fc);
