@@ -230,6 +230,10 @@ SequenceShards Processes::sequence_shards() const {
   parallel::Communicator* group = sequence_;
   s.device_pointers = group->device_buffers();
   s.alltoall = [group](float const* send, float* recv, std::size_t n) { group->alltoall(send, recv, n); };
+  static_assert(sizeof(bf16) == sizeof(std::uint16_t), "bf16 elements are 2-byte words");
+  s.alltoall_bf16 = [group](bf16 const* send, bf16* recv, std::size_t n) {
+    group->alltoall_bf16(reinterpret_cast<std::uint16_t const*>(send), reinterpret_cast<std::uint16_t*>(recv), n);
+  };
   // Host doubles: the NCCL communicator forwards them to its MPI group.
   s.allreduce_sum = [group](double* p, std::size_t n) { group->allreduce_sum(p, n); };
   return s;

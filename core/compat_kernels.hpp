@@ -16,6 +16,9 @@
 #include <string>
 #endif
 
+#include <string>
+#include <type_traits>
+
 namespace joule::compat {
 
 // KokkosBlas::gemm takes an execution space instance from Kokkos-Kernels 3.7 on (the version
@@ -47,6 +50,19 @@ inline bool set_tf32_gemms(bool on) {
   (void)on;
   return false;
 #endif
+}
+
+// Where an fp32 GEMM on ExecutionSpace goes, in words (joule info, the run log).
+template <class ExecutionSpace>
+std::string fp32_gemm_path() {
+#if defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS) && defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (std::is_same_v<ExecutionSpace, Kokkos::Cuda>) return "Kokkos-Kernels gemm on cuBLAS (fp32; TF32 with train.tf32)";
+#endif
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+  if constexpr (Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible)
+    return "Kokkos-Kernels gemm on the host BLAS (OpenBLAS)";
+#endif
+  return "Kokkos-Kernels' own gemm kernels (fp32)";
 }
 
 }  // namespace joule::compat

@@ -4,6 +4,7 @@
 // GPU buffers. Buffers are host pointers for MPI and device pointers for NCCL
 // (device_buffers()); gather() and broadcast() always take host memory.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -52,6 +53,9 @@ class Communicator {
   // Rank r sends send[j*count .. (j+1)*count) to rank j and receives rank j's block r into
   // recv[j*count .. (j+1)*count).
   virtual void alltoall(float const* send, float* recv, std::size_t count_per_rank) = 0;
+  // The same for bf16 elements, given as their bit patterns (ncclBfloat16 on NCCL; MPI moves the
+  // 2-byte words): a bf16 run's activations cross at half the bytes.
+  virtual void alltoall_bf16(std::uint16_t const* send, std::uint16_t* recv, std::size_t count_per_rank) = 0;
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   // Every rank's text at `root` (in rank order); other ranks get an empty vector.
   virtual std::vector<std::string> gather(std::string const& mine, int root) = 0;

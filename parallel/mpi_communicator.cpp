@@ -91,6 +91,10 @@ class MpiCommunicator final : public Communicator {
     if (count > kMaxChunk) throw CommError("alltoall: " + std::to_string(count) + " elements per rank is more than MPI's int counts allow");
     check(MPI_Alltoall(send, int(count), MPI_FLOAT, recv, int(count), MPI_FLOAT, comm_), "Alltoall");
   }
+  void alltoall_bf16(std::uint16_t const* send, std::uint16_t* recv, std::size_t count) override {
+    if (count > kMaxChunk) throw CommError("alltoall: " + std::to_string(count) + " elements per rank is more than MPI's int counts allow");
+    check(MPI_Alltoall(send, int(count), MPI_UINT16_T, recv, int(count), MPI_UINT16_T, comm_), "Alltoall");
+  }
   void broadcast(void* data, std::size_t bytes, int root) override {
     auto* p = static_cast<char*>(data);
     for (std::size_t done = 0; done < bytes; done += kMaxChunk) {

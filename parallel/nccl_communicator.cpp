@@ -78,10 +78,17 @@ class NcclCommunicator final : public Communicator {
     return std::make_unique<NcclRequest>(stream_);
   }
   void alltoall(float const* send, float* recv, std::size_t count) override {
+    alltoall_typed(send, recv, count, ncclFloat);
+  }
+  void alltoall_bf16(std::uint16_t const* send, std::uint16_t* recv, std::size_t count) override {
+    alltoall_typed(send, recv, count, ncclBfloat16);
+  }
+  template <class E>
+  void alltoall_typed(E const* send, E* recv, std::size_t count, ncclDataType_t type) {
     check_nccl(ncclGroupStart(), "GroupStart");
     for (int peer = 0; peer < size(); ++peer) {
-      check_nccl(ncclSend(send + peer * count, count, ncclFloat, peer, comm_, stream_), "Send");
-      check_nccl(ncclRecv(recv + peer * count, count, ncclFloat, peer, comm_, stream_), "Recv");
+      check_nccl(ncclSend(send + peer * count, count, type, peer, comm_, stream_), "Send");
+      check_nccl(ncclRecv(recv + peer * count, count, type, peer, comm_, stream_), "Recv");
     }
     check_nccl(ncclGroupEnd(), "GroupEnd");
     check_cuda(cudaStreamSynchronize(stream_), "StreamSynchronize");

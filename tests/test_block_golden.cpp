@@ -55,7 +55,7 @@ void check_case(Space const& space, GoldenFile const& f, std::string const& grou
   from_vector(x, f.read<double>(group + "/x"));
   from_vector(d_y, f.read<double>(group + "/dy"));
 
-  block_forward(space, s, y, acts, params, x);
+  block_forward(space, s, y, acts, params, x, work);
   JOULE_REQUIRE_CLOSE("block output y", to_vector(y), f.read<double>(group + "/y"), rtol, atol);
 
   block_backward(space, s, d_x, grads, work, d_y, x, acts, params);

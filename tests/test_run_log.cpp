@@ -562,7 +562,7 @@ TEST_CASE("run log: a writer killed with SIGKILL leaves every finished trial rea
     close(fds[0]);
     parent_pipe = fds[1];
     commits_left = 1 + finished_count;  // create, then the finished trials; stop in the next
-    detail::run_log_before_commit = stop_inside_commit;
+    scheduler::detail::run_log_before_commit = stop_inside_commit;
     try {
       auto writer = RunLogWriter::create(file.path(), header);
       for (auto const& t : trials) writer.append_trial(t);
@@ -1014,7 +1014,7 @@ TEST_CASE("run log: the plotting script labels knobs from the log's own table, a
 
 TEST_CASE("knobs: one table; every row reads and writes its own field, by name", "[scheduler][knobs]") {
   auto const& table = knob_table();
-  REQUIRE(table.size() == 6);
+  REQUIRE(table.size() == 7);
   std::set<std::string> names;
   for (std::size_t i = 0; i < table.size(); ++i) {
     auto const& k = table[i];
@@ -1041,4 +1041,13 @@ TEST_CASE("knobs: one table; every row reads and writes its own field, by name",
   REQUIRE(json.size() == table.size());
   CHECK(json[4]["special_text"] == "all");
   CHECK(json[0]["format"] == "{:.2f}");
+  // A knob of named values: its texts and its table entry carry the names.
+  auto const& cast = knob("offload_cast");
+  CHECK(knob_value_text(cast, 0) == "device");
+  CHECK(knob_value_text(cast, 1) == "host");
+  CHECK(knob_value_text(cast, -1) == "config");
+  CHECK(json[6]["value_names"] == nlohmann::json::array({"device", "host"}));
+  Knobs k;
+  k.offload_cast = 1;
+  CHECK_THAT(k.describe(), Contains("cast on host"));
 }

@@ -43,6 +43,11 @@ TEST_CASE("training: resuming from a checkpoint continues the uninterrupted loss
   auto cfg = write_data_and_config(data.path());  // 12 steps, 2 micro-batches each
   SECTION("all optimizer state on the device") { cfg.train.offload_ratio = 0.0; }
   SECTION("half of it on the host") { cfg.train.offload_ratio = 0.5; }
+  SECTION("bf16, half of the state on the host, its weights rounded there") {
+    cfg.train.precision = Precision::bf16;
+    cfg.train.offload_ratio = 0.5;
+    cfg.train.offload_cast = TrainConfig::OffloadCast::host;
+  }
 
   Trainer uninterrupted(cfg, nullptr);
   auto const full = losses(uninterrupted.run());
@@ -134,6 +139,47 @@ TEST_CASE("offload: every offload ratio trains to the same parameters as none", 
     // from the device's gradient buffers whatever the placement: the same bits on every build.
     REQUIRE(std::memcmp(p.data(), reference.data(), p.size() * sizeof(float)) == 0);
   }
+}
+
+TEST_CASE("offload: in bf16 every ratio and both cast placements train to the same parameters; the host "
+          "cast moves half the weight bytes",
+          "[train][offload][bf16]") {
+  TempFile data(".h5");
+  auto cfg = write_data_and_config(data.path());
+  cfg.train.precision = Precision::bf16;
+  cfg.train.steps = 5;
+  std::size_t total = 0;
+  for (auto n : parameter_group_sizes(cfg.model)) total += n;
+  auto run = [&](double ratio, TrainConfig::OffloadCast cast) {
+    cfg.train.offload_ratio = ratio;
+    cfg.train.offload_cast = cast;
+    Trainer t(cfg, nullptr);
+    auto const summary = t.run();
+    auto const times = t.optimizer().offload_times();
+    if (ratio == 1.0) {  // every parameter's gradient down and its weights up, once a step
+      double const steps = cfg.train.steps;
+      CHECK(times.bytes_to_host == steps * total * sizeof(float));
+      CHECK(times.bytes_to_device ==
+            steps * total * (cast == TrainConfig::OffloadCast::host ? sizeof(bf16) : sizeof(float)));
+      auto const e = estimate_optimizer_memory(cfg.model, ratio, Precision::bf16, cast == TrainConfig::OffloadCast::host);
+      CHECK(t.optimizer().host_state_bytes() == e.host);
+    }
+    if (ratio == 0.0) CHECK(times.bytes_to_host + times.bytes_to_device == 0);
+    REQUIRE(summary.steps.back().loss < summary.steps.front().loss);  // it trains
+    return parameters_of(t);
+  };
+  auto const reference = run(0.0, TrainConfig::OffloadCast::device);
+  for (double const ratio : {0.5, 1.0})
+    for (auto const cast : {TrainConfig::OffloadCast::device, TrainConfig::OffloadCast::host}) {
+      INFO("offload ratio " << ratio << ", cast on the " << offload_cast_name(cast));
+      auto const p = run(ratio, cast);
+      REQUIRE(p.size() == reference.size());
+      REQUIRE(std::memcmp(p.data(), reference.data(), p.size() * sizeof(float)) == 0);
+    }
+  // And the master weights are not the bf16 run's rounded copy: fp32 state was updated in fp32.
+  std::size_t not_bf16 = 0;
+  for (float x : reference) not_bf16 += float(bf16(x)) != x;
+  REQUIRE(not_bf16 > reference.size() / 2);
 }
 
 TEST_CASE("offload: the achieved ratio is rounded to whole groups and the state goes where predicted",
@@ -239,9 +285,13 @@ TEST_CASE("training: a steady-state step allocates nothing in any memory space",
   auto cfg = write_data_and_config(data.path());
   for (double const ratio : {0.0, 0.5}) {
     for (int const depth : {0, 1}) {
-      INFO("offload ratio " << ratio << ", recompute depth " << depth);
+      // bf16 (its host cast) once: the kernel weights' copies and the GEMM scratch are made up front too
+      bool const bf16_run = ratio == 0.5 && depth == 1;
+      INFO("offload ratio " << ratio << ", recompute depth " << depth << (bf16_run ? ", bf16" : ""));
       cfg.train.offload_ratio = ratio;
       cfg.train.recompute_depth = depth;
+      cfg.train.precision = bf16_run ? Precision::bf16 : Precision::fp32;
+      cfg.train.offload_cast = bf16_run ? TrainConfig::OffloadCast::host : TrainConfig::OffloadCast::device;
       Trainer t(cfg, nullptr);
       t.run(2);
       std::vector<std::string> allocations;
@@ -332,9 +382,13 @@ TEST_CASE("offload ordering: every buffer one instance writes and another reads 
   auto cfg = write_data_and_config(data.path());
   for (double const ratio : {0.5, 1.0})
     for (double const clip : {0.0, 1.0}) {
-      INFO("offload ratio " << ratio << ", grad_clip " << clip);
+      // bf16 with the host cast (its bf16 copy goes up instead of the fp32 weights) once
+      bool const bf16_run = ratio == 1.0 && clip == 1.0;
+      INFO("offload ratio " << ratio << ", grad_clip " << clip << (bf16_run ? ", bf16 cast on the host" : ""));
       cfg.train.offload_ratio = ratio;
       cfg.train.grad_clip = clip;
+      cfg.train.precision = bf16_run ? Precision::bf16 : Precision::fp32;
+      cfg.train.offload_cast = bf16_run ? TrainConfig::OffloadCast::host : TrainConfig::OffloadCast::device;
       ordering::Trace trace;
       ordering::installed_trace() = &trace;
       struct Uninstall {
@@ -674,14 +728,21 @@ TEST_CASE("training: switching offload, recompute depth and host threads between
   auto base = with_train(write_data_and_config(data.path()), {{"steps", 9}, {"eval_every", 0}, {"eval_samples", 4}});
   SECTION("with gradient clipping: host updates after the backward pass") {}
   SECTION("without clipping: host updates during the backward pass") { base = with_train(base, {{"grad_clip", 0.0}}); }
+  bool bf16_run = false;
+  SECTION("bf16, the cast placement switching too") {
+    base = with_train(base, {{"precision", "bf16"}});
+    bf16_run = true;
+  }
   Trainer reference(base, nullptr);
   auto const reference_summary = reference.run();
   auto const expected = parameters_of(reference);
 
   // Steps 1-2 as configured, then three other placements, each for a few steps.
-  std::vector<Config> const plan{with_train(base, {{"offload_ratio", 0.5}, {"recompute_depth", 2}, {"host_threads", 1}}),
-                                 with_train(base, {{"offload_ratio", 1.0}, {"recompute_depth", 1}}),
-                                 with_train(base, {{"offload_ratio", 0.25}, {"recompute_depth", 3}, {"host_threads", 0}})};
+  char const* const cast1 = bf16_run ? "host" : "device";
+  std::vector<Config> const plan{
+      with_train(base, {{"offload_ratio", 0.5}, {"recompute_depth", 2}, {"host_threads", 1}, {"offload_cast", cast1}}),
+      with_train(base, {{"offload_ratio", 1.0}, {"recompute_depth", 1}}),
+      with_train(base, {{"offload_ratio", 0.25}, {"recompute_depth", 3}, {"host_threads", 0}, {"offload_cast", cast1}})};
   struct Switcher : TrainObserver {
     std::vector<Config> const& plan;
     explicit Switcher(std::vector<Config> const& p) : plan(p) {}

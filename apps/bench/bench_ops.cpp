@@ -265,7 +265,7 @@ void run_ops_bench(BenchOptions const& options, nlohmann::json& report) {
     double const flops = 6.0 * n * (3.0 * c * c + c * c + 2.0 * c * m) + 14.0 * s.batch * s.heads * pairs * hd;
     results.push_back(time_op("block", fmt::format("B,S,C,H,M={}x{}x{}x{}x{}", s.batch, s.seq, c, s.heads, m),
                               flops, options.repeats, [&] {
-                                block_forward(space, bs, y, acts, params, x);
+                                block_forward(space, bs, y, acts, params, x, work);
                                 block_backward(space, bs, dx, grads, work, dy, x, acts, params);
                               }));
   }
@@ -296,7 +296,7 @@ int run_bench(BenchOptions const& options) {
   if (options.ops && options.steps) fmt::print("\n");
   if (options.steps)
     run_step_bench(options.step_shapes.empty() ? default_step_shape_names() : options.step_shapes,
-                   options.repeats, out);
+                   options.repeats, out, parse_precision(options.precision));
   if (!options.json_path.empty()) {
     std::ofstream f(options.json_path);
     if (!f) throw std::runtime_error("cannot write " + options.json_path);

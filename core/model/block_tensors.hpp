@@ -6,11 +6,15 @@
 #include "core/model/sequence_shards.hpp"
 #include "core/ops/attention_mask.hpp"
 #include "core/ops/column_sum_workspace.hpp"
+#include "core/ops/linear_scratch.hpp"
+#include "core/precision/bf16.hpp"
+#include "core/precision/gemm_workspace.hpp"
 #include "core/tensor.hpp"
 
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <type_traits>
 
 namespace joule {
 
@@ -71,19 +75,21 @@ struct BlockParameters {
 };
 
 // What the forward pass keeps for the backward pass. N = B*S/P tokens held, H heads, P shards
-// (P = 1: qkv_heads and att_heads are qkv and att themselves).
+// (P = 1: qkv_heads and att_heads are qkv and att themselves). T: the activations' storage type;
+// the statistics (R = compute_t<T>) are fp32 for bf16 activations (core/precision/precision.hpp).
 template <class T, class MemorySpace>
 struct BlockActivations {
+  using R = compute_t<T>;
   Tensor2<T, MemorySpace> ln1;                 // [N, C]
-  Tensor1<T, MemorySpace> ln1_mean, ln1_rstd;  // [N]
+  Tensor1<R, MemorySpace> ln1_mean, ln1_rstd;  // [N]
   Tensor2<T, MemorySpace> qkv;                 // [N, 3C]
   Tensor2<T, MemorySpace> att;                 // [N, C]
-  Tensor2<T, MemorySpace> att_lse;             // [B*H/P, S]
+  Tensor2<R, MemorySpace> att_lse;             // [B*H/P, S]
   Tensor2<T, MemorySpace> qkv_heads;           // [B*S, 3C/P]  this rank's heads, every token
   Tensor2<T, MemorySpace> att_heads;           // [B*S, C/P]
   Tensor2<T, MemorySpace> x2;                  // [N, C]  residual stream after attention
   Tensor2<T, MemorySpace> ln2;                 // [N, C]
-  Tensor1<T, MemorySpace> ln2_mean, ln2_rstd;  // [N]
+  Tensor1<R, MemorySpace> ln2_mean, ln2_rstd;  // [N]
   Tensor2<T, MemorySpace> fc;                  // [N, M]  before GELU
   Tensor2<T, MemorySpace> fc_gelu;             // [N, M]
 
@@ -108,17 +114,27 @@ struct BlockActivations {
   }
 };
 
-// Scratch for the backward pass; one set can serve every block in turn.
+// Scratch for the backward pass (and, in bf16, the forward pass's GEMMs); one set can serve every
+// block in turn.
 template <class T, class MemorySpace>
 struct BlockWorkspace {
+  using R = compute_t<T>;
   Tensor2<T, MemorySpace> d_x2;    // [N, C]
   Tensor2<T, MemorySpace> d_ln;    // [N, C]
   Tensor2<T, MemorySpace> d_att;   // [N, C]
   Tensor2<T, MemorySpace> d_qkv;   // [N, 3C]
   Tensor2<T, MemorySpace> d_fc;    // [N, M]
-  Tensor2<T, MemorySpace> delta;   // [B*H/P, S]
+  Tensor2<R, MemorySpace> delta;   // [B*H/P, S]
   Tensor2<T, MemorySpace> d_qkv_heads, d_att_heads;  // [B*S, 3C/P], [B*S, C/P] (P = 1: d_qkv, d_att)
-  ColumnSumWorkspace<T, MemorySpace> column_sums;   // the bias and LayerNorm gradients' block sums
+  ColumnSumWorkspace<R, MemorySpace> column_sums;   // the bias and LayerNorm gradients' block sums
+  Bf16GemmWorkspace<MemorySpace> gemm;               // bf16 blocks' GEMMs (empty for fp32)
+
+  // The GEMM scratch of the block's four linear layers, forward and backward.
+  static LinearGemmScratch gemm_scratch_for(BlockShape const& s) {
+    int const n = s.tokens(), c = s.channels, m = s.mlp_hidden;
+    return max_scratch({linear_gemm_scratch(n, c, 3 * c), linear_gemm_scratch(n, c, c),
+                        linear_gemm_scratch(n, c, m), linear_gemm_scratch(n, m, c)});
+  }
 
   // Elements of column_sums: the largest of the block's column sums (N rows of C, 3C or M).
   static std::size_t column_sum_scratch_for(BlockShape const& s) {
@@ -129,7 +145,11 @@ struct BlockWorkspace {
   }
 
   BlockWorkspace() = default;
-  explicit BlockWorkspace(BlockShape const& s, std::string const& prefix = "block") {
+  // shared_gemm: a bf16 GEMM workspace its owner shares with other layers (at least
+  // gemm_scratch_for(s)); without one a bf16 workspace allocates its own.
+  template <class ExecutionSpace = Kokkos::DefaultExecutionSpace>
+  explicit BlockWorkspace(BlockShape const& s, std::string const& prefix = "block",
+                          Bf16GemmWorkspace<MemorySpace> const& shared_gemm = {}) {
     auto const label = [&](char const* n) { return joule::label((prefix + "." + n).c_str()); };
     int const n = s.tokens(), c = s.channels, m = s.mlp_hidden;
     d_x2 = decltype(d_x2)(label("d_x2"), n, c);
@@ -141,6 +161,11 @@ struct BlockWorkspace {
     d_qkv_heads = s.shards > 1 ? decltype(d_qkv)(label("d_qkv_heads"), s.batch * s.seq, 3 * c / s.shards) : d_qkv;
     d_att_heads = s.shards > 1 ? decltype(d_att)(label("d_att_heads"), s.batch * s.seq, c / s.shards) : d_att;
     column_sums = decltype(column_sums)(column_sum_scratch_for(s), prefix);
+    if constexpr (std::is_same_v<T, bf16>) {
+      auto const g = gemm_scratch_for(s);
+      bool const shared = shared_gemm.a.data() != nullptr || shared_gemm.cublaslt.data() != nullptr;
+      gemm = shared ? shared_gemm : Bf16GemmWorkspace<MemorySpace>::template for_space<ExecutionSpace>(g.a, g.b, g.c, prefix);
+    }
   }
 };
 

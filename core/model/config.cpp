@@ -354,6 +354,8 @@ Config parse_config(std::string const& json_text, std::string const& source) {
     s.mark_known("seq_shards");
     s.mark_known("micro_batch");
     s.mark_known("tf32");
+    s.mark_known("precision");
+    s.mark_known("offload_cast");
     // Absent: the whole batch in one pass (under mpirun, joule train deals it to the replicas).
     t.micro_batch = s.has("micro_batch") ? s.integer("micro_batch", 1, 1 << 20) : t.batch;
     if (s.has("seq_shards")) {
@@ -368,6 +370,16 @@ Config parse_config(std::string const& json_text, std::string const& source) {
     if (s.has("checkpoint")) t.checkpoint = s.string("checkpoint", true);
     if (s.has("checkpoint_every")) t.checkpoint_every = s.integer("checkpoint_every", 0, 1 << 30);
     if (s.has("tf32")) t.tf32 = s.boolean("tf32");
+    if (s.has("precision")) {
+      std::string const p = s.string("precision", false);
+      if (p != "fp32" && p != "bf16") s.fail("precision", "is \"" + p + "\"; allowed are \"fp32\" and \"bf16\"");
+      t.precision = parse_precision(p);
+    }
+    if (s.has("offload_cast")) {
+      std::string const c = s.string("offload_cast", false);
+      if (c != "device" && c != "host") s.fail("offload_cast", "is \"" + c + "\"; allowed are \"device\" and \"host\"");
+      t.offload_cast = c == "host" ? TrainConfig::OffloadCast::host : TrainConfig::OffloadCast::device;
+    }
     s.reject_unknown();
     if (t.batch % t.micro_batch != 0)
       s.fail("micro_batch", "is " + std::to_string(t.micro_batch) + ", which does not divide batch = " +
@@ -385,6 +397,10 @@ Config parse_config(std::string const& json_text, std::string const& source) {
     throw ConfigError(source + ": cannot be written back as JSON: " + e.what());
   }
   return cfg;
+}
+
+char const* offload_cast_name(TrainConfig::OffloadCast c) {
+  return c == TrainConfig::OffloadCast::host ? "host" : "device";
 }
 
 Config load_config(std::string const& path) {

@@ -5,6 +5,8 @@
 // allocated. Every read path (files, the `config` attribute of checkpoints and run logs) goes
 // through check_json_limits() first, so no JSON parser ever walks a document that is too large or
 // too deeply nested.
+#include "core/precision/precision.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -71,7 +73,15 @@ struct TrainConfig {
   std::string checkpoint;      // "" = no checkpoints
   int checkpoint_every = 0;    // 0: only at the end (if checkpoint is set)
   bool tf32 = false;           // CUDA: fp32 GEMMs on TF32 tensor cores (10-bit mantissa products)
+  // What the kernels hold (core/precision/precision.hpp's table); master state is always fp32.
+  Precision precision = Precision::fp32;
+  // bf16 runs, offloaded groups: where their fp32 master weights become the bf16 copy the kernels
+  // read. kDevice: the fp32 weights cross the link and the device rounds them; kHost: the host
+  // cores round them and half the bytes cross. The same bits either way.
+  enum class OffloadCast { device, host };
+  OffloadCast offload_cast = OffloadCast::device;
 };
+char const* offload_cast_name(TrainConfig::OffloadCast c);
 
 struct Config {
   ModelConfig model;

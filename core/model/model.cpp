@@ -5,13 +5,19 @@
 #include "core/ops/cross_entropy.hpp"
 #include "core/ops/embedding.hpp"
 #include "core/ops/patch_embed.hpp"
+#include "core/precision/convert.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <type_traits>
 
 namespace joule {
+
+std::string gemm_path(Precision precision) {
+  return held_in_bf16(precision, Held::kernel_weights) ? bf16_gemm_path<ExecSpace>() : compat::fp32_gemm_path<ExecSpace>();
+}
 
 BlockShape block_shape(ModelConfig const& m, int batch) {
   BlockShape s;
@@ -32,10 +38,22 @@ std::size_t model_column_sum_scratch(ModelConfig const& m, int batch, int seq_sh
   return std::max({column_sum_scratch(batch * S / seq_shards, C), column_sum_scratch(batch, S * C),
                    column_sum_scratch(batch * m.image_tokens(), C)});
 }
+// The bf16 GEMM scratch of every linear layer of the model: the blocks', the patch embedding's
+// (B * n_img rows of C_in*P*P to C) and the LM head's (N rows of C to V).
+LinearGemmScratch model_gemm_scratch(ModelConfig const& m, int batch, int seq_shards) {
+  BlockShape s = block_shape(m, batch);
+  s.shards = seq_shards;
+  return max_scratch({BlockWorkspace<bf16, DeviceMemory>::gemm_scratch_for(s),
+                      linear_gemm_scratch(batch * m.image_tokens(), m.patch_features(), m.d_model),
+                      linear_gemm_scratch(s.tokens(), m.d_model, m.vocab())});
+}
 }  // namespace
 
-MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_depth, int seq_shards) {
-  std::size_t const f = sizeof(float), i32 = sizeof(int);
+MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_depth, int seq_shards,
+                               Precision precision) {
+  // a: activations and their gradients; f: fp32 (inputs, statistics, master weights, gradients)
+  std::size_t const f = sizeof(float), i32 = sizeof(int), a = held_bytes(precision, Held::activations);
+  std::size_t const w = held_in_bf16(precision, Held::kernel_weights) ? sizeof(bf16) : 0;  // the kernels' copy
   std::size_t const P = seq_shards, B = batch, S = m.seq_len(), C = m.d_model, M = m.mlp_hidden(),
                     V = m.vocab(), H = m.heads / P, L = m.layers, Ni = B * m.image_tokens(),
                     Nt = B * m.text_len, N = B * S / P, Fp = m.patch_features();
@@ -43,25 +61,32 @@ MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_de
   std::size_t const block_params = 4 * C + 3 * C * C + 3 * C + C * C + C + M * C + M + C * M + C;
   std::size_t const params = C * Fp + C + S * C + V * C + L * block_params + 2 * C +
                              (m.tie_embeddings ? 0 : V * C);
-  std::size_t const per_block = N * (7 * C + 4 + 2 * M) + B * H * S +  // BlockActivations
-                                (sharded ? B * S * 4 * C / P : 0);      // + qkv_heads, att_heads
   std::size_t const kept_blocks = (L - recompute_depth) + (recompute_depth > 0 ? 1 : 0);
   BlockShape sharded_shape = block_shape(m, batch);
   sharded_shape.shards = seq_shards;
   MemoryEstimate e;
-  e.parameters = params * f;
+  e.parameters = params * (f + w);
   e.gradients = params * f;
-  e.activations = f * (Ni * Fp + Ni * C + Nt * C + (L + 1) * N * C + kept_blocks * per_block +
-                       N * C + 4 * N + N * V + (sharded ? B * S * C : 0));
+  // Per block: ln1, qkv, att, x2, ln2 (7C) and fc, fc_gelu (2M) in a; four statistics and the
+  // attention's log-sum-exp in fp32.
+  std::size_t const per_block_a = N * (7 * C + 2 * M) + (sharded ? B * S * 4 * C / P : 0);
+  std::size_t const per_block_f = N * 4 + B * H * S;
+  e.activations = a * (Ni * Fp + Ni * C + Nt * C + (L + 1) * N * C + kept_blocks * per_block_a + N * C + N * V +
+                       (sharded ? B * S * C : 0)) +
+                  f * (kept_blocks * per_block_f + 4 * N);
+  std::size_t const stat = BlockWorkspace<float, DeviceMemory>::column_sum_scratch_for(sharded_shape);
   e.workspace = f * (B * m.frames * m.channels * m.image_size * m.image_size) + i32 * (Nt + N) +
                 i32 * (std::size_t(detail::embedding_rank_blocks(int(Nt))) * V + 1 + 2 * Nt + V + 1) +
                 f * std::size_t(detail::embedding_max_pieces(int(V), int(Nt))) * C +  // the token embedding's sort, pieces
-                f * (model_column_sum_scratch(m, batch, seq_shards) +                    // column sums' block sums
-                     BlockWorkspace<float, DeviceMemory>::column_sum_scratch_for(sharded_shape)) +
+                f * (model_column_sum_scratch(m, batch, seq_shards) + stat) +         // column sums' block sums
                 i32 * (N + B) +           // captioning: every row's argmax, one result per sample
-                f * (N * (6 * C + M) + B * H * S + 2 * N * C + N * C + Ni * C + Nt * C);
+                a * (N * (6 * C + M) + 2 * N * C + N * C + Ni * C + Nt * C) + f * (B * H * S);  // backward scratch, delta
   if (sharded)  // d_qkv_heads, d_att_heads, d_x0, the all-to-all send and receive buffers
-    e.workspace += f * (B * S * 4 * C / P + B * S * C + 2 * N * 3 * C);
+    e.workspace += a * (B * S * 4 * C / P + B * S * C + 2 * N * 3 * C);
+  if (held_in_bf16(precision, Held::activations)) {  // the bf16 GEMMs' scratch
+    auto const g = model_gemm_scratch(m, batch, seq_shards);
+    e.workspace += bf16_gemm_on_cublaslt<ExecSpace>() ? detail::kCublasLtWorkspaceBytes : f * (g.a + g.b + g.c);
+  }
   return e;
 }
 
@@ -72,14 +97,92 @@ View alloc(char const* name, Extents... extents) {
 }
 }  // namespace
 
-Model::Model(ModelConfig const& config, int batch, int recompute_depth, SequenceShards shards)
+namespace detail {
+
+// Everything of the forward and backward passes whose type depends on the precision, with the
+// types of core/precision/precision.hpp's table: activations and their gradients in A, the kernel
+// weights in A too (the operators take one type for both), statistics and the sums of parameter
+// gradients in fp32.
+template <Precision P>
+struct ModelPass {
+  using A = held_t<P, Held::activations>;
+  using R = held_t<P, Held::statistics>;
+  static_assert(std::is_same_v<A, held_t<P, Held::activation_gradients>> && std::is_same_v<A, held_t<P, Held::kernel_weights>>,
+                "the operators take activations, their gradients and the weights in one type");
+  static_assert(std::is_same_v<R, compute_t<A>>, "statistics are what the kernels compute in");
+  static_assert(std::is_same_v<held_t<P, Held::parameter_gradients>, float>, "Model::grads are fp32");
+
+  Tensor2<A, DeviceMemory> patches, image_emb, text_emb;  // [B*n_img, Fp], [B*n_img, C], [B*T, C]
+  Tensor2<A, DeviceMemory> x0;                            // [B*S, C] embedded sequences (all shards)
+  std::vector<Tensor2<A, DeviceMemory>> residual;         // L+1 x [B*S/P, C]: input of each block
+  std::vector<BlockActivations<A, DeviceMemory>> block_acts;  // blocks k..L-1 (+ one shared for 0..k-1)
+  Tensor2<A, DeviceMemory> lnf;                           // [B*S/P, C]
+  Tensor1<R, DeviceMemory> lnf_mean, lnf_rstd, ce_lse, ce_losses;  // [B*S/P]
+  Tensor2<A, DeviceMemory> logits;                        // [B*S/P, V], gradient in place
+  // Backward workspace (block_work.gemm: the bf16 GEMMs' scratch, shared by every linear layer).
+  BlockWorkspace<A, DeviceMemory> block_work;
+  Tensor2<A, DeviceMemory> d_residual[2], d_lnf, d_image_emb, d_text_emb;
+  Tensor2<A, DeviceMemory> d_x0;  // [B*S, C] (P > 1: zero outside this rank's rows)
+  SequenceExchange<A, DeviceMemory> exchange;  // used when P > 1
+  EmbeddingBackwardWorkspace<DeviceMemory, R> embedding_work;  // the token embedding's sort and pieces
+  ColumnSumWorkspace<R, DeviceMemory> column_sum_work;  // the head's and the embeddings' column sums
+  int recompute_depth = 0, shards = 1;
+
+  ModelPass(ModelConfig const& cfg, int batch, int recompute, BlockShape const& shape, SequenceShards const& s)
+      : recompute_depth(recompute), shards(s.size) {
+    int const B = batch, S = cfg.seq_len(), C = cfg.d_model, Ni = B * cfg.image_tokens(), Nt = B * cfg.text_len,
+              N = B * S / shards;
+    patches = alloc<Tensor2<A, DeviceMemory>>("act.patches", Ni, cfg.patch_features());
+    image_emb = alloc<Tensor2<A, DeviceMemory>>("act.image_emb", Ni, C);
+    text_emb = alloc<Tensor2<A, DeviceMemory>>("act.text_emb", Nt, C);
+    for (int l = 0; l <= cfg.layers; ++l) residual.push_back(alloc<Tensor2<A, DeviceMemory>>("act.residual", N, C));
+    x0 = shards > 1 ? alloc<Tensor2<A, DeviceMemory>>("act.x0", B * S, C) : residual[0];
+    int const kept = (cfg.layers - recompute) + (recompute > 0 ? 1 : 0);
+    for (int k = 0; k < kept; ++k) block_acts.emplace_back(shape, "act.block");
+    lnf = alloc<Tensor2<A, DeviceMemory>>("act.lnf", N, C);
+    lnf_mean = alloc<Tensor1<R, DeviceMemory>>("act.lnf_mean", N);
+    lnf_rstd = alloc<Tensor1<R, DeviceMemory>>("act.lnf_rstd", N);
+    ce_lse = alloc<Tensor1<R, DeviceMemory>>("act.ce_lse", N);
+    ce_losses = alloc<Tensor1<R, DeviceMemory>>("act.ce_losses", N);
+    logits = alloc<Tensor2<A, DeviceMemory>>("act.logits", N, cfg.vocab());
+    Bf16GemmWorkspace<DeviceMemory> gemm;
+    if constexpr (std::is_same_v<A, bf16>) {
+      auto const g = model_gemm_scratch(cfg, B, shards);
+      gemm = Bf16GemmWorkspace<DeviceMemory>::for_space<ExecSpace>(g.a, g.b, g.c, "work.gemm");
+    }
+    block_work = BlockWorkspace<A, DeviceMemory>(shape, "work.block", gemm);
+    d_residual[0] = alloc<Tensor2<A, DeviceMemory>>("work.d_residual", N, C);
+    d_residual[1] = alloc<Tensor2<A, DeviceMemory>>("work.d_residual", N, C);
+    d_lnf = alloc<Tensor2<A, DeviceMemory>>("work.d_lnf", N, C);
+    d_image_emb = alloc<Tensor2<A, DeviceMemory>>("work.d_image_emb", Ni, C);
+    d_text_emb = alloc<Tensor2<A, DeviceMemory>>("work.d_text_emb", Nt, C);
+    d_x0 = shards > 1 ? alloc<Tensor2<A, DeviceMemory>>("work.d_x0", B * S, C) : d_residual[0];
+    if (shards > 1) exchange = SequenceExchange<A, DeviceMemory>(s, B, S / shards, C);
+    embedding_work = EmbeddingBackwardWorkspace<DeviceMemory, R>(cfg.vocab(), Nt, C, "work.embedding");
+    column_sum_work = ColumnSumWorkspace<R, DeviceMemory>(model_column_sum_scratch(cfg, B, shards), "work.model");
+  }
+
+  BlockActivations<A, DeviceMemory> const& acts_for(int layer) const {
+    // Recomputed blocks share slot 0; block l >= k owns slot l - k (+1 if a shared slot exists).
+    int const k = recompute_depth;
+    if (layer < k) return block_acts[0];
+    return block_acts[layer - k + (k > 0 ? 1 : 0)];
+  }
+  SequenceExchange<A, DeviceMemory> const* exchanger() const { return shards > 1 ? &exchange : nullptr; }
+  Bf16GemmWorkspace<DeviceMemory> const& gemm() const { return block_work.gemm; }
+};
+
+}  // namespace detail
+
+Model::Model(ModelConfig const& config, int batch, int recompute_depth, SequenceShards shards, Precision precision)
     : params("param.", config),
       grads("grad.", config),
       cfg_(config),
       batch_(batch),
       recompute_depth_(recompute_depth),
       shape_(block_shape(config, batch)),
-      shards_(std::move(shards)) {
+      shards_(std::move(shards)),
+      precision_(precision) {
   require(batch >= 1, "Model", "batch must be >= 1");
   int const P = shards_.size;
   require(P >= 1 && shards_.rank >= 0 && shards_.rank < P, "Model", "sequence shard rank outside the group");
@@ -87,13 +190,14 @@ Model::Model(ModelConfig const& config, int batch, int recompute_depth, Sequence
           std::to_string(P) + " sequence shards must divide the heads (" + std::to_string(config.heads) +
               ") and the sequence length (" + std::to_string(config.seq_len()) + ")");
   require(P == 1 || bool(shards_.allreduce_sum), "Model", "sequence shards need an all-reduce function");
+  require(P == 1 || precision != Precision::bf16 || bool(shards_.alltoall_bf16), "Model",
+          "bf16 sequence shards need a bf16 all-to-all function");
   shape_.shards = P;
   require(recompute_depth >= 0 && recompute_depth <= config.layers, "Model",
           "recompute_depth " + std::to_string(recompute_depth) + " outside [0, " +
               std::to_string(config.layers) + "]");
   if (config.tie_embeddings) grads.head.lm_head = grads.embed.wte;
-  int const B = batch, S = cfg_.seq_len(), C = cfg_.d_model, Ni = B * cfg_.image_tokens(),
-            Nt = B * cfg_.text_len, N = B * S / P;
+  int const B = batch, Nt = B * cfg_.text_len, N = B * cfg_.seq_len() / P;
   images_ = Tensor4<T, DeviceMemory>(label("work.images"), B * cfg_.frames, cfg_.channels,
                                      cfg_.image_size, cfg_.image_size);
   tokens_ = Kokkos::View<int*, DeviceMemory>(label("work.tokens"), Nt);
@@ -102,42 +206,36 @@ Model::Model(ModelConfig const& config, int batch, int recompute_depth, Sequence
                                         images_.extent(2), images_.extent(3));
   tokens_host_ = decltype(tokens_host_)(label("staging.tokens"), tokens_.extent(0));
   targets_host_ = decltype(targets_host_)(label("staging.targets"), targets_.extent(0));
-
-  patches_ = alloc<Tensor2<T, DeviceMemory>>("act.patches", Ni, cfg_.patch_features());
-  image_emb_ = alloc<Tensor2<T, DeviceMemory>>("act.image_emb", Ni, C);
-  text_emb_ = alloc<Tensor2<T, DeviceMemory>>("act.text_emb", Nt, C);
-  for (int l = 0; l <= cfg_.layers; ++l) residual_.push_back(alloc<Tensor2<T, DeviceMemory>>("act.residual", N, C));
-  x0_ = P > 1 ? alloc<Tensor2<T, DeviceMemory>>("act.x0", B * S, C) : residual_[0];
-  int const kept = (cfg_.layers - recompute_depth) + (recompute_depth > 0 ? 1 : 0);
-  for (int k = 0; k < kept; ++k) block_acts_.emplace_back(shape_, "act.block");
-  lnf_ = alloc<Tensor2<T, DeviceMemory>>("act.lnf", N, C);
-  lnf_mean_ = alloc<Tensor1<T, DeviceMemory>>("act.lnf_mean", N);
-  lnf_rstd_ = alloc<Tensor1<T, DeviceMemory>>("act.lnf_rstd", N);
-  ce_lse_ = alloc<Tensor1<T, DeviceMemory>>("act.ce_lse", N);
-  ce_losses_ = alloc<Tensor1<T, DeviceMemory>>("act.ce_losses", N);
-  logits_ = alloc<Tensor2<T, DeviceMemory>>("act.logits", N, cfg_.vocab());
-
-  block_work_ = BlockWorkspace<T, DeviceMemory>(shape_, "work.block");
-  d_residual_[0] = alloc<Tensor2<T, DeviceMemory>>("work.d_residual", N, C);
-  d_residual_[1] = alloc<Tensor2<T, DeviceMemory>>("work.d_residual", N, C);
-  d_lnf_ = alloc<Tensor2<T, DeviceMemory>>("work.d_lnf", N, C);
-  d_image_emb_ = alloc<Tensor2<T, DeviceMemory>>("work.d_image_emb", Ni, C);
-  d_text_emb_ = alloc<Tensor2<T, DeviceMemory>>("work.d_text_emb", Nt, C);
-  d_x0_ = P > 1 ? alloc<Tensor2<T, DeviceMemory>>("work.d_x0", B * S, C) : d_residual_[0];
-  if (P > 1) exchange_ = SequenceExchange<T, DeviceMemory>(shards_, B, S / P, C);
-  embedding_work_ = EmbeddingBackwardWorkspace<DeviceMemory, T>(cfg_.vocab(), Nt, C, "work.embedding");
-  column_sum_work_ = ColumnSumWorkspace<T, DeviceMemory>(model_column_sum_scratch(cfg_, B, P), "work.model");
+  if (held_in_bf16(precision, Held::kernel_weights)) {
+    kernel_weights = ModelParameters<bf16, DeviceMemory>("weight_bf16.", config);
+    bf16_ = std::make_unique<detail::ModelPass<Precision::bf16>>(cfg_, B, recompute_depth, shape_, shards_);
+  } else {
+    fp32_ = std::make_unique<detail::ModelPass<Precision::fp32>>(cfg_, B, recompute_depth, shape_, shards_);
+  }
   picks_ = Kokkos::View<int*, DeviceMemory>(label("work.picks"), N);
   sample_result_ = Kokkos::View<int*, DeviceMemory>(label("work.sample_result"), B);
   sample_result_host_ = Kokkos::create_mirror_view(sample_result_);
   shard_sum_.resize(std::size_t(B));
 }
 
-BlockActivations<Model::T, DeviceMemory> const& Model::acts_for(int layer) const {
-  // Recomputed blocks share slot 0; block l >= k owns slot l - k (+1 if a shared slot exists).
-  int const k = recompute_depth_;
-  if (layer < k) return block_acts_[0];
-  return block_acts_[layer - k + (k > 0 ? 1 : 0)];
+Model::~Model() = default;
+
+void Model::update_kernel_weights(ExecSpace const& space, int group) {
+  if (!bf16_) return;
+  for (int g = 0; g < params.group_count(); ++g)
+    if (group < 0 || group == g) convert_precision(space, kernel_weights.group_storage(g), params.group_storage(g));
+}
+
+Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> Model::logits_to_host(ExecSpace const& space) const {
+  return visit_pass([&](auto const& pass) {
+    auto const& logits = pass.logits;
+    Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> out("logits_host", logits.extent(0), logits.extent(1));
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), logits);
+    space.fence();
+    for (std::size_t r = 0; r < out.extent(0); ++r)
+      for (std::size_t v = 0; v < out.extent(1); ++v) out(r, v) = float(widen(h(r, v)));
+    return out;
+  });
 }
 
 void Model::init_parameters(std::uint64_t seed) {
@@ -158,6 +256,9 @@ void Model::init_parameters(std::uint64_t seed) {
     }
     Kokkos::deep_copy(view, h);
   });
+  ExecSpace const space;
+  update_kernel_weights(space);
+  space.fence();
 }
 
 void Model::zero_gradients(ExecSpace const& space) {
@@ -226,7 +327,7 @@ void Model::set_tokens(ExecSpace const& space, std::int32_t const* tokens) {
 }
 
 Model::HostInts const& Model::caption_misses(ExecSpace const& space) {
-  row_argmax(space, picks_, logits_);
+  visit_pass([&](auto const& pass) { row_argmax(space, picks_, pass.logits); });
   Kokkos::deep_copy(space, sample_result_, 0);
   auto const picks = picks_, targets = targets_, misses = sample_result_;  // by value into the kernel
   int const held = cfg_.seq_len() / shards_.size;
@@ -245,12 +346,14 @@ Model::HostInts const& Model::next_tokens(ExecSpace const& space, int position) 
           "text position " + std::to_string(position) + " outside [0, " + std::to_string(cfg_.text_len) + ")");
   int const held = cfg_.seq_len() / shards_.size, at = cfg_.image_tokens() + position;
   bool const here = at / held == shards_.rank;  // the shard holding the position picks; the others add 0
-  auto const logits = logits_;
   auto const picks = sample_result_;
   detail::note_launch("next_tokens", batch_);
-  Kokkos::parallel_for(
-      label("next_tokens"), Kokkos::RangePolicy<ExecSpace>(space, 0, batch_),
-      KOKKOS_LAMBDA(int b) { picks(b) = here ? argmax_of_row(logits, b * held + at % held) : 0; });
+  visit_pass([&](auto const& pass) {
+    auto const logits = pass.logits;
+    Kokkos::parallel_for(
+        label("next_tokens"), Kokkos::RangePolicy<ExecSpace>(space, 0, batch_),
+        KOKKOS_LAMBDA(int b) { picks(b) = here ? argmax_of_row(logits, b * held + at % held) : 0; });
+  });
   return sample_result_to_host(space);
 }
 
@@ -284,38 +387,67 @@ void copy_shard_rows(ExecSpace const& space, Local const& local, Whole const& wh
 }
 }  // namespace detail
 
+
 CrossEntropyResult Model::forward(ExecSpace const& space, std::function<void(int)> const& before_group,
                                   LossSlot const& deferred) {
+  if (fp32_) return forward_pass(*fp32_, space, before_group, deferred);
+  return forward_pass(*bf16_, space, before_group, deferred);
+}
+
+void Model::backward(ExecSpace const& space, double d_loss, std::function<void(int)> const& group_ready) {
+  if (fp32_) return backward_pass(*fp32_, space, d_loss, group_ready);
+  backward_pass(*bf16_, space, d_loss, group_ready);
+}
+
+namespace {
+// The weights the kernels of a pass read: the fp32 master weights themselves, or their bf16 copy.
+template <Precision P>
+auto const& weights_for(ModelParameters<float, DeviceMemory> const& params,
+                        ModelParameters<bf16, DeviceMemory> const& kernel_weights) {
+  if constexpr (held_in_bf16(P, Held::kernel_weights))
+    return kernel_weights;
+  else
+    return params;
+}
+}  // namespace
+
+template <Precision P>
+CrossEntropyResult Model::forward_pass(detail::ModelPass<P>& pass, ExecSpace const& space,
+                                       std::function<void(int)> const& before_group, LossSlot const& deferred) {
+  using A = typename detail::ModelPass<P>::A;
   auto before = [&](int group) {
     if (before_group) before_group(group);
   };
   compat::ScopedRegion region(space, "forward");
-  auto const& e = params.embed;
+  auto const& weights = weights_for<P>(params, kernel_weights);
+  auto const& e = weights.embed;
+  auto const& gemm = pass.gemm();
   before(0);
   int const n_img = cfg_.image_tokens();
-  patch_embed_forward(space, image_emb_, patches_, images_, e.patch_weight, e.patch_bias, cfg_.patch_size);
-  token_embedding_forward(space, text_emb_, tokens_, e.wte, TokenCheck::by_caller);  // set_batch/set_tokens did
+  patch_embed_forward(space, pass.image_emb, pass.patches, images_, e.patch_weight, e.patch_bias, cfg_.patch_size, gemm);
+  token_embedding_forward(space, pass.text_emb, tokens_, e.wte, TokenCheck::by_caller);  // set_batch/set_tokens did
   // Every shard embeds whole sequences (cheap next to the blocks) and keeps its rows.
-  sequence_concat_forward(space, x0_, image_emb_, text_emb_, e.wpe, n_img, cfg_.text_len);
+  sequence_concat_forward(space, pass.x0, pass.image_emb, pass.text_emb, e.wpe, n_img, cfg_.text_len);
   if (shards_.size > 1)
-    detail::copy_shard_rows(space, residual_[0], x0_, cfg_.seq_len(), shards_.size, shards_.rank, true);
+    detail::copy_shard_rows(space, pass.residual[0], pass.x0, cfg_.seq_len(), shards_.size, shards_.rank, true);
   for (int l = 0; l < cfg_.layers; ++l) {
     before(1 + l);
-    block_forward(space, shape_, residual_[l + 1], acts_for(l), params.blocks[l], residual_[l], exchange());
+    block_forward(space, shape_, pass.residual[l + 1], pass.acts_for(l), weights.blocks[l], pass.residual[l],
+                  pass.block_work, pass.exchanger());
   }
   before(cfg_.layers + 1);
-  auto const& h = params.head;
-  layernorm_forward(space, lnf_, lnf_mean_, lnf_rstd_, residual_[cfg_.layers], h.lnf_weight, h.lnf_bias);
-  linear_forward(space, logits_, lnf_, h.lm_head, Tensor1<T, DeviceMemory>());
+  auto const& h = weights.head;
+  layernorm_forward(space, pass.lnf, pass.lnf_mean, pass.lnf_rstd, pass.residual[cfg_.layers], h.lnf_weight, h.lnf_bias);
+  linear_forward(space, pass.logits, pass.lnf, h.lm_head, Tensor1<A, DeviceMemory>(), gemm);
   if (deferred.sums.data() != nullptr && shards_.size == 1) {
     // The loss stays on the device: no wait for the launching thread here (Trainer reads the
     // step's sums with the gradient norm, its one wait per step).
-    cross_entropy_rows(space, ce_lse_, ce_losses_, logits_, targets_);
-    cross_entropy_forward_sum(space, Kokkos::subview(deferred.sums, deferred.index), ce_losses_);
+    cross_entropy_rows(space, pass.ce_lse, pass.ce_losses, pass.logits, targets_);
+    cross_entropy_forward_sum(space, Kokkos::subview(deferred.sums, deferred.index), pass.ce_losses);
     counted_rows_ = batch_counted_rows_;
     return {std::numeric_limits<double>::quiet_NaN(), counted_rows_};
   }
-  auto result = cross_entropy_forward(space, ce_lse_, ce_losses_, logits_, targets_);
+  auto result = cross_entropy_forward(space, pass.ce_lse, pass.ce_losses, pass.logits, targets_);
   if (shards_.size > 1) {  // the mean over every shard's text positions
     double sums[2] = {result.loss * result.counted_rows, double(result.counted_rows)};
     shards_.allreduce_sum(sums, 2);
@@ -326,37 +458,43 @@ CrossEntropyResult Model::forward(ExecSpace const& space, std::function<void(int
   return result;
 }
 
-void Model::backward(ExecSpace const& space, double d_loss, std::function<void(int)> const& group_ready) {
+template <Precision P>
+void Model::backward_pass(detail::ModelPass<P>& pass, ExecSpace const& space, double d_loss,
+                          std::function<void(int)> const& group_ready) {
+  using A = typename detail::ModelPass<P>::A;
   auto ready = [&](int group) {
     if (group_ready) group_ready(group);
   };
   compat::ScopedRegion region(space, "backward");
+  auto const& weights = weights_for<P>(params, kernel_weights);
+  auto const& gemm = pass.gemm();
   int const L = cfg_.layers, n_img = cfg_.image_tokens();
   Tensor1<T, DeviceMemory> const no_bias;
-  cross_entropy_backward(space, logits_, logits_, ce_lse_, targets_, counted_rows_, d_loss);
-  linear_backward(space, d_lnf_, grads.head.lm_head, no_bias, logits_, lnf_, params.head.lm_head);
-  layernorm_backward(space, d_residual_[L % 2], grads.head.lnf_weight, grads.head.lnf_bias, d_lnf_,
-                     residual_[L], params.head.lnf_weight, lnf_mean_, lnf_rstd_, column_sum_work_);
+  cross_entropy_backward(space, pass.logits, pass.logits, pass.ce_lse, targets_, counted_rows_, d_loss);
+  linear_backward(space, pass.d_lnf, grads.head.lm_head, no_bias, pass.logits, pass.lnf, weights.head.lm_head, gemm);
+  layernorm_backward(space, pass.d_residual[L % 2], grads.head.lnf_weight, grads.head.lnf_bias, pass.d_lnf,
+                     pass.residual[L], weights.head.lnf_weight, pass.lnf_mean, pass.lnf_rstd, pass.column_sum_work);
   ready(L + 1);  // head (with tied embeddings its LM-head gradient goes to embed, finished last)
   for (int l = L - 1; l >= 0; --l) {
-    auto const& acts = acts_for(l);
+    auto const& acts = pass.acts_for(l);
     if (l < recompute_depth_)  // same kernels, same inputs: the same activations, bit for bit
-      block_forward(space, shape_, residual_[l + 1], acts, params.blocks[l], residual_[l], exchange());
-    block_backward(space, shape_, d_residual_[l % 2], grads.blocks[l], block_work_,
-                   d_residual_[(l + 1) % 2], residual_[l], acts, params.blocks[l], exchange());
+      block_forward(space, shape_, pass.residual[l + 1], acts, weights.blocks[l], pass.residual[l], pass.block_work,
+                    pass.exchanger());
+    block_backward(space, shape_, pass.d_residual[l % 2], grads.blocks[l], pass.block_work,
+                   pass.d_residual[(l + 1) % 2], pass.residual[l], acts, weights.blocks[l], pass.exchanger());
     ready(1 + l);
   }
   auto const& g = grads.embed;
   if (shards_.size > 1) {  // the other shards' rows contribute through their own gradients
-    Kokkos::deep_copy(space, d_x0_, T(0));
-    detail::copy_shard_rows(space, d_residual_[0], d_x0_, cfg_.seq_len(), shards_.size, shards_.rank, false);
+    Kokkos::deep_copy(space, pass.d_x0, A(0.0f));
+    detail::copy_shard_rows(space, pass.d_residual[0], pass.d_x0, cfg_.seq_len(), shards_.size, shards_.rank, false);
   }
-  sequence_concat_backward(space, d_image_emb_, d_text_emb_, g.wpe, d_x0_, n_img, cfg_.text_len,
-                           column_sum_work_);
-  token_embedding_backward(space, g.wte, d_text_emb_, tokens_, embedding_work_);
-  Tensor4<T, DeviceMemory> const no_pixels;
-  patch_embed_backward(space, no_pixels, Tensor2<T, DeviceMemory>(), g.patch_weight, g.patch_bias,
-                       d_image_emb_, patches_, params.embed.patch_weight, cfg_.patch_size, column_sum_work_);
+  sequence_concat_backward(space, pass.d_image_emb, pass.d_text_emb, g.wpe, pass.d_x0, n_img, cfg_.text_len,
+                           pass.column_sum_work);
+  token_embedding_backward(space, g.wte, pass.d_text_emb, tokens_, pass.embedding_work);
+  Tensor4<A, DeviceMemory> const no_pixels;
+  patch_embed_backward(space, no_pixels, Tensor2<A, DeviceMemory>(), g.patch_weight, g.patch_bias, pass.d_image_emb,
+                       pass.patches, weights.embed.patch_weight, cfg_.patch_size, pass.column_sum_work, gemm);
   ready(0);
 }
 

@@ -5,9 +5,10 @@
 //   x0 = concat(image tokens, text tokens) + learned position embedding        [B*S, C]
 //   L pre-LN blocks with the prefix(n_image) mask -> final LayerNorm -> LM head (optionally tied
 //   to the token embedding) -> cross-entropy on text positions (targets: the next text token).
-// Float32 on Kokkos' default execution space. Parameters, gradients and activations are named
-// tensors grouped by layer (embed, block.0..L-1, head), each group one contiguous buffer, so that
-// later work can place and move groups independently.
+// On Kokkos' default execution space, in fp32 or bf16 (train.precision; what each kind of tensor is
+// held in is core/precision/precision.hpp's table). Parameters, gradients and activations are
+// named tensors grouped by layer (embed, block.0..L-1, head), each group one contiguous buffer, so
+// that groups can be placed and moved independently.
 #include "core/data/dataset.hpp"
 #include "core/model/block_tensors.hpp"
 #include "core/detail/stream_event.hpp"
@@ -16,9 +17,11 @@
 #include "core/ops/cross_entropy_result.hpp"
 #include "core/ops/column_sum_workspace.hpp"
 #include "core/ops/embedding_workspace.hpp"
+#include "core/precision/precision.hpp"
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -113,6 +116,13 @@ struct ModelParameters {
     for (std::size_t l = 0; l < blocks.size(); ++l) visit("block." + std::to_string(l), blocks[l]);
     visit("head", head);
   }
+  int group_count() const { return int(blocks.size()) + 2; }
+  // The storage of group g (for_each_group order: 0 embed, 1 + l block l, L + 1 head).
+  Tensor1<T, MemorySpace> const& group_storage(int g) const {
+    if (g == 0) return embed.storage;
+    if (g <= int(blocks.size())) return blocks[std::size_t(g) - 1].storage;
+    return head.storage;
+  }
   std::size_t count() const {
     std::size_t n = 0;
     for_each_group([&](std::string const&, auto const& s) { n += s.extent(0); });
@@ -122,14 +132,19 @@ struct ModelParameters {
 
 // Bytes the model allocates on its device, by category, from the configuration alone.
 struct MemoryEstimate {
-  std::size_t parameters = 0, gradients = 0;
+  std::size_t parameters = 0, gradients = 0;  // parameters: fp32 master weights + the kernels' copy (bf16)
   std::size_t activations = 0;  // kept from forward to backward (depends on recompute depth)
   std::size_t workspace = 0;    // inputs, backward scratch
   std::size_t total() const { return parameters + gradients + activations + workspace; }
 };
 // seq_shards > 1: what each of the ranks sharing a sequence allocates (Ulysses, see
 // sequence_shards.hpp).
-MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_depth, int seq_shards = 1);
+// precision: the run's (bf16 adds the kernels' 2-byte weight copy and halves the activations).
+MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_depth, int seq_shards = 1,
+                               Precision precision = Precision::fp32);
+
+// Which path this build's GEMMs take on ExecSpace in a precision, in words (joule info, the run log).
+std::string gemm_path(Precision precision);
 
 // Where Model::forward leaves a loss on the device (see there).
 struct DeviceLossSlot {
@@ -137,23 +152,36 @@ struct DeviceLossSlot {
   int index = 0;
 };
 
+namespace detail {
+template <Precision P>
+struct ModelPass;  // the forward and backward passes' tensors in one precision (model.cpp)
+}
+
 class Model {
  public:
-  using T = float;
+  using T = float;  // master weights and parameter gradients
   // batch: samples per forward/backward (the micro-batch). Allocates everything up front.
   // With shards.size = P > 1 this rank holds tokens [r*S/P, (r+1)*S/P) of every sample (Ulysses
   // sequence parallelism); every rank of the group is given the same batch, and forward() and
   // backward() are collective over the group.
-  Model(ModelConfig const& config, int batch, int recompute_depth, SequenceShards shards = {});
+  Model(ModelConfig const& config, int batch, int recompute_depth, SequenceShards shards = {},
+        Precision precision = Precision::fp32);
+  ~Model();
+  Model(Model const&) = delete;
+  Model& operator=(Model const&) = delete;
 
   ModelConfig const& config() const { return cfg_; }
   int batch() const { return batch_; }
   int recompute_depth() const { return recompute_depth_; }
   SequenceShards const& shards() const { return shards_; }
   int tokens_held() const { return shape_.tokens(); }  // B*S/P rows of every activation
+  Precision precision() const { return precision_; }
 
-  // GPT-2-style initialisation, deterministic for a seed.
+  // GPT-2-style initialisation, deterministic for a seed (kernel weights updated).
   void init_parameters(std::uint64_t seed);
+  // After params changed (loaded, updated, restored): the kernels' bf16 copy of group g (-1: all),
+  // rounded from params on `space`. Nothing to do in fp32, where the kernels read params.
+  void update_kernel_weights(ExecSpace const& space, int group = -1);
   void zero_gradients(ExecSpace const& space);
 
   // Copies a host batch (exactly batch() samples) to the device: pixels scaled to [-1, 1];
@@ -176,8 +204,9 @@ class Model {
   // pass goes on with earlier layers.
   void backward(ExecSpace const& space, double d_loss,
                 std::function<void(int group)> const& group_ready = {});
-  // [B*S/P, V] logits of the last forward() (overwritten by backward()), this rank's tokens.
-  Tensor2<T, DeviceMemory> const& logits() const { return logits_; }
+  // [B*S/P, V] logits of the last forward() (overwritten by backward()), this rank's tokens, as
+  // fp32 on the host (a bf16 run holds them in bf16; the widening is exact). Waits for `space`.
+  Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> logits_to_host(ExecSpace const& space) const;
   // The row of logits() for sample b, sequence position `position`; -1 if another shard has it.
   int logits_row(int b, int position) const;
   // Sets text token `position` of every sample (for greedy decoding).
@@ -197,14 +226,17 @@ class Model {
   // steps of greedy decoding change nothing else.
   void set_tokens(ExecSpace const& space, std::int32_t const* tokens);
 
+  // params: fp32 master weights (what AdamW updates and checkpoints hold); grads: fp32 parameter
+  // gradients. kernel_weights: in bf16 runs the copy the kernels read (update_kernel_weights);
+  // empty in fp32 runs.
   ModelParameters<T, DeviceMemory> params, grads;
+  ModelParameters<bf16, DeviceMemory> kernel_weights;
 
  private:
   ModelConfig cfg_;
   int batch_, recompute_depth_;
   BlockShape shape_;
   SequenceShards shards_;
-  SequenceExchange<T, DeviceMemory> exchange_;  // used when shards_.size > 1
   // Inputs, and their host staging (allocated once: a step allocates nothing).
   Tensor4<T, DeviceMemory> images_;           // [B*F, C_in, H, W]
   Kokkos::View<int*, DeviceMemory> tokens_;   // [B*T]
@@ -213,20 +245,10 @@ class Model {
   PinnedMirror<Kokkos::View<int*, DeviceMemory>> tokens_host_, targets_host_;
   int batch_counted_rows_ = 0;  // targets of the staged batch that count (set_batch, on the host)
   detail::StreamEvent staged_;  // the last batch's copies have read the host staging
-  // Activations kept for the backward pass.
-  Tensor2<T, DeviceMemory> patches_, image_emb_, text_emb_;   // [B*n_img, Fp], [B*n_img, C], [B*T, C]
-  Tensor2<T, DeviceMemory> x0_;                               // [B*S, C] embedded sequences (all shards)
-  std::vector<Tensor2<T, DeviceMemory>> residual_;           // L+1 x [B*S/P, C]: input of each block
-  std::vector<BlockActivations<T, DeviceMemory>> block_acts_; // blocks k..L-1 (+ one shared for 0..k-1)
-  Tensor2<T, DeviceMemory> lnf_;                              // [B*S/P, C]
-  Tensor1<T, DeviceMemory> lnf_mean_, lnf_rstd_, ce_lse_, ce_losses_;  // [B*S/P]
-  Tensor2<T, DeviceMemory> logits_;                           // [B*S/P, V], gradient in place
-  // Backward workspace.
-  BlockWorkspace<T, DeviceMemory> block_work_;
-  Tensor2<T, DeviceMemory> d_residual_[2], d_lnf_, d_image_emb_, d_text_emb_;
-  Tensor2<T, DeviceMemory> d_x0_;  // [B*S, C] (P > 1: zero outside this rank's rows)
-  EmbeddingBackwardWorkspace<DeviceMemory, T> embedding_work_;  // the token embedding's sort and pieces
-  ColumnSumWorkspace<T, DeviceMemory> column_sum_work_;  // the head's and the embeddings' column sums
+  Precision precision_;
+  // Activations, their gradients and the passes' scratch: one of the two, by precision.
+  std::unique_ptr<detail::ModelPass<Precision::fp32>> fp32_;
+  std::unique_ptr<detail::ModelPass<Precision::bf16>> bf16_;
   int counted_rows_ = 0;
   // Captioning: the argmax of every logits row, and batch() results with their host copy.
   Kokkos::View<int*, DeviceMemory> picks_, sample_result_;
@@ -236,8 +258,16 @@ class Model {
   HostInts const& sample_result_to_host(ExecSpace const& space);
   void require_tokens_in_vocabulary(char const* op, std::int32_t const* tokens, std::size_t n) const;
 
-  BlockActivations<T, DeviceMemory> const& acts_for(int layer) const;
-  SequenceExchange<T, DeviceMemory> const* exchange() const { return shards_.size > 1 ? &exchange_ : nullptr; }
+  template <class F>
+  decltype(auto) visit_pass(F&& f) const {
+    return fp32_ ? f(*fp32_) : f(*bf16_);
+  }
+  template <Precision P>
+  CrossEntropyResult forward_pass(detail::ModelPass<P>& pass, ExecSpace const& space,
+                                  std::function<void(int group)> const& before_group, LossSlot const& deferred);
+  template <Precision P>
+  void backward_pass(detail::ModelPass<P>& pass, ExecSpace const& space, double d_loss,
+                     std::function<void(int group)> const& group_ready);
 };
 
 }  // namespace joule

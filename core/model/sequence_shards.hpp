@@ -11,6 +11,7 @@
 // core/ knows no communicator: the caller (apps/, tests) provides the collective operations over
 // the ranks of one sequence group as functions.
 #include "core/detail/launch_shape.hpp"
+#include "core/precision/bf16.hpp"
 #include "core/tensor.hpp"
 
 #include <cstddef>
@@ -25,6 +26,8 @@ struct SequenceShards {
   // Rank r sends send[j*count .. (j+1)*count) to rank j and receives rank j's block r into
   // recv[j*count .. (j+1)*count). Host memory unless device_pointers.
   std::function<void(float const* send, float* recv, std::size_t count)> alltoall;
+  // The same for bf16 tensors (bf16 runs: ncclBfloat16 on NCCL, 2-byte elements on MPI).
+  std::function<void(bf16 const* send, bf16* recv, std::size_t count)> alltoall_bf16;
   // In place, over the group, host memory.
   std::function<void(double* data, std::size_t count)> allreduce_sum;
   bool device_pointers = false;  // alltoall takes device memory (NCCL) instead of host memory
@@ -140,23 +143,25 @@ class SequenceExchange {
   }
   template <class ExecutionSpace>
   void exchange(ExecutionSpace const& space, std::size_t count_per_rank) const {
-    if constexpr (!std::is_same_v<T, float>) {
-      require(false, "SequenceExchange", "the all-to-all moves float32 tensors only");
-    } else {
-      exchange_float(space, count_per_rank);
-    }
-  }
-  template <class ExecutionSpace>
-  void exchange_float(ExecutionSpace const& space, std::size_t count_per_rank) const {
+    auto const alltoall = [&](T const* send, T* recv) {
+      if constexpr (std::is_same_v<T, bf16>) {
+        require(bool(shards_.alltoall_bf16), "SequenceExchange", "no bf16 all-to-all function given");
+        shards_.alltoall_bf16(send, recv, count_per_rank);
+      } else if constexpr (std::is_same_v<T, float>) {
+        shards_.alltoall(send, recv, count_per_rank);
+      } else {  // (the double-precision reference tests never shard)
+        require(false, "SequenceExchange", "the all-to-all moves fp32 or bf16 tensors only");
+      }
+    };
     space.fence();  // the packed buffer is complete
     if (direct()) {
-      shards_.alltoall(send_.data(), recv_.data(), count_per_rank);
+      alltoall(send_.data(), recv_.data());
     } else {
       std::size_t const n = count_per_rank * shards_.size;
       Kokkos::deep_copy(space, Kokkos::subview(host_send_, std::make_pair(std::size_t(0), n)),
                         Kokkos::subview(send_, std::make_pair(std::size_t(0), n)));
       space.fence();
-      shards_.alltoall(host_send_.data(), host_recv_.data(), count_per_rank);
+      alltoall(host_send_.data(), host_recv_.data());
       Kokkos::deep_copy(space, Kokkos::subview(recv_, std::make_pair(std::size_t(0), n)),
                         Kokkos::subview(host_recv_, std::make_pair(std::size_t(0), n)));
     }

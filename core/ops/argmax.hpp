@@ -3,6 +3,7 @@
 // torch.argmax (and the host loop `if (x > best)`) picks it. Greedy decoding and the exact-caption
 // check read it; the logits never leave the device.
 #include "core/detail/launch_shape.hpp"
+#include "core/precision/bf16.hpp"
 #include "core/tensor.hpp"
 
 #include <string>
@@ -15,8 +16,11 @@ template <class X>
 KOKKOS_INLINE_FUNCTION int argmax_of_row(X const& x, int r) {
   int const vocab = int(x.extent(1));
   int best = 0;
-  for (int v = 1; v < vocab; ++v)
-    if (x(r, v) > x(r, best)) best = v;
+  auto top = widen(x(r, 0));
+  for (int v = 1; v < vocab; ++v) {
+    auto const value = widen(x(r, v));
+    if (value > top) best = v, top = value;
+  }
   return best;
 }
 

@@ -9,6 +9,7 @@
 #include "core/ops/detail/column_sum.hpp"
 #include "core/ops/detail/row_kernels.hpp"
 #include "core/compat_kernels.hpp"
+#include "core/ops/linear_scratch.hpp"
 #include "core/precision/gemm.hpp"
 #include "core/tensor.hpp"
 
@@ -16,16 +17,6 @@
 #include <cstddef>
 
 namespace joule {
-
-// The Bf16GemmWorkspace a bf16 linear layer of n rows, n_in inputs and n_out outputs needs for its
-// forward and backward GEMMs: A is in or d_out, B the weight or in, a bf16 C out or d_in.
-struct LinearGemmScratch {
-  std::size_t a = 0, b = 0, c = 0;
-};
-inline LinearGemmScratch linear_gemm_scratch(int n, int n_in, int n_out) {
-  std::size_t const in = std::size_t(n) * n_in, out = std::size_t(n) * n_out, w = std::size_t(n_out) * n_in;
-  return {std::max(in, out), std::max(w, in), std::max(out, in)};
-}
 
 // out = in · weight^T + bias   (an empty bias view means no bias)
 template <class ExecutionSpace, class Out, class In, class Weight, class Bias, class... Work>

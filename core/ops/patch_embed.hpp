@@ -28,7 +28,7 @@ void patchify(ExecutionSpace const& space, Patches const& patches, Images const&
   detail::for_each_element(space, "patchify", frames * gh * gw, feat, KOKKOS_LAMBDA(int row, int f) {
     int const frame = row / (gh * gw), p = row % (gh * gw), gy = p / gw, gx = p % gw;
     int const ch = f / (patch * patch), py = (f / patch) % patch, px = f % patch;
-    patches(row, f) = images(frame, ch, gy * patch + py, gx * patch + px);
+    patches(row, f) = narrow<typename Patches::non_const_value_type>(widen(images(frame, ch, gy * patch + py, gx * patch + px)));
   });
 }
 
@@ -51,16 +51,18 @@ void unpatchify(ExecutionSpace const& space, DImages const& d_images, DPatches c
       KOKKOS_LAMBDA(int frame, int ch, int y, int x) {
         int const row = frame * gh * gw + (y / patch) * gw + x / patch;
         int const f = (ch * patch + y % patch) * patch + x % patch;
-        d_images(frame, ch, y, x) = d_patches(row, f);
+        d_images(frame, ch, y, x) = narrow<typename DImages::non_const_value_type>(widen(d_patches(row, f)));
       });
 }
 
 // patches = patchify(images);  out = patches · weight^T + bias.  `patches` is kept for the backward.
-template <class ExecutionSpace, class Out, class Patches, class Images, class Weight, class Bias>
+// bf16 patches round the (fp32) pixels once; `work`: linear_forward's (a Bf16GemmWorkspace for bf16).
+template <class ExecutionSpace, class Out, class Patches, class Images, class Weight, class Bias, class... Work>
 void patch_embed_forward(ExecutionSpace const& space, Out const& out, Patches const& patches,
-                         Images const& images, Weight const& weight, Bias const& bias, int patch) {
+                         Images const& images, Weight const& weight, Bias const& bias, int patch,
+                         Work const&... work) {
   patchify(space, patches, images, patch);
-  linear_forward(space, out, patches, weight, bias);
+  linear_forward(space, out, patches, weight, bias, work...);
 }
 
 // d_weight, d_bias accumulate. d_images (overwritten) is optional: pass empty views to skip it

@@ -44,7 +44,7 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, std::size_t, bool>;
+using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, std::size_t, int>;  // last: BiasKind
 
 struct Library {
   std::mutex mutex;
@@ -58,7 +58,7 @@ Library& library() {
 }
 
 Plan make_plan(cublasLtHandle_t handle, bool ta, bool tb, int m, int n, int k, int lda, int ldb, int ldc, bool c_bf16,
-               std::size_t workspace_bytes, bool bias, std::function<std::string()> const& shape) {
+               std::size_t workspace_bytes, BiasKind bias, std::function<std::string()> const& shape) {
   Plan p;
   check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate", shape);
   // Column-major C^T [n, m] = op(B)^T [n, k] * op(A)^T [k, m]: B is the first operand, A the second.
@@ -67,9 +67,9 @@ Plan make_plan(cublasLtHandle_t handle, bool ta, bool tb, int m, int n, int k, i
         "MatmulDescSetAttribute(TRANSA)", shape);
   check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second),
         "MatmulDescSetAttribute(TRANSB)", shape);
-  if (bias) {  // D = alpha op op + beta C + bias, per row of the column-major D (a column of ours), fp32
+  if (bias != BiasKind::none) {  // D = alpha op op + beta C + bias, per row of the column-major D (a column of ours)
     cublasLtEpilogue_t const epilogue = CUBLASLT_EPILOGUE_BIAS;
-    cudaDataType_t const bias_type = CUDA_R_32F;
+    cudaDataType_t const bias_type = bias == BiasKind::bf16 ? CUDA_R_16BF : CUDA_R_32F;
     check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue),
           "MatmulDescSetAttribute(EPILOGUE)", shape);
     check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type),
@@ -101,18 +101,19 @@ bool have_cublaslt() { return true; }
 
 void cublaslt_gemm_bf16(void* stream, bool trans_a, bool trans_b, int m, int n, int k, float alpha, void const* a,
                         int lda, void const* b, int ldb, float beta, void* c, int ldc, bool c_bf16, void* workspace,
-                        std::size_t workspace_bytes, float const* bias) {
+                        std::size_t workspace_bytes, void const* bias, BiasKind bias_kind) {
   if (m == 0 || n == 0) return;
+  if (!bias) bias_kind = BiasKind::none;
   auto& lib = library();
   // The lock covers the call: a plan's descriptor carries this call's bias pointer.
   std::lock_guard<std::mutex> lock(lib.mutex);
   auto const shape = [&] { return shape_text(trans_a, trans_b, m, n, k, c_bf16); };
   if (!lib.handle) check(cublasLtCreate(&lib.handle), "Create", shape);
-  Key const key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_bf16, workspace_bytes, bias != nullptr};
+  Key const key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_bf16, workspace_bytes, int(bias_kind)};
   auto it = lib.plans.find(key);
   if (it == lib.plans.end())
     it = lib.plans.emplace(key, make_plan(lib.handle, trans_a, trans_b, m, n, k, lda, ldb, ldc, c_bf16,
-                                          workspace_bytes, bias != nullptr, shape)).first;
+                                          workspace_bytes, bias_kind, shape)).first;
   Plan const& plan = it->second;
   if (bias)
     check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
@@ -127,7 +128,7 @@ void cublaslt_gemm_bf16(void* stream, bool trans_a, bool trans_b, int m, int n, 
 bool have_cublaslt() { return false; }
 
 void cublaslt_gemm_bf16(void*, bool, bool, int, int, int, float, void const*, int, void const*, int, float, void*, int,
-                        bool, void*, std::size_t, float const*) {
+                        bool, void*, std::size_t, void const*, BiasKind) {
   throw std::logic_error("joule: cublaslt_gemm_bf16 called in a build without CUDA");
 }
 

@@ -13,6 +13,7 @@
 #include "core/precision/bf16.hpp"
 #include "core/precision/convert.hpp"
 #include "core/precision/detail/cublaslt_gemm.hpp"
+#include "core/precision/gemm_workspace.hpp"
 #include "core/tensor.hpp"
 
 #include <cstddef>
@@ -20,50 +21,6 @@
 #include <type_traits>
 
 namespace joule {
-
-template <class ExecutionSpace>
-constexpr bool bf16_gemm_on_cublaslt() {
-#if defined(KOKKOS_ENABLE_CUDA)
-  return std::is_same_v<ExecutionSpace, Kokkos::Cuda>;
-#else
-  return false;
-#endif
-}
-
-// Which path a bf16 GEMM takes on ExecutionSpace, in words (joule info, the run log).
-template <class ExecutionSpace>
-std::string bf16_gemm_path() {
-  return bf16_gemm_on_cublaslt<ExecutionSpace>() ? "cuBLASLt (bf16 tensor cores, fp32 accumulation)"
-                                                 : "bf16 widened to fp32, Kokkos-Kernels fp32 gemm";
-}
-
-// The scratch a bf16 GEMM needs, allocated once by its owner for the largest GEMM it runs (a
-// training step must not allocate): cuBLASLt's workspace on CUDA; elsewhere fp32 copies of A, B
-// and (for a bf16 C) of C.
-template <class MemorySpace>
-struct Bf16GemmWorkspace {
-  Kokkos::View<float*, MemorySpace> a, b, c;
-  Kokkos::View<unsigned char*, MemorySpace> cublaslt;
-
-  Bf16GemmWorkspace() = default;
-  // The most elements of A, of B and of a bf16 C among the GEMMs it serves.
-  template <class ExecutionSpace>
-  static Bf16GemmWorkspace for_space(std::size_t a_elements, std::size_t b_elements, std::size_t c_elements,
-                                     std::string const& name) {
-    Bf16GemmWorkspace w;
-    auto const alloc = [&](char const* part) {
-      return Kokkos::view_alloc(Kokkos::WithoutInitializing, label((name + "." + part).c_str()));
-    };
-    if constexpr (bf16_gemm_on_cublaslt<ExecutionSpace>()) {
-      w.cublaslt = decltype(w.cublaslt)(alloc("cublaslt_workspace"), detail::kCublasLtWorkspaceBytes);
-    } else {
-      w.a = decltype(w.a)(alloc("gemm_a_fp32"), a_elements);
-      w.b = decltype(w.b)(alloc("gemm_b_fp32"), b_elements);
-      w.c = decltype(w.c)(alloc("gemm_c_fp32"), c_elements);
-    }
-    return w;
-  }
-};
 
 namespace detail {
 
@@ -86,14 +43,15 @@ namespace detail {
 template <class ExecutionSpace, class C, class Values>
 void fill_rows(ExecutionSpace const& space, char const* name, C const& c, Values const& values) {
   for_each_element(space, name, int(c.extent(0)), int(c.extent(1)),
-                   KOKKOS_LAMBDA(int r, int o) { c(r, o) = values(o); });
+                   KOKKOS_LAMBDA(int r, int o) { c(r, o) = narrow<typename C::non_const_value_type>(widen(values(o))); });
 }
 
-// bias: nullptr, or n fp32 values added to every row of C before its one rounding (then beta = 0).
-template <class ExecutionSpace, class A, class B, class C, class MemorySpace>
+// bias: nullptr, or n fp32 or bf16 values (BiasT) added to every row of C before its one rounding (then beta = 0).
+template <class BiasT = float, class ExecutionSpace, class A, class B, class C, class MemorySpace>
 void gemm_bf16_impl(ExecutionSpace const& space, char const* trans_a, char const* trans_b, float alpha, A const& a,
                     B const& b, float beta, C const& c, Bf16GemmWorkspace<MemorySpace> const& work,
-                    float const* bias) {
+                    BiasT const* bias) {
+  static_assert(std::is_same_v<BiasT, float> || std::is_same_v<BiasT, bf16>, "gemm_bf16: an fp32 or bf16 bias");
   static_assert(std::is_same_v<typename A::non_const_value_type, bf16> &&
                     std::is_same_v<typename B::non_const_value_type, bf16>,
                 "gemm_bf16: A and B are bf16");
@@ -112,7 +70,8 @@ void gemm_bf16_impl(ExecutionSpace const& space, char const* trans_a, char const
     require(work.cublaslt.extent(0) > 0, "gemm_bf16", "no cuBLASLt workspace (make it with Bf16GemmWorkspace::for_space)");
     detail::cublaslt_gemm_bf16(space.cuda_stream(), ta, tb, m, n, k, alpha, a.data(), int(a.stride(0)), b.data(),
                                int(b.stride(0)), beta, c.data(), int(c.stride(0)), std::is_same_v<CT, bf16>,
-                               work.cublaslt.data(), work.cublaslt.extent(0), bias);
+                               work.cublaslt.data(), work.cublaslt.extent(0), bias,
+                               std::is_same_v<BiasT, bf16> ? BiasKind::bf16 : BiasKind::fp32);
 #endif
   } else {
     auto const fa = detail::matrix_in(work.a, a.extent(0), a.extent(1), "A");
@@ -120,7 +79,7 @@ void gemm_bf16_impl(ExecutionSpace const& space, char const* trans_a, char const
     convert_precision(space, fa, a);
     convert_precision(space, fb, b);
     // The bias goes into the fp32 C first and the GEMM adds onto it (as fp32 linear_forward does).
-    Tensor1<float const, MemorySpace> const bias_row(bias, bias ? std::size_t(n) : 0);
+    Tensor1<BiasT const, MemorySpace> const bias_row(bias, bias ? std::size_t(n) : 0);
     if constexpr (std::is_same_v<CT, float>) {
       if (bias) fill_rows(space, "gemm_bf16_bias", c, bias_row);
       compat::gemm(space, trans_a, trans_b, alpha, fa, fb, bias ? 1.0f : beta, c);
@@ -143,15 +102,14 @@ void gemm_bf16_impl(ExecutionSpace const& space, char const* trans_a, char const
 template <class ExecutionSpace, class A, class B, class C, class MemorySpace>
 void gemm_bf16(ExecutionSpace const& space, char const* trans_a, char const* trans_b, float alpha, A const& a,
                B const& b, float beta, C const& c, Bf16GemmWorkspace<MemorySpace> const& work) {
-  detail::gemm_bf16_impl(space, trans_a, trans_b, alpha, a, b, beta, c, work, nullptr);
+  detail::gemm_bf16_impl(space, trans_a, trans_b, alpha, a, b, beta, c, work, static_cast<float const*>(nullptr));
 }
 
-// C = alpha op(A) op(B) + bias (bias [n] fp32, added to every row before C's one rounding): a
-// linear layer's forward (cuBLASLt's bias epilogue on CUDA: no pass of its own).
+// C = alpha op(A) op(B) + bias (bias [n] fp32 or bf16, widened and added to every row before C's one
+// rounding): a linear layer's forward (cuBLASLt's bias epilogue on CUDA: no pass of its own).
 template <class ExecutionSpace, class A, class B, class C, class MemorySpace, class Bias>
 void gemm_bf16_bias(ExecutionSpace const& space, char const* trans_a, char const* trans_b, float alpha, A const& a,
                     B const& b, C const& c, Bias const& bias, Bf16GemmWorkspace<MemorySpace> const& work) {
-  static_assert(std::is_same_v<typename Bias::non_const_value_type, float>, "gemm_bf16_bias: an fp32 bias");
   require(bias.extent(0) == c.extent(1), "gemm_bf16_bias", "bias " + shape_of(bias) + " for C " + shape_of(c));
   detail::gemm_bf16_impl(space, trans_a, trans_b, alpha, a, b, 0.0f, c, work, bias.data());
 }

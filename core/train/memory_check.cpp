@@ -17,12 +17,15 @@ namespace joule {
 
 using detail::bytes_text;
 
-MemoryNeed memory_need(ModelConfig const& m, int micro_batch, int recompute_depth, int seq_shards, double offload_ratio) {
-  return {estimate_memory(m, micro_batch, recompute_depth, seq_shards), estimate_optimizer_memory(m, offload_ratio)};
+MemoryNeed memory_need(ModelConfig const& m, int micro_batch, int recompute_depth, int seq_shards, double offload_ratio,
+                       Precision precision, bool cast_on_host) {
+  return {estimate_memory(m, micro_batch, recompute_depth, seq_shards, precision),
+          estimate_optimizer_memory(m, offload_ratio, precision, cast_on_host)};
 }
 
 MemoryNeed memory_need(ModelConfig const& m, TrainConfig const& t) {
-  return memory_need(m, t.micro_batch, t.recompute_depth, t.seq_shards, t.offload_ratio);
+  return memory_need(m, t.micro_batch, t.recompute_depth, t.seq_shards, t.offload_ratio, t.precision,
+                     t.offload_cast == TrainConfig::OffloadCast::host);
 }
 
 namespace {

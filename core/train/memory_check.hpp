@@ -22,7 +22,8 @@ struct MemoryNeed {
   // In host memory beside the device's (pinned optimizer state); 0 on a host build.
   std::size_t host_bytes() const { return kDeviceIsHost ? 0 : optimizer.host; }
 };
-MemoryNeed memory_need(ModelConfig const& m, int micro_batch, int recompute_depth, int seq_shards, double offload_ratio);
+MemoryNeed memory_need(ModelConfig const& m, int micro_batch, int recompute_depth, int seq_shards, double offload_ratio,
+                       Precision precision = Precision::fp32, bool cast_on_host = false);
 MemoryNeed memory_need(ModelConfig const& m, TrainConfig const& t);
 
 // Memory free now, with where each figure comes from. On a host build the device's memory is

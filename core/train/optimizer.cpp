@@ -2,6 +2,7 @@
 
 #include "core/detail/ordering_trace.hpp"
 #include "core/io/h5file.hpp"
+#include "core/precision/convert.hpp"
 #include "core/train/host_cores.hpp"
 
 #include <algorithm>
@@ -39,7 +40,14 @@ std::vector<std::size_t> parameter_group_sizes(ModelConfig const& m) {
   return sizes;
 }
 
-OptimizerMemory estimate_optimizer_memory(ModelConfig const& m, double offload_ratio) {
+LinkBytesPerParameter link_bytes_per_parameter(Precision precision, bool cast_on_host) {
+  bool const bf16_copy = held_in_bf16(precision, Held::kernel_weights);
+  return {held_bytes(precision, Held::parameter_gradients),
+          bf16_copy && cast_on_host ? sizeof(bf16) : held_bytes(precision, Held::master_weights)};
+}
+
+OptimizerMemory estimate_optimizer_memory(ModelConfig const& m, double offload_ratio, Precision precision,
+                                          bool cast_on_host) {
   auto const sizes = parameter_group_sizes(m);
   auto const chosen = choose_offloaded_groups(sizes, offload_ratio);
   OptimizerMemory r;
@@ -49,12 +57,19 @@ OptimizerMemory estimate_optimizer_memory(ModelConfig const& m, double offload_r
     if (chosen[i]) host += sizes[i];
   }
   r.device = 2 * (total - host) * sizeof(float);
-  r.host = 4 * host * sizeof(float);
+  r.host = 4 * host * sizeof(float) +
+           (held_in_bf16(precision, Held::kernel_weights) && cast_on_host ? host * sizeof(bf16) : 0);
   r.achieved_ratio = total ? double(host) / total : 0.0;
   return r;
 }
 
 namespace {
+// The rounding to bf16 the device's convert_precision does (core/precision/bf16.hpp: one function
+// for host and device), as a host loop over [begin, end).
+void round_to_bf16(bf16* out, float const* in, std::size_t begin, std::size_t end) {
+  for (std::size_t i = begin; i < end; ++i) out[i] = bf16(in[i]);
+}
+
 template <class F>
 void for_each_run(std::vector<std::pair<std::size_t, std::size_t>> const& decayed, std::size_t n, F&& f);
 }  // namespace
@@ -74,6 +89,10 @@ Optimizer::Optimizer(Model& model, OptimizerSettings const& settings)
   });
   std::size_t k = 0;
   model_.grads.for_each_group([&](std::string const&, auto const& storage) { groups_[k++].grad = storage; });
+  bool const bf16_copy = held_in_bf16(model_.precision(), Held::kernel_weights);
+  if (bf16_copy)
+    for (std::size_t i = 0; i < groups_.size(); ++i) groups_[i].kernel_weights = model_.kernel_weights.group_storage(int(i));
+  cast_on_host_ = bf16_copy && settings.cast_on_host;
   // Weight decay by role (weight_decayed: matrices, not biases, norms or embedding tables): the
   // slices of each group's buffer that hold such tensors.
   {
@@ -105,6 +124,8 @@ Optimizer::Optimizer(Model& model, OptimizerSettings const& settings)
       g.host_grad = Tensor1<float, PinnedHostMemory>(label(("host.grad." + g.name).c_str()), n);
       g.host_m = Tensor1<float, PinnedHostMemory>(label(("host.adam_m." + g.name).c_str()), n);
       g.host_v = Tensor1<float, PinnedHostMemory>(label(("host.adam_v." + g.name).c_str()), n);
+      if (cast_on_host_)
+        g.host_kernel_weights = Tensor1<bf16, PinnedHostMemory>(label(("host.weight_bf16." + g.name).c_str()), n);
     } else {
       g.m = Tensor1<float, DeviceMemory>(label(("adam_m." + g.name).c_str()), n);
       g.v = Tensor1<float, DeviceMemory>(label(("adam_v." + g.name).c_str()), n);
@@ -153,7 +174,8 @@ std::size_t Optimizer::device_state_bytes() const {
 std::size_t Optimizer::host_state_bytes() const {
   std::size_t b = 0;
   for (auto const& g : groups_)
-    b += (g.host_param.extent(0) + g.host_grad.extent(0) + g.host_m.extent(0) + g.host_v.extent(0)) * sizeof(float);
+    b += (g.host_param.extent(0) + g.host_grad.extent(0) + g.host_m.extent(0) + g.host_v.extent(0)) * sizeof(float) +
+         g.host_kernel_weights.extent(0) * sizeof(bf16);
   return b;
 }
 
@@ -161,6 +183,9 @@ void Optimizer::sync_master_weights() {
   wait_all();
   for (auto& g : groups_)
     if (g.host_param.extent(0)) Kokkos::deep_copy(g.host_param, g.param);
+  ExecSpace const space;
+  model_.update_kernel_weights(space);  // whatever wrote params wrote the fp32 weights only
+  space.fence();
 }
 
 void Optimizer::begin_step(double lr, long step) {
@@ -235,6 +260,7 @@ void Optimizer::copy_gradient_to_host(int group) {
     Kokkos::deep_copy(copies_, g.host_grad, g.grad);
     ordering::on_stream(Lane::copies, "d2h", {{"grad", group}}, {{"host_grad", group}});
   }
+  times_.bytes_to_host += double(g.grad.span() * sizeof(float));
   g.landed.record(copies_);
   ordering::event_recorded(&g.landed, Lane::copies);
   g.copied = true;
@@ -250,6 +276,8 @@ void Optimizer::hand_over(int group, double grad_scale) {
   g.scale = grad_scale;
   g.handed_over = true;
   g.ordered = false;
+  // What its job will copy back up (counted here, on the launching thread, as the gradient was).
+  times_.bytes_to_device += double(cast_on_host_ ? g.param.span() * sizeof(bf16) : g.param.span() * sizeof(float));
   if (worker_) {
     ordering::signal(&g.trace_submitted);
     worker_->submit(group);
@@ -269,6 +297,7 @@ void Optimizer::host_job(int group) {
   g.landed.synchronize();
   ordering::host_waits(&g.landed);
   ordering::on_host("optimizer_host", {{"host_grad", group}}, {{"host_param", group}});
+  bf16* const cast = cast_on_host_ ? g.host_kernel_weights.data() : nullptr;  // the bf16 copy, rounded here
   {
     compat::ScopedRegion region(HostExecSpace(), "optimizer_host");
     if (worker_) {
@@ -289,12 +318,14 @@ void Optimizer::host_job(int group) {
           std::size_t const per = (end - begin + threads - 1) / threads;
           std::size_t const b = std::min(end, begin + std::size_t(chunk) * per), e = std::min(end, b + per);
           if (b < e) detail::adamw_host_range(decay ? with_decay : without, p, grad, m, v, b, e);
+          if (b < e && cast) round_to_bf16(cast, p, b, e);  // while the chunk is in cache
         });
       });
     } else {
       adamw_slices(HostExecSpace(), g.decayed, g.host_param, g.host_grad, g.host_m, g.host_v, g.job_config,
                    settings_.weight_decay, g.job_step, g.scale, settings_.host_threads);
       HostExecSpace().fence();
+      if (cast) round_to_bf16(cast, g.host_param.data(), 0, g.host_param.extent(0));
     }
   }
   compat::ScopedRegion region(host_to_device_, "h2d");
@@ -302,19 +333,34 @@ void Optimizer::host_job(int group) {
     // Host memory on both sides, and kernels complete when launched: a plain copy, made by the
     // thread that has the new weights (no Kokkos call from the worker thread). It follows the
     // compute instance's last read of the old weights (the group's backward pass), as below.
+    // (In the trace "param" stands for what the kernels read: the weights, or their bf16 copy.)
     g.grad_final.synchronize();
     ordering::host_waits(&g.grad_final);
-    std::memcpy(g.param.data(), g.host_param.data(), g.param.span() * sizeof(float));
+    if (cast) {
+      std::memcpy(g.kernel_weights.data(), cast, g.kernel_weights.span() * sizeof(bf16));
+      g.device_master_stale = true;
+    } else {
+      std::memcpy(g.param.data(), g.host_param.data(), g.param.span() * sizeof(float));
+      // The device's rounding, by the thread that has the weights (no Kokkos call from a worker).
+      if (g.kernel_weights.data()) round_to_bf16(g.kernel_weights.data(), g.param.data(), 0, g.param.extent(0));
+    }
     ordering::on_host("h2d", {{"host_param", group}}, {{"param", group}});
   } else {
     // After the compute instance's last read of the old weights (the backward pass of the group).
     g.grad_final.make_wait(host_to_device_);
     ordering::stream_waits(Lane::host_to_device, &g.grad_final);
-    Kokkos::deep_copy(host_to_device_, g.param, g.host_param);
+    if (cast) {
+      Kokkos::deep_copy(host_to_device_, g.kernel_weights, g.host_kernel_weights);
+      g.device_master_stale = true;
+    } else {
+      Kokkos::deep_copy(host_to_device_, g.param, g.host_param);
+      if (g.kernel_weights.data()) convert_precision(host_to_device_, g.kernel_weights, g.param);
+    }
     ordering::on_stream(Lane::host_to_device, "h2d", {{"host_param", group}}, {{"param", group}});
     g.params_ready.record(host_to_device_);
     ordering::event_recorded(&g.params_ready, Lane::host_to_device);
   }
+
   if (worker_) ordering::signal(&g.trace_done);
 }
 
@@ -381,6 +427,10 @@ void Optimizer::finish_step(double grad_scale) {
       adamw_slices(compute_, g.decayed, g.param, g.grad, g.m, g.v, adamw_config(), settings_.weight_decay,
                    step_, grad_scale, 0);
     }
+    if (g.kernel_weights.data()) {  // the kernels' bf16 copy of the new weights
+      compat::ScopedRegion region(compute_, "optimizer_device");
+      convert_precision(compute_, g.kernel_weights, g.param);
+    }
     ordering::on_stream(ordering::Lane::compute, "optimizer_device", {{"grad", int(i)}}, {{"param", int(i)}});
   }
   // The jobs not handed over yet (with clipping: all of them), in the order the next forward
@@ -409,6 +459,15 @@ void Optimizer::wait_for_group(int group) {
 
 void Optimizer::wait_all() {
   for (std::size_t i = 0; i < groups_.size(); ++i) wait_for_group(int(i));
+  Kokkos::fence();
+  // Cast on the host: the device's fp32 copy of offloaded groups is brought up to date here, for
+  // what reads model.params (checkpoints, reconfiguration), not in the steps, which need only the
+  // bf16 copy.
+  for (auto& g : groups_)
+    if (g.device_master_stale) {
+      Kokkos::deep_copy(g.param, g.host_param);
+      g.device_master_stale = false;
+    }
   Kokkos::fence();
   for (auto lane : {ordering::Lane::compute, ordering::Lane::copies, ordering::Lane::host_to_device})
     ordering::fence(lane);

@@ -51,6 +51,10 @@ struct OptimizerSettings {
   double offload_ratio = 0.0;  // target share of parameter bytes on the host, in [0, 1]
   int host_threads = 0;        // threads for the host update; 0: all of the host space, or of
                                // the cores set aside (JOULE_HOST_CORES)
+  // bf16 models (train.offload_cast): offloaded groups' new fp32 weights become the kernels' bf16
+  // copy on the host (2 bytes per parameter cross the link) instead of on the device (4 bytes
+  // cross, the device rounds). The same function rounds on both sides: the same bits.
+  bool cast_on_host = false;
 };
 
 // Which groups go to the host for a target ratio: groups are taken in the order the backward
@@ -60,14 +64,22 @@ std::vector<bool> choose_offloaded_groups(std::vector<std::size_t> const& group_
 
 // Bytes of optimizer state for a configuration and offload ratio, from the configuration alone:
 // the device keeps m and v of its groups; the host keeps master weights, a gradient landing
-// buffer, m and v of the offloaded ones. (Weights and gradients on the device are in
+// buffer, m and v of the offloaded ones (and, for a bf16 model casting on the host, the 2-byte
+// staging of their new kernel weights). (Weights and gradients on the device are in
 // estimate_memory(): the forward and backward passes need them wherever the state lives.)
 struct OptimizerMemory {
   std::size_t device = 0, host = 0;
   double achieved_ratio = 0;
 };
 std::vector<std::size_t> parameter_group_sizes(ModelConfig const& m);
-OptimizerMemory estimate_optimizer_memory(ModelConfig const& m, double offload_ratio);
+OptimizerMemory estimate_optimizer_memory(ModelConfig const& m, double offload_ratio,
+                                          Precision precision = Precision::fp32, bool cast_on_host = false);
+// Bytes that cross the host link per step for each offloaded parameter: its fp32 gradient to the
+// host, and its new weights back (fp32, or the bf16 copy when cast on the host).
+struct LinkBytesPerParameter {
+  std::size_t to_host = 0, to_device = 0;
+};
+LinkBytesPerParameter link_bytes_per_parameter(Precision precision, bool cast_on_host);
 
 class Optimizer {
  public:
@@ -111,6 +123,9 @@ class Optimizer {
     double host_seconds = 0, wait_seconds = 0;
     long long jobs = 0;
     bool on_worker = false;  // false: the jobs ran on the launching thread
+    // Bytes copied over the host link (gradients down, new weights up), counted on the launching
+    // thread as the copies are queued or handed over.
+    double bytes_to_host = 0, bytes_to_device = 0;
   };
   OffloadTimes offload_times() const { return times_; }
   void reset_offload_times();
@@ -132,6 +147,9 @@ class Optimizer {
     Tensor1<float, DeviceMemory> param, grad;     // the model's buffers
     Tensor1<float, DeviceMemory> m, v;            // device groups
     Tensor1<float, PinnedHostMemory> host_param, host_grad, host_m, host_v;  // offloaded groups
+    Tensor1<bf16, DeviceMemory> kernel_weights;        // the model's bf16 copy (bf16 models)
+    Tensor1<bf16, PinnedHostMemory> host_kernel_weights;  // its host-side rounding (cast on the host)
+    bool device_master_stale = false;  // cast on the host: param lags host_param until wait_all()
     std::vector<std::pair<std::size_t, std::size_t>> decayed;  // [begin, end) slices with weight decay
     detail::StreamEvent grad_final, landed, params_ready;      // see the data path above
     bool copied = false, handed_over = false, ordered = true;
@@ -152,6 +170,7 @@ class Optimizer {
   std::vector<Group> groups_;
   std::vector<std::string> names_, decayed_names_;
   std::vector<bool> offloaded_;
+  bool cast_on_host_ = false;  // bf16 model, train.offload_cast "host"
   // The device groups' runs for one multi-tensor AdamW launch (GPU builds; on CPUs the host loop
   // of adamw_update, compiled without FMA contraction as the host jobs' is, keeps the same bits).
   Kokkos::View<AdamWRun<float>*, DeviceMemory> device_runs_;

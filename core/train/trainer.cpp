@@ -46,6 +46,7 @@ OptimizerSettings optimizer_settings(TrainConfig const& t) {
   o.grad_clip = t.grad_clip;
   o.offload_ratio = t.offload_ratio;
   o.host_threads = t.host_threads;
+  o.cast_on_host = t.offload_cast == TrainConfig::OffloadCast::host;
   return o;
 }
 }  // namespace
@@ -76,7 +77,7 @@ Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_para
       eval_indices_(range(train_indices_.size(), data_.shape().count)),
       sampler_(train_indices_, config.train.micro_batch, config.train.seed),
       model_(std::make_unique<Model>(config.model, config.train.micro_batch, config.train.recompute_depth,
-                                     std::move(shards))),
+                                     std::move(shards), config.train.precision)),
       optimizer_(std::make_unique<Optimizer>(*model_, optimizer_settings(config.train))),
       dp_(std::move(data_parallel)) {
   prefetcher_ = std::make_unique<BatchPrefetcher>(data_);
@@ -95,6 +96,9 @@ Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_para
   if (log_ && config.train.tf32)
     *log_ << (tf32_applies ? "fp32 GEMMs on TF32 tensor cores (train.tf32): results differ from fp32 products in their low bits\n"
                            : "train.tf32: no effect on this build (its GEMMs do not go to cuBLAS)\n");
+  if (log_ && config.train.precision != Precision::fp32)
+    *log_ << fmt::format("{} activations and kernel weights, fp32 master weights, moments and gradient sums; GEMMs: {}\n",
+                         precision_name(config.train.precision), gemm_path(config.train.precision));
   model_->init_parameters(config.train.seed);
   optimizer_->sync_master_weights();
   stage_buffers();
@@ -103,7 +107,7 @@ Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_para
 
 std::vector<std::string> const& Trainer::reconfigurable_fields() {
   static std::vector<std::string> const fields{"train.offload_ratio", "train.recompute_depth", "train.host_threads",
-                                               "train.micro_batch", "train.seq_shards"};
+                                               "train.micro_batch", "train.seq_shards", "train.offload_cast"};
   return fields;
 }
 
@@ -166,7 +170,8 @@ void Trainer::regroup(Config const& config, DataParallel data_parallel, Sequence
     optimizer_.reset();
     model_.reset();
     dp_ = dp;
-    model_ = std::make_unique<Model>(settings.model, settings.train.micro_batch, settings.train.recompute_depth, groups);
+    model_ = std::make_unique<Model>(settings.model, settings.train.micro_batch, settings.train.recompute_depth, groups,
+                                     settings.train.precision);
     std::size_t g = 0;
     model_->params.for_each_group([&](std::string const&, auto const& storage) {
       auto h = Kokkos::create_mirror_view(storage);
@@ -201,11 +206,15 @@ std::string Trainer::offload_summary() const {
   std::string groups;
   for (std::size_t i = 0; i < o.group_names().size(); ++i)
     if (o.offloaded()[i]) groups += (groups.empty() ? "" : ", ") + o.group_names()[i];
+  auto const link = link_bytes_per_parameter(cfg_.train.precision, cfg_.train.offload_cast == TrainConfig::OffloadCast::host);
   return fmt::format("optimizer offload: requested ratio {:.3f}, achieved {:.3f} (whole groups{}{}); "
-                     "AdamW state on the device {:.2f} MiB, on the host {:.2f} MiB, host threads {}",
+                     "AdamW state on the device {:.2f} MiB, on the host {:.2f} MiB, host threads {}; "
+                     "{} weights, cast on the {} ({} + {} bytes per offloaded parameter over the link)",
                      cfg_.train.offload_ratio, o.achieved_ratio(), groups.empty() ? "" : ": ", groups,
                      o.device_state_bytes() / 1048576.0, o.host_state_bytes() / 1048576.0,
-                     cfg_.train.host_threads > 0 ? std::to_string(cfg_.train.host_threads) : std::string("all"));
+                     cfg_.train.host_threads > 0 ? std::to_string(cfg_.train.host_threads) : std::string("all"),
+                     precision_name(cfg_.train.precision), offload_cast_name(cfg_.train.offload_cast), link.to_host,
+                     link.to_device);
 }
 
 double Trainer::learning_rate(int step) const {
@@ -694,6 +703,9 @@ void load_checkpoint_parameters(std::string const& path, Model& model) {
   try {
     io::read_in_child(path, [&] { read(); }, io::read_timeout_for(path));
     store_parameters(read(), model.params);
+    ExecSpace const space;
+    model.update_kernel_weights(space);  // a bf16 model's kernels read their copy
+    space.fence();
   } catch (io::H5Error const& e) {
     throw TrainingError(std::string("cannot read checkpoint: ") + e.what());
   }

@@ -10,7 +10,9 @@ namespace joule::detail {
 // Whether this build has the cuBLASLt path (a CUDA build of joule).
 bool have_cublaslt();
 
-// Row-major C[m, n] = alpha op(A) op(B) + beta C (+ bias[n] on every row, fp32, through cuBLASLt's
+enum class BiasKind { none, fp32, bf16 };
+
+// Row-major C[m, n] = alpha op(A) op(B) + beta C (+ bias[n] on every row, fp32 or bf16, through cuBLASLt's
 // bias epilogue, before the one rounding), queued on `stream` (a cudaStream_t); A and B
 // bf16 (__nv_bfloat16 layout), C fp32 or (c_bf16) bf16, rounded once from the fp32 result. op(A) is
 // [m, k] (A [m, k] with lda >= k, or A [k, m] with trans_a), op(B) [k, n] likewise. `workspace`:
@@ -19,7 +21,8 @@ bool have_cublaslt();
 // Throws std::runtime_error naming the shape if cuBLASLt has no algorithm or fails.
 void cublaslt_gemm_bf16(void* stream, bool trans_a, bool trans_b, int m, int n, int k, float alpha, void const* a,
                         int lda, void const* b, int ldb, float beta, void* c, int ldc, bool c_bf16, void* workspace,
-                        std::size_t workspace_bytes, float const* bias = nullptr);
+                        std::size_t workspace_bytes, void const* bias = nullptr,
+                        BiasKind bias_kind = BiasKind::none);
 
 inline constexpr std::size_t kCublasLtWorkspaceBytes = std::size_t(32) << 20;  // NVIDIA's advice for Hopper
 
