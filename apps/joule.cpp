@@ -6,6 +6,7 @@
 #include "bench/bench_step.hpp"
 #include "commands.hpp"
 #include "core/compat.hpp"
+#include "core/model/model.hpp"
 #include "core/train/host_cores.hpp"
 #include "environment.hpp"
 
@@ -25,6 +26,8 @@ void print_version() {
   fmt::print("Kokkos {}.{}.{}, default execution space {} ({} threads/concurrency)\n",
              KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100,
              Kokkos::DefaultExecutionSpace::name(), Kokkos::DefaultExecutionSpace().concurrency());
+  fmt::print("GEMMs (train.precision): fp32: {}; bf16: {}\n", joule::gemm_path(joule::Precision::fp32),
+             joule::gemm_path(joule::Precision::bf16));
 }
 
 // CLI11 says only "A subcommand is required" when the word after `joule` (or `joule data`, `joule
@@ -129,6 +132,8 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--step-shapes", bench.step_shapes, step_help)
       ->delimiter(',')
       ->check(CLI::IsMember(step_names));
+  bench_cmd->add_option("--precision", bench.precision, "--suite step: train.precision of the steps, fp32 or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   bench_cmd->add_option("--repeats", bench.repeats, "timed runs per operator or step (median reported)")
       ->check(CLI::Range(1, 1000));
   bench_cmd->add_option("--json", bench.json_path, "also write the results as JSON (for bench_torch.py)");

@@ -30,6 +30,7 @@ struct TrainOptions {
   // Overrides of configuration fields: std::nullopt when not given (see run_config.hpp).
   std::optional<std::string> data, checkpoint, seed;  // seed: any 64-bit integer text (integer_json)
   std::optional<std::string> objective, strategy;     // with --tune
+  std::optional<std::string> precision, offload_cast;
   std::optional<long long> steps, recompute_depth, micro_batch, host_threads, seq_shards, checkpoint_every;
   std::optional<double> offload_ratio;
   bool make_data = false;
@@ -50,6 +51,8 @@ Overrides overrides(TrainOptions const& o) {
   ov.set("--offload-ratio", "train.offload_ratio", o.offload_ratio);
   ov.set("--host-threads", "train.host_threads", o.host_threads);
   ov.set("--seq-shards", "train.seq_shards", o.seq_shards);
+  ov.set("--precision", "train.precision", o.precision);
+  ov.set("--offload-cast", "train.offload_cast", o.offload_cast);
   if (o.seed) ov.add("--seed", "train.seed", integer_json(*o.seed));
   ov.set("--checkpoint", "train.checkpoint", o.checkpoint);
   ov.set("--checkpoint-every", "train.checkpoint_every", o.checkpoint_every);
@@ -295,6 +298,12 @@ std::function<int()> add_train_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "seed (overrides train.seed: >= 0)")->check(whole_number())->type_name("INT");
   cmd->add_option("--offload-ratio", o->offload_ratio,
                   "share of parameter bytes whose AdamW state lives on the host (overrides train.offload_ratio: 0 to 1)");
+  cmd->add_option("--precision", o->precision,
+                  "fp32, or bf16: bf16 activations and kernel weights, fp32 master state (overrides train.precision)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->add_option("--offload-cast", o->offload_cast,
+                  "bf16: where offloaded weights are rounded to bf16, device or host (overrides train.offload_cast)")
+      ->check(CLI::IsMember({"device", "host"}));
   cmd->add_option("--host-threads", o->host_threads,
                   "threads for the host optimizer, 0 = all (overrides train.host_threads: 0 to 4096)")->check(whole_number());
   cmd->add_option("--comm", o->comm, "float collectives: auto (NCCL where every rank has its own GPU), mpi, nccl "

@@ -12,6 +12,7 @@ namespace joule::scheduler {
 
 namespace {
 constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+char const* const kCastNames[] = {"device", "host"};  // TrainConfig::OffloadCast, in order
 }  // namespace
 
 std::vector<KnobInfo> const& knob_table() {
@@ -42,6 +43,11 @@ std::vector<KnobInfo> const& knob_table() {
        true, 0, "-", kNone, nullptr, "{:.0f}", " W",
        [](Knobs const& k) { return double(k.power_limit_w); }, [](Knobs& k, double v) { k.power_limit_w = int(v); },
        nullptr},
+      // Arithmetic-neutral: both placements round with one function (tests/test_training.cpp).
+      {"offload_cast", "cast on", "cast", "train.offload_cast", "offload_casts", true, true,
+       true, -1, "config", kNone, nullptr, "{:.0f}", "",
+       [](Knobs const& k) { return double(k.offload_cast); }, [](Knobs& k, double v) { k.offload_cast = int(v); },
+       [](Config const& c) { return double(int(c.train.offload_cast)); }, kCastNames, 2},
   };
   return table;
 }
@@ -67,6 +73,7 @@ std::string knob_value_text(KnobInfo const& k, double value) {
   if (std::isnan(value)) return "-";
   if (!knob_is_set(k, value)) return k.unset_text;
   if (k.special_text && value == k.special) return k.special_text;
+  if (k.value_names && value >= 0 && value < k.value_count && value == std::floor(value)) return k.value_names[int(value)];
   return fmt::format(fmt::runtime(k.format), value);
 }
 
@@ -86,7 +93,10 @@ std::string knob_table_json() {
                     {"special", k.special_text ? number(k.special) : nlohmann::json()},
                     {"special_text", k.special_text ? k.special_text : ""},
                     {"format", k.format},
-                    {"unit", k.unit}});
+                    {"unit", k.unit},
+                    {"value_names", k.value_names ? nlohmann::json(std::vector<std::string>(
+                                                        k.value_names, k.value_names + k.value_count))
+                                                  : nlohmann::json::array()}});
   return rows.dump();
 }
 

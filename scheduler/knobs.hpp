@@ -19,6 +19,7 @@ struct Knobs {
   int micro_batch = 0;       // samples per forward/backward (global batch fixed); 0: the config's
   int host_threads = -1;     // host optimizer threads (0: all); -1: the config's
   int power_limit_w = 0;     // GPU power limit; 0: not touched
+  int offload_cast = -1;     // bf16 runs: 0 the device rounds offloaded weights, 1 the host; -1: the config's
 
   // "offload 0.50, recompute 2, shards 1" (+ the optional knobs that are set).
   std::string describe() const;
@@ -49,6 +50,10 @@ struct KnobInfo {
   double (*get)(Knobs const&);
   void (*set)(Knobs&, double);
   double (*configured)(Config const&);  // the configuration's value; nullptr: not a configuration field
+  // A knob whose values are names (train.offload_cast: 0 "device", 1 "host"): value v is
+  // value_names[v] in the configuration, in texts and in the tune section; nullptr: numbers.
+  char const* const* value_names = nullptr;
+  int value_count = 0;
 };
 
 // Every knob, in the order the strategy takes them, describe() lists them and the log's and
@@ -58,10 +63,11 @@ KnobInfo const& knob(std::string const& name);  // throws std::invalid_argument 
 bool knob_is_set(KnobInfo const& k, double value);
 // The configuration field as a JSON pointer: "train.offload_ratio" -> "/train/offload_ratio".
 std::string config_pointer(KnobInfo const& k);
-// A value for people: "0.50", "2", "all", "config", "-".
+// A value for people: "0.50", "2", "all", "config", "host", "-".
 std::string knob_value_text(KnobInfo const& k, double value);
 // The table as JSON (name, label, column, config/tune fields, integer, neutral, unset and its
-// text, the special value and its text, format, unit): what readers of the run log need to label values.
+// text, the special value and its text, format, unit, value names): what readers of the run log
+// need to label values.
 std::string knob_table_json();
 
 }  // namespace joule::scheduler

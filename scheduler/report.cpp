@@ -94,6 +94,7 @@ void header_section(std::string& out, RunLogContents const& log) {
   out += fmt::format("  created {} by joule {} ({}), Kokkos {} on {}, host {}, {} process{}\n", h.created,
                      h.joule_version, h.git_commit, h.kokkos_version, h.execution_space, h.host, h.world_size,
                      h.world_size == 1 ? "" : "es");
+  if (!h.precision.empty()) out += fmt::format("  precision {}, GEMMs: {}\n", h.precision, h.gemm_path);
   for (auto const& when : h.resumed) out += fmt::format("  resumed {}\n", when);
   out += fmt::format("  strategy {}, objective {}; {} trials: {} ok, {} infeasible, {} failed\n", h.strategy,
                      h.objective, log.trials.size(), ok, infeasible, failed);

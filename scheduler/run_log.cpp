@@ -161,8 +161,14 @@ void require_length(H5File const& f, std::string const& dataset, std::size_t got
 
 Knobs read_knobs(H5File const& f, std::string const& group) {
   Knobs k;
-  for (auto const& knob : knob_table())
+  for (auto const& knob : knob_table()) {
+    // A knob newer than the log (offload_cast, issue 29) was not searched there: unset.
+    if (knob.has_unset && !f.has_attribute(group, knob.name)) {
+      knob.set(k, knob.unset);
+      continue;
+    }
     knob.set(k, knob.integer ? double(read_int(f, group, knob.name)) : f.attribute_double(group, knob.name));
+  }
   return k;
 }
 
@@ -226,6 +232,7 @@ TrialRecord read_trial(H5File const& f, std::string const& g, int index) {
   long long const bytes = f.attribute_int(g, "predicted_device_bytes");
   if (bytes < 0) damaged(f, fmt::format("attribute 'predicted_device_bytes' on {} is negative ({})", g, bytes));
   t.predicted_device_bytes = std::size_t(bytes);
+  if (f.has_attribute(g, "link_bytes_per_step")) t.link_bytes_per_step = f.attribute_double(g, "link_bytes_per_step");
   t.step_time_s = read_vector<double>(f, g + "/step_time_s");
   t.step_energy_j = read_vector<double>(f, g + "/step_energy_j");
   if (f.exists(g + "/measured_on")) {  // logs from before in-flight tuning have none
@@ -284,6 +291,8 @@ RunHeader read_header(H5File const& f) {
   h.strategy = f.attribute_string("/", "strategy");
   h.world_size = read_int(f, "/", "world_size");
   h.config_json = f.attribute_string("/", "config");
+  if (f.has_attribute("/", "precision")) h.precision = f.attribute_string("/", "precision");
+  if (f.has_attribute("/", "gemm_path")) h.gemm_path = f.attribute_string("/", "gemm_path");
   try {  // nothing may walk a configuration nested too deeply (see check_json_limits)
     check_json_limits(h.config_json, "attribute 'config' on /");
   } catch (ConfigError const& e) {
@@ -418,6 +427,8 @@ void write_header(H5File& f, RunHeader const& h, std::string const& run_id) {
   f.set_attribute("/", "strategy", h.strategy);
   f.set_attribute("/", "world_size", (long long)h.world_size);
   f.set_attribute("/", "config", h.config_json);
+  f.set_attribute("/", "precision", h.precision);
+  f.set_attribute("/", "gemm_path", h.gemm_path);
   f.set_attribute("/", "created", h.created.empty() ? now_iso() : h.created);
   f.set_attribute("/", "device_memory_budget_bytes", h.device_memory_budget_bytes);
   f.set_attribute("/", "resumed", join(h.resumed, "\n"));
@@ -698,6 +709,7 @@ void RunLogWriter::append_trial(TrialRecord const& t) {
       f.set_attribute(g, "measured_steps", (long long)t.measured_steps);
       f.set_attribute(g, "drift", t.drift);
       f.set_attribute(g, "predicted_device_bytes", (long long)t.predicted_device_bytes);
+      f.set_attribute(g, "link_bytes_per_step", t.link_bytes_per_step);
       write_doubles(f, g + "/step_time_s", t.step_time_s);
       write_doubles(f, g + "/step_energy_j", t.step_energy_j);
       std::vector<std::int32_t> const on(t.measured_on.begin(), t.measured_on.end());

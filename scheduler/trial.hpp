@@ -47,6 +47,9 @@ struct TrialRecord {
   int warmup_steps = 0, measured_steps = 0;
   double drift = kNaN;          // reference config's time per step now / at the start of the search
   std::size_t predicted_device_bytes = 0;  // the memory model's prediction
+  // Bytes the offloaded optimizer copied over the host link per measured step (gradients down,
+  // weights up; Optimizer::OffloadTimes); NaN in logs before issue 29.
+  double link_bytes_per_step = kNaN;
   std::vector<double> step_time_s, step_energy_j;  // every measured step
   // The training step each measurement was taken on ([measured_steps]): in flight the run's own
   // steps, offline the steps of the trial's own trainer. Empty in logs written before in-flight tuning (issue 16).

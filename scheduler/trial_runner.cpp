@@ -76,6 +76,8 @@ std::vector<double> TrialRunner::candidate_values(KnobInfo const& knob) const {
   if (name == "micro_batch") values = numbers(settings_.micro_batches);
   if (name == "host_threads") values = numbers(settings_.host_threads);
   if (name == "power_limit_w") values = numbers(settings_.power_limits_w);
+  // Only a bf16 run has a cast to place (fp32 weights cross as they are either way).
+  if (name == "offload_cast" && base_.train.precision == Precision::bf16) values = numbers(settings_.offload_casts);
   if (values.empty() && knob.has_unset) values.push_back(knob.unset);  // not searched: the configuration's
   return values;
 }
@@ -104,7 +106,9 @@ Config TrialRunner::config_for(Knobs const& k, int steps) const {
     // change there, Trainer::reconfigure).
     if (!knob.configured || !knob_is_set(knob, v) || v == knob.configured(base_)) continue;
     auto& field = j[nlohmann::json::json_pointer(config_pointer(knob))];
-    field = knob.integer ? nlohmann::json((long long)v) : nlohmann::json(v);
+    field = knob.value_names ? nlohmann::json(knob.value_names[int(v)])
+            : knob.integer   ? nlohmann::json((long long)v)
+                             : nlohmann::json(v);
   }
   auto& t = j["train"];
   if (steps > 0) {
@@ -117,7 +121,11 @@ Config TrialRunner::config_for(Knobs const& k, int steps) const {
 
 std::size_t TrialRunner::predicted_device_bytes(Knobs const& k) const {
   int const micro = k.micro_batch > 0 ? k.micro_batch : base_.train.micro_batch;
-  return memory_need(base_.model, micro, k.recompute_depth, k.seq_shards, k.offload_ratio).device_bytes();
+  bool const cast_on_host = k.offload_cast >= 0 ? k.offload_cast == 1
+                                               : base_.train.offload_cast == TrainConfig::OffloadCast::host;
+  return memory_need(base_.model, micro, k.recompute_depth, k.seq_shards, k.offload_ratio, base_.train.precision,
+                     cast_on_host)
+      .device_bytes();
 }
 
 void TrialRunner::set_leader(double objective, double ci_relative) {
@@ -290,6 +298,7 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_tr
     ended();
     auto const before = regions_.stats(/*settle=*/true);
     double const t_measure = monitor_.sampler().now();
+    auto const link_before = trainer->optimizer().offload_times();
     std::vector<double> per_step_objective;
     for (r.repeats = 1;; ++r.repeats) {
       auto const s = run_steps(*trainer, settings_.measured_steps, live != nullptr, for_trial);
@@ -306,6 +315,11 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_tr
       if (clearly_worse(now, r.ci_relative, leader_objective_, leader_ci_)) break;  // racing: no more rounds
     }
     r.measured_steps = int(r.step_time_s.size());
+    {
+      auto const link = trainer->optimizer().offload_times();
+      r.link_bytes_per_step = (link.bytes_to_host + link.bytes_to_device - link_before.bytes_to_host -
+                               link_before.bytes_to_device) / std::max(1, r.measured_steps);
+    }
     r.time_per_step_s = median(r.step_time_s);
     r.energy_per_step_j = median(r.step_energy_j);
     r.objective = objective_value(settings_.objective, r.energy_per_step_j, r.time_per_step_s, settings_.objective.p_max_w);

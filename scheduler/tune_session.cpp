@@ -14,9 +14,12 @@ std::string trial_line(TrialRecord const& r, std::string const& note) {
   if (!r.ok())
     return fmt::format("  trial {:>3}  {:<40} {:<10} {}{}\n", r.index, r.knobs.describe(), to_string(r.status), r.reason,
                        note);
-  return fmt::format("  trial {:>3}  {:<40} {:7.1f} ms/step {:9.3f} J/step  objective {:.4g}  (+-{:.1f}%, {} steps){}\n",
+  std::string const link = std::isfinite(r.link_bytes_per_step) && r.link_bytes_per_step > 0
+                               ? fmt::format(", link {:.3g} MB/step", r.link_bytes_per_step / 1e6)
+                               : "";
+  return fmt::format("  trial {:>3}  {:<40} {:7.1f} ms/step {:9.3f} J/step  objective {:.4g}  (+-{:.1f}%, {} steps{}){}\n",
                      r.index, r.knobs.describe(), 1e3 * r.time_per_step_s, r.energy_per_step_j, r.objective,
-                     100 * r.ci_relative, r.measured_steps, note);
+                     100 * r.ci_relative, r.measured_steps, link, note);
 }
 
 TuneSession::TuneSession(TrialRunner& runner, TuneSettings const& settings, std::ostream* progress)

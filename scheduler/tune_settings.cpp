@@ -120,6 +120,21 @@ TuneSettings parse_tune_settings(Config const& config) {
                                 std::to_string(config.train.batch) + " (the global batch stays fixed)");
   s.host_threads = list<int>(t, "host_threads", 0, 4096);
   s.power_limits_w = list<int>(t, "power_limits_w", 1, 100000);  // watts; needs NVML and privileges
+  if (t.contains("offload_casts")) {
+    auto const& v = t.at("offload_casts");
+    if (!v.is_array() || v.empty()) fail_field("offload_casts", "must be a non-empty list of \"device\" and \"host\"");
+    for (auto const& item : v) {
+      std::string const name = item.is_string() ? item.get<std::string>() : item.dump();
+      if (name != "device" && name != "host")
+        fail_field("offload_casts", "contains " + (item.is_string() ? "\"" + name + "\"" : name) +
+                                        "; allowed: \"device\", \"host\"");
+      int const cast = name == "host" ? 1 : 0;
+      if (std::find(s.offload_casts.begin(), s.offload_casts.end(), cast) == s.offload_casts.end())
+        s.offload_casts.push_back(cast);
+    }
+    if (config.train.precision != Precision::bf16)
+      fail_field("offload_casts", "is for bf16 runs (train.precision \"bf16\"): an fp32 run has no cast to place");
+  }
   s.warmup_steps = number<int>(t, "warmup_steps", s.warmup_steps, 0, 1000);
   s.measured_steps = number<int>(t, "measured_steps", s.measured_steps, 2, 10000);
   s.max_repeats = number<int>(t, "max_repeats", s.max_repeats, 1, 100);

@@ -20,6 +20,7 @@ struct TuneSettings {
   std::vector<int> micro_batches;           // empty: train.micro_batch only (each must divide batch)
   std::vector<int> host_threads;            // empty: train.host_threads only
   std::vector<int> power_limits_w;          // empty: GPU power limits never touched
+  std::vector<int> offload_casts;           // "offload_casts": ["device", "host"] (bf16 runs); empty: the config's
   int warmup_steps = 2, measured_steps = 4, max_repeats = 3;
   double ci_target = 0.05;                  // stop repeating when the objective's relative 95% CI is below
   int reference_every = 6;                  // re-measure the reference config after this many trials

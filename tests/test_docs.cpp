@@ -391,3 +391,37 @@ TEST_CASE("docs: run-log.md lists every group, dataset and attribute the run-log
   if (!wrong_kind.empty()) problems += "listed as the wrong kind of object:" + joined(wrong_kind) + "\n";
   if (!problems.empty()) FAIL_CHECK(problems);
 }
+
+// ---- precision -----------------------------------------------------------------------------------
+
+TEST_CASE("docs: design.md's precision table is core/precision/precision.hpp's, row for row", "[docs]") {
+  std::istringstream doc(read_text(JOULE_SOURCE_DIR "/docs/design.md"));
+  std::vector<std::vector<std::string>> rows;
+  bool in_table = false;
+  for (std::string line; std::getline(doc, line);) {
+    if (line.rfind("| kind of tensor |", 0) == 0) {
+      in_table = true;
+      continue;
+    }
+    if (!in_table) continue;
+    if (line.empty() || line[0] != '|') break;
+    if (line.rfind("|---", 0) == 0) continue;
+    std::vector<std::string> cells;
+    std::stringstream cells_text(line.substr(1));
+    for (std::string cell; std::getline(cells_text, cell, '|');) {
+      auto const b = cell.find_first_not_of(' '), e = cell.find_last_not_of(' ');
+      cells.push_back(b == std::string::npos ? "" : cell.substr(b, e - b + 1));
+    }
+    rows.push_back(cells);
+  }
+  REQUIRE(rows.size() == std::size(joule::kHeldPrecision));
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    auto const& want = joule::kHeldPrecision[i];
+    INFO("row " << i + 1 << " of the table in docs/design.md");
+    REQUIRE(rows[i].size() >= 3);
+    CHECK(rows[i][0] == want.name);
+    CHECK(rows[i][1] == (want.bf16_in_bf16_runs ? "bf16" : "fp32"));
+    CHECK(rows[i][2] == want.why);
+    CHECK(&joule::held_precision(want.held) == &want);  // every kind has its own row
+  }
+}

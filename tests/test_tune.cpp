@@ -68,6 +68,17 @@ TEST_CASE("tune settings: defaults, values, and clear errors", "[tune]") {
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"offload", {0}}})),
                       Contains("unknown field tune.offload") && Contains("offload_ratios"));
   REQUIRE(parse_tune_settings(with_tune(j, {{"power_limits_w", {300, 450}}})).power_limits_w == std::vector<int>{300, 450});
+  // Cast placements: names, each once, and only for bf16 runs (an fp32 run has no cast to place).
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"offload_casts", {"host"}}})), Contains("is for bf16 runs"));
+  {
+    auto b = j;
+    b["train"]["precision"] = "bf16";
+    REQUIRE(parse_tune_settings(with_tune(b, {{"offload_casts", {"host", "device", "host"}}})).offload_casts ==
+            std::vector<int>{1, 0});
+    REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(b, {{"offload_casts", {"gpu"}}})),
+                        Contains("tune.offload_casts contains \"gpu\"; allowed: \"device\", \"host\""));
+    REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(b, {{"offload_casts", {1}}})), Contains("tune.offload_casts contains 1"));
+  }
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"power_limits_w", {0}}})), Contains("tune.power_limits_w[0]"));
   // 64-bit values are judged before conversion to int (2^32 + 1 wrapped to 1 and passed).
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"warmup_steps", 4294967297LL}})),
@@ -96,15 +107,16 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
   for (std::size_t i = 0; i < space.size(); ++i)
     for (std::size_t other = i + 1; other < space.size(); ++other) REQUIRE(space[i] != space[other]);
   Knobs set;
-  set.offload_ratio = 0.5, set.recompute_depth = 2, set.micro_batch = 6, set.host_threads = 1;
+  set.offload_ratio = 0.5, set.recompute_depth = 2, set.micro_batch = 6, set.host_threads = 1, set.offload_cast = 1;
   auto const trial = runner.config_for(set, 5);
+  REQUIRE(trial.train.offload_cast == TrainConfig::OffloadCast::host);  // written as its name
   for (auto const& knob : knob_table()) {
     if (!knob.configured) continue;
     INFO(knob.config_field);
     REQUIRE(knob.configured(trial) == knob.get(set));
   }
   Knobs unset = set;
-  unset.micro_batch = 0, unset.host_threads = -1;  // not searched: the configuration's values stay
+  unset.micro_batch = 0, unset.host_threads = -1, unset.offload_cast = -1;  // not searched: the configuration's values stay
   auto const kept = runner.config_for(unset, 5);
   REQUIRE(kept.train.micro_batch == cfg.train.micro_batch);
   REQUIRE(kept.train.host_threads == cfg.train.host_threads);

@@ -13,6 +13,7 @@ struct BenchOptions {
   bool ops = true;                  // the operator suite (preset)
   bool steps = false;               // the whole-step suite (step_shapes)
   std::vector<std::string> step_shapes;  // names from bench_step.hpp; empty: the default three
+  std::string precision = "fp32";        // the step suite's train.precision: fp32 or bf16
 };
 
 int run_bench(BenchOptions const& options);

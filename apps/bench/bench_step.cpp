@@ -170,9 +170,9 @@ StepFlops step_flops(StepShape const& s) {
 }
 
 StepRuns run_training_steps(ModelConfig const& config, int batch, int recompute_depth, int steps,
-                            std::function<void(int)> const& before_step) {
+                            std::function<void(int)> const& before_step, Precision precision) {
   Space space;
-  Model model(config, batch, recompute_depth);
+  Model model(config, batch, recompute_depth, {}, precision);
   model.init_parameters(/*seed=*/1);
   OptimizerSettings settings;
   settings.beta1 = kStepBeta1, settings.beta2 = kStepBeta2, settings.eps = kStepEps;
@@ -200,13 +200,13 @@ StepRuns run_training_steps(ModelConfig const& config, int batch, int recompute_
   return runs;
 }
 
-StepMeasurement measure_step(StepShape const& s, int repeats) {
+StepMeasurement measure_step(StepShape const& s, int repeats, Precision precision) {
   if (repeats < 1) throw std::invalid_argument("repeats must be >= 1");
   ModelConfig const config = model_config(s);
   StepMeasurement out;
   out.flops = step_flops(s);
   {
-    StepRuns const runs = run_training_steps(config, s.batch, /*recompute_depth=*/0, repeats + 1);
+    StepRuns const runs = run_training_steps(config, s.batch, /*recompute_depth=*/0, repeats + 1, {}, precision);
     out.first_loss = runs.losses[0];  // warm-up: first touch, OpenBLAS buffers
     std::vector<double> const t(runs.seconds.begin() + 1, runs.seconds.end());
     out.median_s = median_of(t);
@@ -221,17 +221,18 @@ StepMeasurement measure_step(StepShape const& s, int repeats) {
   return out;
 }
 
-void run_step_bench(std::vector<std::string> const& shape_names, int repeats, nlohmann::json& report) {
+void run_step_bench(std::vector<std::string> const& shape_names, int repeats, nlohmann::json& report,
+                    Precision precision) {
   if (repeats < 1) throw std::invalid_argument("--repeats must be >= 1");
   fmt::print("joule bench --suite step: whole training steps (forward, backward, clip, AdamW), {} {} threads, "
-             "float32, median of {} after a warm-up step\n",
-             Space::name(), Space().concurrency(), repeats);
+             "{} (GEMMs: {}), median of {} after a warm-up step\n",
+             Space::name(), Space().concurrency(), precision_name(precision), gemm_path(precision), repeats);
   fmt::print("{:<8} {:>12} {:>7} {:>8} {:>10} {:>11} {:>9} {:>9} | {:>12} {:>10} {:>11}\n", "shape",
              "B x S", "layers", "C/heads", "GFLOP", "median ms", "GFLOP/s", "loss@1", "gemm GFLOP/s",
              "limit ms", "limit/step");
   for (auto const& name : shape_names) {
     StepShape const& s = step_shape(name);
-    StepMeasurement const r = measure_step(s, repeats);
+    StepMeasurement const r = measure_step(s, repeats, precision);
     for (double x : {r.median_s, r.first_loss, r.gemm_seconds, r.limit_seconds(), r.limit_fraction()})
       if (!finite_positive(x))
         throw std::runtime_error(
@@ -258,6 +259,8 @@ void run_step_bench(std::vector<std::string> const& shape_names, int repeats, nl
                    {"image_tokens", s.image_tokens()}, {"text_len", s.text_len}, {"seq", s.seq()},
                    {"vocab", kVocabSize}, {"tie_embeddings", true}}},
         {"batch", s.batch},
+        {"precision", precision_name(precision)},
+        {"gemm_path", gemm_path(precision)},
         {"optimizer", {{"lr", kStepLearningRate}, {"beta1", kStepBeta1}, {"beta2", kStepBeta2},
                        {"eps", kStepEps}, {"weight_decay", kStepWeightDecay}, {"grad_clip", kStepGradClip}}},
         {"median_s", r.median_s},

@@ -78,15 +78,16 @@ struct StepRuns {
   std::vector<double> seconds, losses;
 };
 StepRuns run_training_steps(ModelConfig const& config, int batch, int recompute_depth, int steps,
-                            std::function<void(int)> const& before_step = {});
+                            std::function<void(int)> const& before_step = {}, Precision precision = Precision::fp32);
 ModelConfig model_config(StepShape const& s);
 
 // Times warm-up + `repeats` fenced training steps of the shape (median), then its GEMMs.
-StepMeasurement measure_step(StepShape const& s, int repeats);
+StepMeasurement measure_step(StepShape const& s, int repeats, Precision precision = Precision::fp32);
 
 // Runs, prints and adds report["steps"] (one entry per shape, every figure bench_torch.py needs).
 // Throws std::runtime_error if a figure is not finite and positive.
-void run_step_bench(std::vector<std::string> const& shape_names, int repeats, nlohmann::json& report);
+void run_step_bench(std::vector<std::string> const& shape_names, int repeats, nlohmann::json& report,
+                    Precision precision = Precision::fp32);
 
 // The learning rate and optimizer settings of the benchmark step (also written to the JSON).
 inline constexpr double kStepLearningRate = 1e-3;

@@ -139,8 +139,11 @@ def knobs_text(g):
         v = number(attr(g, k["name"]))
         if math.isnan(v) or (k.get("unset") is not None and v == k["unset"]):
             continue
+        names = k.get("value_names") or []
         if k.get("special") is not None and v == k["special"]:
             value = k.get("special_text", "")
+        elif names and v == int(v) and 0 <= int(v) < len(names):
+            value = names[int(v)]
         else:
             value = k.get("format", "{}").format(v)
         parts.append(f"{k.get('label', k['name'])} {value}{k.get('unit', '')}")
