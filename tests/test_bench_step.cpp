@@ -53,3 +53,21 @@ TEST_CASE("bench step: a tiny measured step has finite, positive, consistent fig
   CHECK(r.limit_fraction() > 0);
   CHECK_THROWS_AS(joule::apps::step_shape("huge"), std::invalid_argument);
 }
+
+TEST_CASE("bench step: the gh200 shape is apps/configs/gh200-350m.json's model at its micro-batch", "[bench][step]") {
+  auto const cfg = joule::load_config(JOULE_SOURCE_DIR "/apps/configs/gh200-350m.json");
+  auto const& s = joule::apps::step_shape("gh200");
+  auto const& m = cfg.model;
+  CHECK(s.layers == m.layers);
+  CHECK(s.d_model == m.d_model);
+  CHECK(s.heads == m.heads);
+  CHECK(s.mlp() == m.mlp_hidden());
+  CHECK(s.image_size == m.image_size);
+  CHECK(s.patch_size == m.patch_size);
+  CHECK(m.channels == 3);
+  CHECK(m.frames == 1);
+  CHECK(m.tie_embeddings);
+  CHECK(s.text_len == m.text_len);
+  CHECK(s.batch == cfg.train.micro_batch);
+  CHECK(cfg.train.precision == joule::Precision::bf16);
+}

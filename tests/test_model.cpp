@@ -284,7 +284,10 @@ TEST_CASE("model: bf16 forward and backward follow fp32 on the same weights, wit
   // (measured: loss 5e-6, logits 4e-3, gradients 3e-3 relative).
   REQUIRE(std::abs(loss16 - loss32) <= 1e-3 * loss32);
   REQUIRE(logits16 != logits32);  // it is not the fp32 model
-  for (float x : logits16) REQUIRE(float(bf16(x)) == x);  // every logit is a bf16 value
+  // Logits are fp32 (kHeldPrecision): most are no bf16 value.
+  std::size_t not_bf16 = 0;
+  for (float x : logits16) not_bf16 += float(bf16(x)) != x;
+  REQUIRE(not_bf16 > logits16.size() / 2);
   CHECK(relative_l2(logits16, logits32) < 0.02);
   // Gradients group by group (fp32 sums of bf16 products): close to fp32's in norm and direction.
   std::vector<std::string> names;

@@ -34,8 +34,14 @@ constexpr StepShape kStepShapes[] = {
     {"medium", "the GEMM-bound goal's shape", 6, 384, 6, 64, 8, 64, 8},
     {"wide", "ViT-Base width", 2, 768, 12, 32, 8, 48, 8},
     {"tiny", "for smoke tests", 1, 64, 4, 16, 8, 12, 2},
+    // apps/configs/gh200-350m.json's model at its micro-batch (tests/test_bench_step.cpp checks
+    // they agree): a GPU's shape, minutes a step on a CPU.
+    {"gh200", "apps/configs/gh200-350m.json (352M parameters)", 28, 1024, 16, 224, 16, 64, 32},
 };
 constexpr int kDefaultStepShapes = 3;  // small, medium, wide
+// NVIDIA's dense bf16 tensor-core peak of an H100/H200 SXM (989.4 TFLOP/s at 1,830 MHz boost): the
+// denominator of model FLOPs utilisation.
+constexpr double kHopperBf16PeakFlops = 989.4e12;
 
 // Random pixels; each caption BOS, random bytes, EOS (no padding: every text position but the
 // last has a target).
@@ -273,6 +279,13 @@ void run_step_bench(std::vector<std::string> const& shape_names, int repeats, nl
         {"limit_fraction", r.limit_fraction()},
     });
   }
+  if (bf16_gemm_on_cublaslt<Space>() && held_in_bf16(precision, Held::kernel_weights))
+    for (auto const& r : report["steps"])
+      if (r.value("precision", "") == precision_name(precision))
+        fmt::print("{}: {:.1f} TFLOP/s, {:.1f}% of the {:.0f} TFLOP/s of dense bf16 on an H100/H200 SXM (model FLOPs "
+                   "utilisation)\n",
+                   r["name"].get<std::string>(), r["gflops"].get<double>() * 1e-3,
+                   100 * r["gflops"].get<double>() * 1e9 / kHopperBf16PeakFlops, kHopperBf16PeakFlops * 1e-12);
   fmt::print("limit ms: the step's FLOPs (GEMMs + attention) at the KokkosBlas::gemm rate of the step's own GEMM "
              "calls (timed here); limit/step = limit ms / median ms\n");
 }

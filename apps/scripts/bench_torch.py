@@ -15,7 +15,8 @@ and times are taken after torch.cuda.synchronize(). CPU threads: as many as joul
 OMP_WAIT_POLICY=PASSIVE unless set (see the import of torch below: Debian's torch otherwise spins
 its OpenMP threads against its OpenBLAS threads).
 
-Whole training steps (`joule bench --suite step` or `--suite all`: the JSON's "steps"): each
+Whole training steps (`joule bench --suite step` or `--suite all`: the JSON's "steps"; with
+`--precision bf16` PyTorch's step runs under torch.autocast(dtype=torch.bfloat16)): each
 shape is rebuilt in PyTorch from the JSON's model entry and timed as one step = forward, loss,
 loss.backward(), clip_grad_norm_(1.0), AdamW.step(), zero_grad(set_to_none=True) (median of the
 repeats after a warm-up step, whose loss is printed next to joule's: both near ln 259 = 5.56).
@@ -261,9 +262,13 @@ def time_torch_step(entry, repeats):
     opt = torch.optim.AdamW(model.parameter_groups(opt_cfg["weight_decay"]), lr=opt_cfg["lr"],
                             betas=(opt_cfg["beta1"], opt_cfg["beta2"]), eps=opt_cfg["eps"])
     images, tokens, targets = step_batch(entry["model"], entry["batch"])
+    # joule's bf16 steps (`--precision bf16`: bf16 activations and weight copies, fp32 master state)
+    # against PyTorch's usual mixed precision: autocast to bfloat16 around fp32 parameters.
+    bf16 = entry.get("precision", "fp32") == "bf16"
 
     def step():
-        loss = model(images, tokens, targets)
+        with torch.autocast(device_type=DEVICE.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = model(images, tokens, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), opt_cfg["grad_clip"])
         opt.step()
@@ -282,7 +287,9 @@ def time_torch_step(entry, repeats):
 
 
 def print_steps(steps, repeats):
-    print(f"\nwhole training steps (forward, backward, clip, AdamW), median of {repeats} after a warm-up step")
+    precision = steps[0].get("precision", "fp32") if steps else "fp32"
+    print(f"\nwhole training steps (forward, backward, clip, AdamW), {precision} (PyTorch: "
+          f"{'autocast to bfloat16' if precision == 'bf16' else 'float32'}), median of {repeats} after a warm-up step")
     print(f"{'shape':<8} {'B x S':>10} {'L':>3} {'C':>5} {'joule ms':>10} {'torch ms':>10} "
           f"{'joule/torch':>12} {'loss@1 joule':>13} {'loss@1 torch':>13}")
     limit_lines = []

@@ -10,6 +10,10 @@
 #   1 tests_gpu        the GPU tests of ordering and of bitwise offload: ctest -R JOULE_DEVICE_TESTS
 #   2 step_medium      one whole training step of apps/configs/medium.json's shape, timed
 #                      (joule bench --suite step --step-shapes medium)
+#   2 step_bf16        the same step in bf16 (cuBLASLt), and apps/configs/gh200-350m.json's bf16
+#                      step with its model FLOPs utilisation
+#   2 offload_cast     bf16 offload at ratio 1, the cast on the device and on the host: time, NVML
+#                      energy and bytes over the link per step (apps/configs/tiny-bf16-cast.json)
 #   3 energy_probe     joule energy probe (NVML must be found)
 #   4 bench_ops, bench_torch   the operators at GPU size, and the same shapes through PyTorch
 #                      (attention against F.scaled_dot_product_attention) where PyTorch has CUDA
@@ -36,7 +40,7 @@
 #                             likewise (JOULE_DEVICE_MORE_TARGETS)
 #   JOULE_DEVICE_MPI          auto (default: with MPI if mpicxx and mpiexec are there), on, off
 #   JOULE_DEVICE_CMAKE_ARGS   more configure arguments (e.g. -DMPIEXEC_EXECUTABLE=$(which srun))
-#   JOULE_DEVICE_BUILD_LIMIT  the build step's limit (default 220 s; a machine with fewer cores
+#   JOULE_DEVICE_BUILD_LIMIT  the build step's limit (default 200 s; a machine with fewer cores
 #                             needs more, and a larger --budget with it)
 #   JOULE_DEVICE_PRESET       the CMake preset (default gh200; cpu runs every step on a CPU build
 #                             against an OpenMP Kokkos: the script's own rehearsal, no GPU meant)
@@ -66,7 +70,7 @@ mkdir -p "$out" "$work" && out="$(cd "$out" && pwd)" && work="$(cd "$work" && pw
 case "$work/" in "$out"/*) echo "device_check.sh: the work folder $work must not be inside OUT_DIR $out (only results go back)" >&2; exit 2 ;; esac
 build="$work/build" logs="$work/logs"
 rm -rf "$logs" && mkdir -p "$logs"
-rm -f "$out/summary.txt" "$out/logs.tar.gz" "$out/machine.txt" "$out/bench.json" "$out/step.json"
+rm -f "$out/summary.txt" "$out/logs.tar.gz" "$out/machine.txt" "$out/bench.json" "$out/step.json" "$out/step_bf16.json"
 jobs="$(nproc)"
 preset="${JOULE_DEVICE_PRESET:-gh200}"
 start=$SECONDS
@@ -101,6 +105,8 @@ publish() {
     done
     grep -hE "^medium " "$logs/step_medium.log" 2>/dev/null | sed 's/^/  step (ms, GFLOP\/s ...): /'
     grep -hE "^shape " "$logs/step_medium.log" 2>/dev/null | head -1 | sed 's/^/  step columns:         /'
+    grep -hE "^(medium|gh200) |TFLOP/s, .* of the" "$logs/step_bf16.log" 2>/dev/null | sed 's/^/  bf16 step: /'
+    grep -hE "^ +trial " "$logs/offload_cast.log" 2>/dev/null | sed 's/^/  cast: /'
     grep -hE "^source" "$logs/energy_probe.log" 2>/dev/null | head -4 | sed 's/^/  energy: /'
     grep -hE "^(block|linear_qkv|attention_causal|attention_prefix) " "$logs/bench_ops.log" 2>/dev/null | sed 's/^/  joule bench: /'
     grep -hE "^attention.*TFLOP/s|^geometric mean|^medium" "$logs/bench_torch.log" 2>/dev/null | sed 's/^/  torch: /'
@@ -215,7 +221,7 @@ joule="$build/apps/joule"
 if [ $configured = 1 ]; then
   # Only what is run: the joule command and step 1's test executables.
   read -r -a build_targets <<<"joule $targets"
-  step build "${JOULE_DEVICE_BUILD_LIMIT:-220}" host cmake --build "$build" -j "$jobs" --target "${build_targets[@]}" || built=0
+  step build "${JOULE_DEVICE_BUILD_LIMIT:-200}" host cmake --build "$build" -j "$jobs" --target "${build_targets[@]}" || built=0
 else
   note build "not run (configure failed)" "-"; built=0
 fi
@@ -223,7 +229,7 @@ fi
 
 # --- 1. The GPU tests of ordering and of bitwise offload -------------------------------------------
 if [ $built = 1 ] && [ -n "$targets" ]; then
-  step tests_gpu 85 gpu ctest --test-dir "$build" -R "$tests_re" --output-on-failure --no-tests=error -j 4 --timeout 75
+  step tests_gpu 60 gpu ctest --test-dir "$build" -R "$tests_re" --output-on-failure --no-tests=error -j 4 --timeout 75
 else
   note tests_gpu "not run (no build, or no test matches /$tests_re/)" "-"
 fi
@@ -233,6 +239,15 @@ if [ $built = 1 ]; then
   step step_medium 40 gpu "$joule" bench --suite step --step-shapes medium --repeats 10 --json "$out/step.json"
 else
   note step_medium "not run (no joule)" "-"
+fi
+
+# --- 2b. bf16: the medium step and the GH200 configuration's step on tensor cores; the cast placement ---
+if [ $built = 1 ]; then
+  step step_bf16 35 gpu "$joule" bench --suite step --step-shapes medium,gh200 --precision bf16 --repeats 5 --json "$out/step_bf16.json"
+  step offload_cast 20 gpu "$joule" tune --config "$repo/apps/configs/tiny-bf16-cast.json" --make-data --data "$work/shapes.h5" \
+    --out "$work/cast-$(date +%Y%m%d-%H%M%S).h5" --no-train
+else
+  note step_bf16 "not run (no joule)" "-"
 fi
 
 # --- 3. Energy: NVML must be found --------------------------------------------------------------------
@@ -255,8 +270,8 @@ if [ $built = 1 ]; then
     note bench_torch "not run (bench_ops wrote no bench.json)" "-"
   else
     # The operators, then (if step_medium wrote it) the same whole step in PyTorch.
-    step bench_torch 35 gpu bash -c 'PYTHONUNBUFFERED=1 python3 "$1" --device cuda "$2" && { [ ! -s "$3" ] || PYTHONUNBUFFERED=1 python3 "$1" --device cuda "$3"; }' \
-      _ "$repo/apps/scripts/bench_torch.py" "$out/bench.json" "$out/step.json"
+    step bench_torch 30 gpu bash -c 'PYTHONUNBUFFERED=1 python3 "$1" --device cuda "$2" && { [ ! -s "$3" ] || PYTHONUNBUFFERED=1 python3 "$1" --device cuda "$3"; } && { [ ! -s "$4" ] || PYTHONUNBUFFERED=1 python3 "$1" --device cuda "$4"; }' \
+      _ "$repo/apps/scripts/bench_torch.py" "$out/bench.json" "$out/step.json" "$out/step_bf16.json"
   fi
 else
   note bench_ops "not run (no joule)" "-"
@@ -264,7 +279,7 @@ fi
 
 # --- 5. A short tune, measured with NVML ---------------------------------------------------------------
 if [ $built = 1 ]; then
-  step tune 25 gpu "$joule" tune --make-data --data "$work/shapes.h5" --out "$work/tune-$(date +%Y%m%d-%H%M%S).h5" \
+  step tune 20 gpu "$joule" tune --make-data --data "$work/shapes.h5" --out "$work/tune-$(date +%Y%m%d-%H%M%S).h5" \
     --no-train --warmup-steps 1 --measured-steps 2 --max-repeats 1
 else
   note tune "not run (no joule)" "-"

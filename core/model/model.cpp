@@ -71,9 +71,10 @@ MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_de
   // attention's log-sum-exp in fp32.
   std::size_t const per_block_a = N * (7 * C + 2 * M) + (sharded ? B * S * 4 * C / P : 0);
   std::size_t const per_block_f = N * 4 + B * H * S;
-  e.activations = a * (Ni * Fp + Ni * C + Nt * C + (L + 1) * N * C + kept_blocks * per_block_a + N * C + N * V +
+  std::size_t const l = held_bytes(precision, Held::logits);
+  e.activations = a * (Ni * Fp + Ni * C + Nt * C + (L + 1) * N * C + kept_blocks * per_block_a + N * C +
                        (sharded ? B * S * C : 0)) +
-                  f * (kept_blocks * per_block_f + 4 * N);
+                  l * N * V + f * (kept_blocks * per_block_f + 4 * N);
   std::size_t const stat = BlockWorkspace<float, DeviceMemory>::column_sum_scratch_for(sharded_shape);
   e.workspace = f * (B * m.frames * m.channels * m.image_size * m.image_size) + i32 * (Nt + N) +
                 i32 * (std::size_t(detail::embedding_rank_blocks(int(Nt))) * V + 1 + 2 * Nt + V + 1) +
@@ -83,6 +84,7 @@ MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_de
                 a * (N * (6 * C + M) + 2 * N * C + N * C + Ni * C + Nt * C) + f * (B * H * S);  // backward scratch, delta
   if (sharded)  // d_qkv_heads, d_att_heads, d_x0, the all-to-all send and receive buffers
     e.workspace += a * (B * S * 4 * C / P + B * S * C + 2 * N * 3 * C);
+  if (l != a) e.workspace += a * N * V;  // d_logits of their own (the same buffer when they are one type)
   if (held_in_bf16(precision, Held::activations)) {  // the bf16 GEMMs' scratch
     auto const g = model_gemm_scratch(m, batch, seq_shards);
     e.workspace += bf16_gemm_on_cublaslt<ExecSpace>() ? detail::kCublasLtWorkspaceBytes : f * (g.a + g.b + g.c);
@@ -107,6 +109,7 @@ template <Precision P>
 struct ModelPass {
   using A = held_t<P, Held::activations>;
   using R = held_t<P, Held::statistics>;
+  using L = held_t<P, Held::logits>;
   static_assert(std::is_same_v<A, held_t<P, Held::activation_gradients>> && std::is_same_v<A, held_t<P, Held::kernel_weights>>,
                 "the operators take activations, their gradients and the weights in one type");
   static_assert(std::is_same_v<R, compute_t<A>>, "statistics are what the kernels compute in");
@@ -118,7 +121,8 @@ struct ModelPass {
   std::vector<BlockActivations<A, DeviceMemory>> block_acts;  // blocks k..L-1 (+ one shared for 0..k-1)
   Tensor2<A, DeviceMemory> lnf;                           // [B*S/P, C]
   Tensor1<R, DeviceMemory> lnf_mean, lnf_rstd, ce_lse, ce_losses;  // [B*S/P]
-  Tensor2<A, DeviceMemory> logits;                        // [B*S/P, V], gradient in place
+  Tensor2<L, DeviceMemory> logits;                        // [B*S/P, V]
+  Tensor2<A, DeviceMemory> d_logits;                      // [B*S/P, V]; logits themselves when L is A (in place)
   // Backward workspace (block_work.gemm: the bf16 GEMMs' scratch, shared by every linear layer).
   BlockWorkspace<A, DeviceMemory> block_work;
   Tensor2<A, DeviceMemory> d_residual[2], d_lnf, d_image_emb, d_text_emb;
@@ -144,7 +148,11 @@ struct ModelPass {
     lnf_rstd = alloc<Tensor1<R, DeviceMemory>>("act.lnf_rstd", N);
     ce_lse = alloc<Tensor1<R, DeviceMemory>>("act.ce_lse", N);
     ce_losses = alloc<Tensor1<R, DeviceMemory>>("act.ce_losses", N);
-    logits = alloc<Tensor2<A, DeviceMemory>>("act.logits", N, cfg.vocab());
+    logits = alloc<Tensor2<L, DeviceMemory>>("act.logits", N, cfg.vocab());
+    if constexpr (std::is_same_v<L, A>)
+      d_logits = logits;
+    else
+      d_logits = alloc<Tensor2<A, DeviceMemory>>("work.d_logits", N, cfg.vocab());
     Bf16GemmWorkspace<DeviceMemory> gemm;
     if constexpr (std::is_same_v<A, bf16>) {
       auto const g = model_gemm_scratch(cfg, B, shards);
@@ -226,16 +234,21 @@ void Model::update_kernel_weights(ExecSpace const& space, int group) {
     if (group < 0 || group == g) convert_precision(space, kernel_weights.group_storage(g), params.group_storage(g));
 }
 
+Tensor2<float, DeviceMemory> const& Model::logits_view() const {
+  static_assert(std::is_same_v<held_t<Precision::fp32, Held::logits>, float> &&
+                    std::is_same_v<held_t<Precision::bf16, Held::logits>, float>,
+                "fp32 logits in every precision (captioning's argmax reads them)");
+  return fp32_ ? fp32_->logits : bf16_->logits;
+}
+
 Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> Model::logits_to_host(ExecSpace const& space) const {
-  return visit_pass([&](auto const& pass) {
-    auto const& logits = pass.logits;
-    Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> out("logits_host", logits.extent(0), logits.extent(1));
-    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), logits);
-    space.fence();
-    for (std::size_t r = 0; r < out.extent(0); ++r)
-      for (std::size_t v = 0; v < out.extent(1); ++v) out(r, v) = float(widen(h(r, v)));
-    return out;
-  });
+  auto const& logits = logits_view();
+  Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> out("logits_host", logits.extent(0), logits.extent(1));
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), logits);
+  space.fence();
+  for (std::size_t r = 0; r < out.extent(0); ++r)
+    for (std::size_t v = 0; v < out.extent(1); ++v) out(r, v) = h(r, v);
+  return out;
 }
 
 void Model::init_parameters(std::uint64_t seed) {
@@ -327,7 +340,7 @@ void Model::set_tokens(ExecSpace const& space, std::int32_t const* tokens) {
 }
 
 Model::HostInts const& Model::caption_misses(ExecSpace const& space) {
-  visit_pass([&](auto const& pass) { row_argmax(space, picks_, pass.logits); });
+  row_argmax(space, picks_, logits_view());
   Kokkos::deep_copy(space, sample_result_, 0);
   auto const picks = picks_, targets = targets_, misses = sample_result_;  // by value into the kernel
   int const held = cfg_.seq_len() / shards_.size;
@@ -348,12 +361,10 @@ Model::HostInts const& Model::next_tokens(ExecSpace const& space, int position) 
   bool const here = at / held == shards_.rank;  // the shard holding the position picks; the others add 0
   auto const picks = sample_result_;
   detail::note_launch("next_tokens", batch_);
-  visit_pass([&](auto const& pass) {
-    auto const logits = pass.logits;
-    Kokkos::parallel_for(
-        label("next_tokens"), Kokkos::RangePolicy<ExecSpace>(space, 0, batch_),
-        KOKKOS_LAMBDA(int b) { picks(b) = here ? argmax_of_row(logits, b * held + at % held) : 0; });
-  });
+  auto const logits = logits_view();  // (no device lambda inside a generic one: nvcc allows none)
+  Kokkos::parallel_for(
+      label("next_tokens"), Kokkos::RangePolicy<ExecSpace>(space, 0, batch_),
+      KOKKOS_LAMBDA(int b) { picks(b) = here ? argmax_of_row(logits, b * held + at % held) : 0; });
   return sample_result_to_host(space);
 }
 
@@ -470,8 +481,8 @@ void Model::backward_pass(detail::ModelPass<P>& pass, ExecSpace const& space, do
   auto const& gemm = pass.gemm();
   int const L = cfg_.layers, n_img = cfg_.image_tokens();
   Tensor1<T, DeviceMemory> const no_bias;
-  cross_entropy_backward(space, pass.logits, pass.logits, pass.ce_lse, targets_, counted_rows_, d_loss);
-  linear_backward(space, pass.d_lnf, grads.head.lm_head, no_bias, pass.logits, pass.lnf, weights.head.lm_head, gemm);
+  cross_entropy_backward(space, pass.d_logits, pass.logits, pass.ce_lse, targets_, counted_rows_, d_loss);
+  linear_backward(space, pass.d_lnf, grads.head.lm_head, no_bias, pass.d_logits, pass.lnf, weights.head.lm_head, gemm);
   layernorm_backward(space, pass.d_residual[L % 2], grads.head.lnf_weight, grads.head.lnf_bias, pass.d_lnf,
                      pass.residual[L], weights.head.lnf_weight, pass.lnf_mean, pass.lnf_rstd, pass.column_sum_work);
   ready(L + 1);  // head (with tied embeddings its LM-head gradient goes to embed, finished last)

@@ -204,8 +204,8 @@ class Model {
   // pass goes on with earlier layers.
   void backward(ExecSpace const& space, double d_loss,
                 std::function<void(int group)> const& group_ready = {});
-  // [B*S/P, V] logits of the last forward() (overwritten by backward()), this rank's tokens, as
-  // fp32 on the host (a bf16 run holds them in bf16; the widening is exact). Waits for `space`.
+  // [B*S/P, V] logits of the last forward() (fp32 runs: overwritten by backward()), this rank's
+  // tokens, on the host. Waits for `space`.
   Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> logits_to_host(ExecSpace const& space) const;
   // The row of logits() for sample b, sequence position `position`; -1 if another shard has it.
   int logits_row(int b, int position) const;
@@ -258,10 +258,7 @@ class Model {
   HostInts const& sample_result_to_host(ExecSpace const& space);
   void require_tokens_in_vocabulary(char const* op, std::int32_t const* tokens, std::size_t n) const;
 
-  template <class F>
-  decltype(auto) visit_pass(F&& f) const {
-    return fp32_ ? f(*fp32_) : f(*bf16_);
-  }
+  Tensor2<float, DeviceMemory> const& logits_view() const;  // fp32 in every precision
   template <Precision P>
   CrossEntropyResult forward_pass(detail::ModelPass<P>& pass, ExecSpace const& space,
                                   std::function<void(int group)> const& before_group, LossSlot const& deferred);

@@ -23,6 +23,7 @@ template <class ExecutionSpace, class Out, class In, class Weight, class Bias, c
 void linear_forward(ExecutionSpace const& space, Out const& out, In const& in,
                     Weight const& weight, Bias const& bias, Work const&... work) {
   using T = typename Out::non_const_value_type;
+  using I = typename In::non_const_value_type;  // bf16 inputs may give fp32 outputs (the logits)
   int const n = in.extent(0), n_in = in.extent(1), n_out = weight.extent(0);
   bool const has_bias = bias.data() != nullptr;
   require(int(weight.extent(1)) == n_in && int(out.extent(0)) == n && int(out.extent(1)) == n_out &&
@@ -30,7 +31,7 @@ void linear_forward(ExecutionSpace const& space, Out const& out, In const& in,
           "linear_forward",
           "in " + shape_of(in) + ", weight " + shape_of(weight) + ", bias " + shape_of(bias) +
               ", out " + shape_of(out));
-  if constexpr (std::is_same_v<T, bf16>) {  // the bias is added before the one rounding
+  if constexpr (std::is_same_v<I, bf16>) {  // the bias is added before the one rounding
     auto const gemm_work = detail::workspace_of<Bf16GemmWorkspace>(work...);
     static_assert(!std::is_null_pointer_v<decltype(gemm_work)>, "linear_forward in bf16 needs a Bf16GemmWorkspace");
     if constexpr (!std::is_null_pointer_v<decltype(gemm_work)>) {

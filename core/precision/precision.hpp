@@ -29,7 +29,8 @@ inline Precision parse_precision(std::string const& text) {
 
 enum class Held {
   kernel_weights,        // the weights the forward and backward kernels read (every parameter)
-  activations,           // saved for the backward pass, and the logits
+  activations,           // saved for the backward pass
+  logits,                // the LM head's output, read by the cross-entropy and by every argmax
   activation_gradients,  // d_x of every operator
   parameter_gradients,   // accumulated over the micro-batches of a step; what the optimizer reads
   master_weights,        // what AdamW updates and checkpoints store
@@ -49,6 +50,8 @@ inline constexpr HeldPrecision kHeldPrecision[] = {
     {Held::kernel_weights, "kernel weights", true,
      "tensor-core GEMM operands; a bf16 copy of the fp32 master weights, rounded once per update"},
     {Held::activations, "activations", true, "half the bytes kept from forward to backward"},
+    {Held::logits, "logits", false,
+     "8 bits would tie the top two tokens of a confident row and turn greedy captions into misses"},
     {Held::activation_gradients, "activation gradients", true, "GEMM operands of the backward pass"},
     {Held::parameter_gradients, "parameter gradients", false,
      "summed over micro-batches and rows; offloaded groups send them to the host as they are"},
