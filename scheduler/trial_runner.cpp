@@ -91,6 +91,8 @@ std::vector<Knobs> TrialRunner::space() const {
     for (double v : values)
       for (Knobs k : out) {
         knob.set(k, v);
+        // Nothing is offloaded, so nothing is cast: one candidate, not one per placement.
+        if (std::string(knob.name) == "offload_cast" && k.offload_ratio == 0 && v != values.front()) continue;
         next.push_back(k);
       }
     out = std::move(next);

@@ -115,6 +115,18 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
     INFO(knob.config_field);
     REQUIRE(knob.configured(trial) == knob.get(set));
   }
+  {  // bf16: the cast placements are searched where something is offloaded, once where nothing is
+    auto b = j;
+    b["train"]["precision"] = "bf16";
+    Config const bf16_cfg = with_tune(b, {{"offload_ratios", {0, 0.5, 1}}, {"recompute_depths", {0}},
+                                          {"offload_casts", {"device", "host"}}});
+    TrialRunner bf16_runner(bf16_cfg, parse_tune_settings(bf16_cfg), e.monitor, e.regions, {}, {});
+    auto const bf16_space = bf16_runner.space();
+    REQUIRE(bf16_space.size() == 1 + 2 * 2);
+    int host_casts = 0;
+    for (auto const& k : bf16_space) host_casts += k.offload_cast == 1;
+    REQUIRE(host_casts == 2);
+  }
   Knobs unset = set;
   unset.micro_batch = 0, unset.host_threads = -1, unset.offload_cast = -1;  // not searched: the configuration's values stay
   auto const kept = runner.config_for(unset, 5);
