@@ -32,6 +32,7 @@ struct CaptionOptions {
   std::string checkpoint, data, images, resize = "bilinear", out;
   bool held_out = false, skip_bad_images = false;
   std::optional<long long> micro_batch, limit;
+  std::string precision;  // "": the checkpoint's train.precision
 };
 
 struct CaptionRow {
@@ -166,14 +167,17 @@ int run_caption(CaptionOptions const& o) {
   // Checked by the memory model before anything is allocated, as training is; an allocation that
   // fails all the same (memory taken meanwhile) is reported with the same figures.
   MemoryAvailable const available = available_memory();
-  if (auto const problem = inference_memory_shortfall(m, B, available); !problem.empty())
+  // The checkpoint holds fp32 master weights whatever the run's precision; its kernels run in the
+  // precision it was trained in unless --precision says otherwise.
+  Precision const precision = o.precision.empty() ? cfg.train.precision : parse_precision(o.precision);
+  if (auto const problem = inference_memory_shortfall(m, B, available, precision); !problem.empty())
     throw ConfigError(fmt::format("{}: captioning does not fit: {}", o.checkpoint, problem));
   std::optional<Model> built;
   try {
-    built.emplace(m, B, /*recompute_depth=*/m.layers);
+    built.emplace(m, B, /*recompute_depth=*/m.layers, SequenceShards{}, precision);
   } catch (std::bad_alloc const&) {
     throw std::runtime_error(fmt::format("{}: cannot allocate the model for micro-batch {}: {}", o.checkpoint, B,
-                                         memory_figures(m, B, m.layers, available_memory())));
+                                         memory_figures(m, B, m.layers, available_memory(), precision)));
   }
   Model& model = *built;
   load_checkpoint_parameters(o.checkpoint, model);
@@ -255,6 +259,9 @@ std::function<int()> add_caption_command(CLI::App& app) {
   cmd->add_option("--out", o->out, "also write (sample, reference, prediction, correct) to this .csv or .h5 file");
   cmd->add_option("--micro-batch", o->micro_batch, "samples per forward pass (default: the checkpoint's train.micro_batch)")
       ->check(whole_number())->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--precision", o->precision,
+                  "fp32 or bf16: the kernels' precision (default: the checkpoint's train.precision)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--limit", o->limit, "caption at most this many samples")->check(whole_number())->check(CLI::Range(1LL, 1LL << 40));
   return [o, cmd, data, images]() -> int {
     if (!*cmd) return -1;

@@ -215,11 +215,12 @@ std::string memory_shortfall(ModelConfig const& m, TrainConfig const& t, MemoryA
                             knobs_text(c), bytes_text(double(memory_need(m, c).device_bytes())));
 }
 
-std::string inference_memory_shortfall(ModelConfig const& m, int micro_batch, MemoryAvailable const& available) {
+std::string inference_memory_shortfall(ModelConfig const& m, int micro_batch, MemoryAvailable const& available,
+                                      Precision precision) {
   // Forward passes only, every block recomputed (the least activation memory); no optimizer.
   auto const need = [&](int b) {
     MemoryNeed n;
-    n.model = estimate_memory(m, b, m.layers);
+    n.model = estimate_memory(m, b, m.layers, 1, precision);
     return n;
   };
   MemoryNeed const n = need(micro_batch);
@@ -237,9 +238,10 @@ std::string inference_memory_shortfall(ModelConfig const& m, int micro_batch, Me
                                  : std::string("no micro-batch fits: the parameters alone do not"));
 }
 
-std::string memory_figures(ModelConfig const& m, int micro_batch, int recompute_depth, MemoryAvailable const& available) {
+std::string memory_figures(ModelConfig const& m, int micro_batch, int recompute_depth, MemoryAvailable const& available,
+                           Precision precision) {
   MemoryNeed n;
-  n.model = estimate_memory(m, micro_batch, recompute_depth);
+  n.model = estimate_memory(m, micro_batch, recompute_depth, 1, precision);
   return fmt::format("the memory model predicts {} ({}); {} free ({})", bytes_text(double(n.device_bytes())),
                      breakdown(n, true), bytes_text(available.device_bytes), available.device_source);
 }

@@ -61,9 +61,11 @@ std::string memory_summary(ModelConfig const& m, TrainConfig const& t, MemoryAva
 
 // The same for inference (`joule caption`: forward passes of `micro_batch` samples, every block
 // recomputed, no optimizer): "" when it fits, else the figures and the largest micro-batch that does.
-std::string inference_memory_shortfall(ModelConfig const& m, int micro_batch, MemoryAvailable const& available);
+std::string inference_memory_shortfall(ModelConfig const& m, int micro_batch, MemoryAvailable const& available,
+                                      Precision precision = Precision::fp32);
 // "the memory model predicts 3.1 GiB (parameters ..., ...); 2.0 GiB free (source)": for an
 // allocation that failed although the check passed (memory taken by others meanwhile).
-std::string memory_figures(ModelConfig const& m, int micro_batch, int recompute_depth, MemoryAvailable const& available);
+std::string memory_figures(ModelConfig const& m, int micro_batch, int recompute_depth, MemoryAvailable const& available,
+                           Precision precision = Precision::fp32);
 
 }  // namespace joule

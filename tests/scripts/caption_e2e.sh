@@ -157,4 +157,17 @@ if "$joule" caption --checkpoint "$work/ck.h5" --images "$work/wrong" --resize n
   echo "a 9x8 image was captioned with --resize none by an 8x8 model"; exit 1
 fi
 grep -q "big.png" "$work/err" || { cat "$work/err"; exit 1; }
+# A bf16 run's checkpoint (fp32 master weights) captions in bf16, the precision it names, as its
+# trainer's evaluation did; --precision fp32 runs the same weights in fp32.
+"$joule" train --config "$work/cfg.json" --precision bf16 --checkpoint "$work/ck16.h5" >"$work/train16.out"
+grep -qF "bf16 activations and kernel weights" "$work/train16.out"
+acc16="$(grep -o 'exact caption accuracy [0-9.]*% (12 samples)' "$work/train16.out" | tail -n 1 | grep -o '[0-9.]*%' | tr -d %)"
+"$joule" caption --checkpoint "$work/ck16.h5" --data "$work/data.h5" --held-out >"$work/caption16.out"
+got16="$(grep -o 'exactly right ([0-9.]*%)' "$work/caption16.out" | grep -o '[0-9.]*%' | tr -d %)"
+$py -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); assert abs(a - b) <= 0.05, (a, b)" "$acc16" "$got16" \
+  || { echo "bf16: the trainer said $acc16%, caption found $got16%"; exit 1; }
+"$joule" caption --checkpoint "$work/ck16.h5" --data "$work/data.h5" --held-out --precision fp32 >"$work/caption16_fp32.out"
+grep -q "exactly right" "$work/caption16_fp32.out"
+echo "bf16 checkpoint: $got16% exactly right in bf16, as its trainer said"
+
 echo "caption end to end: ok"
