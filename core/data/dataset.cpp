@@ -204,6 +204,9 @@ void Dataset::read(std::vector<std::size_t> const& samples, HostBatch& b) const 
       std::copy(tk.begin(), tk.end(), b.tokens.begin() + i * tl);
       i += run;
     }
+    // Rewritten while these rows were read (after the check above): the rows may be half old, half
+    // new. Said as that, before the tokens' values are judged.
+    check_same_file();
   } catch (io::H5Error const& e) {
     check_same_file();  // a file rewritten while it was read: say that, not what HDF5 made of it
     throw DatasetError(e.what());
