@@ -28,6 +28,8 @@ void print_version() {
              Kokkos::DefaultExecutionSpace::name(), Kokkos::DefaultExecutionSpace().concurrency());
   fmt::print("GEMMs (train.precision): fp32: {}; bf16: {}\n", joule::gemm_path(joule::Precision::fp32),
              joule::gemm_path(joule::Precision::bf16));
+  fmt::print("attention: fp32: {}; bf16: {}\n", joule::attention_path(joule::Precision::fp32),
+             joule::attention_path(joule::Precision::bf16));
 }
 
 // CLI11 says only "A subcommand is required" when the word after `joule` (or `joule data`, `joule

@@ -151,6 +151,7 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
   header.config_json = cfg.json;
   header.precision = precision_name(cfg.train.precision);
   header.gemm_path = gemm_path(cfg.train.precision);
+  header.attention_path = attention_path(cfg.train.precision);
   header.world_size = procs.size();
   header.device_memory_budget_bytes = runner.budget_bytes();
 

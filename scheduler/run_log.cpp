@@ -293,6 +293,7 @@ RunHeader read_header(H5File const& f) {
   h.config_json = f.attribute_string("/", "config");
   if (f.has_attribute("/", "precision")) h.precision = f.attribute_string("/", "precision");
   if (f.has_attribute("/", "gemm_path")) h.gemm_path = f.attribute_string("/", "gemm_path");
+  if (f.has_attribute("/", "attention_path")) h.attention_path = f.attribute_string("/", "attention_path");
   try {  // nothing may walk a configuration nested too deeply (see check_json_limits)
     check_json_limits(h.config_json, "attribute 'config' on /");
   } catch (ConfigError const& e) {
@@ -429,6 +430,7 @@ void write_header(H5File& f, RunHeader const& h, std::string const& run_id) {
   f.set_attribute("/", "config", h.config_json);
   f.set_attribute("/", "precision", h.precision);
   f.set_attribute("/", "gemm_path", h.gemm_path);
+  f.set_attribute("/", "attention_path", h.attention_path);
   f.set_attribute("/", "created", h.created.empty() ? now_iso() : h.created);
   f.set_attribute("/", "device_memory_budget_bytes", h.device_memory_budget_bytes);
   f.set_attribute("/", "resumed", join(h.resumed, "\n"));

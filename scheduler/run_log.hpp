@@ -43,8 +43,9 @@ struct RunHeader {
   // --tune: the trials are steps of the training run); older logs: offline.
   std::string tuning = "offline";
   std::string config_json;  // the full configuration as JSON text
-  // train.precision and the GEMM path it takes on this build (gemm_path()); "" in logs before issue 29.
-  std::string precision, gemm_path;
+  // train.precision, the GEMM path and the attention it takes on this build (gemm_path(),
+  // attention_path()); "" in logs before issue 29.
+  std::string precision, gemm_path, attention_path;
   std::string created;      // ISO 8601 UTC; filled in by RunLogWriter::create when empty
   int world_size = 1;
   double device_memory_budget_bytes = 0;  // 0: none given

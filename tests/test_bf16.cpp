@@ -6,6 +6,7 @@
 #include "core/precision/convert.hpp"
 #include "core/precision/gemm.hpp"
 #include "core/ops/attention.hpp"
+#include "core/ops/attention_gemm.hpp"
 #include "core/ops/cross_entropy.hpp"
 #include "core/ops/elementwise.hpp"
 #include "core/ops/embedding.hpp"
@@ -17,6 +18,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <tuple>
+#include "support/naive_attention.hpp"
 #include "support/test_support.hpp"
 
 using namespace joule;
@@ -515,4 +518,67 @@ TEMPLATE_TEST_CASE("bf16 embeddings: fp32 tables, bf16 activations, fp32 gradien
   embedding_backward(space, dwte_f, dwpe_f, dy_f, tokens, seq);
   REQUIRE(to_vector(dwte) == to_vector(dwte_f));
   REQUIRE(to_vector(dwpe) == to_vector(dwpe_f));
+}
+
+namespace {
+
+std::vector<double> doubles(std::vector<float> const& v) { return std::vector<double>(v.begin(), v.end()); }
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("bf16 attention on tensor cores (batched GEMMs around an fp32 softmax) against the definition and "
+                   "no further from it than the fused kernel",
+                   "[bf16][ops][attention]", JOULE_TEST_OP_SPACES) {
+  using Space = TestType;
+  using Mem = typename Space::memory_space;
+  Space const space;
+  Rng rng(53);
+  struct Case {
+    int batch, seq, heads, hd;
+    AttentionMask mask;
+  };
+  // Sequences no multiple of the scores' 8-column padding or of any tile; every mask; three head sizes.
+  for (Case const& k : {Case{2, 13, 3, 16, AttentionMask::causal()}, Case{2, 47, 2, 64, AttentionMask::prefix(13)},
+                        Case{1, 40, 2, 32, AttentionMask::none()}, Case{3, 9, 1, 128, AttentionMask::prefix(20)}}) {
+    int const c = k.heads * k.hd, n = k.batch * k.seq;
+    INFO("batch " << k.batch << ", seq " << k.seq << ", heads " << k.heads << ", head size " << k.hd << ", mask "
+                  << k.mask.name() << ", GEMMs: " << bf16_gemm_path<Space>());
+    Tensor2<bf16, Mem> qkv("qkv", n, 3 * c), d_out("d_out", n, c);
+    fill_bf16(qkv, rng), fill_bf16(d_out, rng);
+    auto const work = AttentionGemmWorkspace<Mem>::template for_space<Space>(k.batch * k.heads, k.seq, k.hd, "test");
+    auto const run = [&](bool gemm) {
+      Tensor2<bf16, Mem> out("out", n, c), d_qkv("d_qkv", n, 3 * c);
+      Tensor2<float, Mem> lse("lse", k.batch * k.heads, k.seq), delta("delta", k.batch * k.heads, k.seq);
+      Kokkos::deep_copy(d_qkv, bf16(7.0f));  // overwritten, not accumulated
+      if (gemm) {
+        attention_forward_gemm(space, out, lse, qkv, k.batch, k.heads, k.mask, work);
+        attention_backward_gemm(space, d_qkv, delta, d_out, qkv, out, lse, k.batch, k.heads, k.mask, work);
+      } else {
+        attention_forward(space, out, lse, qkv, k.batch, k.heads, k.mask);
+        attention_backward(space, d_qkv, delta, d_out, qkv, out, lse, k.batch, k.heads, k.mask);
+      }
+      return std::tuple{bf16_values(out), to_vector(lse), bf16_values(d_qkv)};
+    };
+    auto const [out, lse, d_qkv] = run(true);
+    auto const [fused_out, fused_lse, fused_d_qkv] = run(false);
+    auto const ref = naive_attention(doubles(bf16_values(qkv)), doubles(bf16_values(d_out)), k.batch, k.seq, k.heads,
+                                     k.hd, k.mask.open_prefix(k.seq));
+    double worst_lse = 0;
+    for (std::size_t i = 0; i < ref.lse.size(); ++i) worst_lse = std::max(worst_lse, std::fabs(lse[i] - ref.lse[i]));
+    double const e_out = relative_l2(out, ref.out), e_grad = relative_l2(d_qkv, ref.d_qkv);
+    double const f_out = relative_l2(fused_out, ref.out), f_grad = relative_l2(fused_d_qkv, ref.d_qkv);
+    UNSCOPED_INFO("relative L2 from the definition: out " << e_out << " (fused " << f_out << "), d_qkv " << e_grad
+                                                          << " (fused " << f_grad << "); lse within " << worst_lse);
+    CHECK(worst_lse < 2e-5);  // fp32 scores of the bf16 inputs: lse is fp32 arithmetic only
+    CHECK(e_out < 5e-3);      // p rounded to bf16 once (2^-9), o rounded once
+    CHECK(e_grad < 8e-3);     // ds from the bf16 p, rounded to bf16 before its two GEMMs
+    CHECK(e_out < 2.5 * f_out + 1e-3);
+    CHECK(e_grad < 2.5 * f_grad + 2e-3);
+  }
+  auto const work = AttentionGemmWorkspace<Mem>::template for_space<Space>(4, 13, 16, "test");
+  Tensor2<bf16, Mem> qkv("qkv", 2 * 14, 3 * 32), out("out", 2 * 14, 32);
+  Tensor2<float, Mem> lse("lse", 4, 14);
+  REQUIRE_THROWS_WITH(attention_forward_gemm(space, out, lse, qkv, 2, 2, AttentionMask::causal(), work),
+                      Contains("attention_forward_gemm") && Contains("4 heads of 13 tokens") &&
+                          Contains("4 of 14"));
 }

@@ -5,7 +5,10 @@
 #include "core/ops/adamw.hpp"
 #include "core/io/h5file.hpp"
 
+#include <cmath>
 #include <cstdlib>
+#include <map>
+#include <type_traits>
 #include "support/test_support.hpp"
 
 using namespace joule;
@@ -27,10 +30,7 @@ AttentionMask mask_of(GoldenFile const& f, std::string const& group) {
   return AttentionMask::prefix(int(f.attribute_int(group, "prefix")));
 }
 
-template <class T, class Space>
-void check_case(Space const& space, GoldenFile const& f, std::string const& group, double rtol,
-                double atol) {
-  using Mem = typename Space::memory_space;
+BlockShape shape_of_case(GoldenFile const& f, std::string const& group) {
   BlockShape s;
   s.batch = f.attribute_int(group, "batch");
   s.seq = f.attribute_int(group, "seq");
@@ -38,6 +38,14 @@ void check_case(Space const& space, GoldenFile const& f, std::string const& grou
   s.heads = f.attribute_int(group, "heads");
   s.mlp_hidden = f.attribute_int(group, "mlp_hidden");
   s.mask = mask_of(f, group);
+  return s;
+}
+
+template <class T, class Space>
+void check_case(Space const& space, GoldenFile const& f, std::string const& group, double rtol,
+                double atol) {
+  using Mem = typename Space::memory_space;
+  BlockShape const s = shape_of_case(f, group);
   INFO("case " << group << " (" << s.mask.name() << "), " << (sizeof(T) == 4 ? "float" : "double"));
 
   BlockParameters<T, Mem> params("block.", s), grads("grad.", s);
@@ -94,5 +102,71 @@ TEMPLATE_TEST_CASE("block: forward, backward and AdamW step equal PyTorch's gold
     check_case<double>(space, f, group, 1e-9, 1e-11);
     // float32: the same computation within single-precision error.
     check_case<float>(space, f, group, 2e-3, 2e-4);
+  }
+}
+
+namespace {
+
+template <class View>
+void from_vector_bf16(View const& v, std::vector<double> const& values) {
+  auto h = Kokkos::create_mirror_view(v);
+  REQUIRE(values.size() == h.span());
+  for (std::size_t i = 0; i < values.size(); ++i) h.data()[i] = bf16(float(values[i]));
+  Kokkos::deep_copy(v, h);
+}
+
+template <class View>
+std::vector<double> to_vector_any(View const& v) {
+  auto h = Kokkos::create_mirror_view(v);
+  Kokkos::deep_copy(h, v);
+  std::vector<double> out(h.span());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = double(widen(h.data()[i]));
+  return out;
+}
+
+// The bf16 block (kernel weights rounded from PyTorch's, fp32 gradients) with one attention path:
+// each output's relative L2 distance from the float64 golden values, by name.
+template <class Space>
+std::map<std::string, double> bf16_block_errors(Space const& space, GoldenFile const& f, std::string const& group,
+                                                AttentionPath path) {
+  using Mem = typename Space::memory_space;
+  BlockShape const s = shape_of_case(f, group);
+  BlockParameters<bf16, Mem> params("block.", s);
+  BlockParameters<float, Mem> grads("grad.", s);
+  BlockActivations<bf16, Mem> acts(s);
+  static_assert(std::is_same_v<Space, Kokkos::DefaultExecutionSpace>, "the workspace is made for the default space");
+  BlockWorkspace<bf16, Mem> const work(s, "block", {}, path);
+  params.for_each([&](std::string const& name, auto const& view) { from_vector_bf16(view, f.read<double>(group + "/params/" + name)); });
+  int const n = s.tokens(), c = s.channels;
+  Tensor2<bf16, Mem> x("x", n, c), y("y", n, c), d_y("d_y", n, c), d_x("d_x", n, c);
+  from_vector_bf16(x, f.read<double>(group + "/x"));
+  from_vector_bf16(d_y, f.read<double>(group + "/dy"));
+  block_forward(space, s, y, acts, params, x, work);
+  block_backward(space, s, d_x, grads, work, d_y, x, acts, params);
+  std::map<std::string, double> e;
+  e["y"] = relative_l2(to_vector_any(y), f.read<double>(group + "/y"));
+  e["d_x"] = relative_l2(to_vector_any(d_x), f.read<double>(group + "/dx"));
+  grads.for_each([&](std::string const& name, auto const& view) {
+    e["gradient of " + name] = relative_l2(to_vector(view), f.read<double>(group + "/grads/" + name));
+  });
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("block in bf16 with the tensor-core attention path: within bf16 error of PyTorch's float64 block, and as "
+          "close as with the fused kernel",
+          "[model][block][golden][bf16]") {
+  Kokkos::DefaultExecutionSpace space;
+  GoldenFile const f(golden_path(), GoldenFile::Mode::read);
+  for (std::string const group : {"prefix", "causal", "none"}) {
+    auto const gemm = bf16_block_errors(space, f, group, AttentionPath::gemm);
+    auto const fused = bf16_block_errors(space, f, group, AttentionPath::fused);
+    for (auto const& [name, err] : gemm) {
+      INFO("case " << group << ", " << name << ": relative L2 from float64 " << err << " (fused kernel "
+                   << fused.at(name) << ")");
+      CHECK(err < 3e-2);  // bf16 weights and activations (2^-9 each), fp32 sums
+      CHECK(err < 1.5 * fused.at(name) + 2e-3);
+    }
   }
 }

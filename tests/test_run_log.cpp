@@ -137,6 +137,9 @@ RunHeader make_header(std::string const& energy_kind = "measured") {
   h.created = "2024-05-01T12:34:56Z";
   h.world_size = 4;
   h.device_memory_budget_bytes = 8.5e10;
+  h.precision = "bf16";
+  h.gemm_path = "cuBLASLt (bf16 tensor cores, fp32 accumulation)";
+  h.attention_path = "batched bf16 GEMMs for QK^T and PV (cuBLASLt) around an fp32 masked softmax";
   return h;
 }
 
@@ -300,6 +303,9 @@ void check_same(RunHeader const& a, RunHeader const& b) {
   CHECK(a.created == b.created);
   CHECK(a.world_size == b.world_size);
   CHECK(a.device_memory_budget_bytes == b.device_memory_budget_bytes);
+  CHECK(a.precision == b.precision);
+  CHECK(a.gemm_path == b.gemm_path);
+  CHECK(a.attention_path == b.attention_path);
 }
 
 // A small valid log with three trials, for the tests that then damage it.

@@ -8,6 +8,7 @@
 #include "core/model/block.hpp"
 #include "core/ops/adamw.hpp"
 #include "core/ops/attention.hpp"
+#include "core/ops/attention_gemm.hpp"
 #include "core/ops/cross_entropy.hpp"
 #include "core/ops/elementwise.hpp"
 #include "core/ops/embedding.hpp"
@@ -159,6 +160,31 @@ void run_ops_bench(BenchOptions const& options, nlohmann::json& report) {
             attention_backward(space, dqkv, delta, dout, qkv, out, lse, s.batch, s.heads, mask);
           }));
     }
+  }
+  {  // Attention in bf16 (image-prefix mask): the fused kernel beside the tensor-core path (batched
+     // GEMMs around an fp32 softmax; cuBLASLt on CUDA, GEMM by GEMM through the widening path here)
+    Tensor2<float, Mem> qkv_f("qkv_f", n, 3 * c), dout_f("dout_f", n, c);
+    fill(qkv_f, rng), fill(dout_f, rng);
+    Tensor2<bf16, Mem> qkv("qkv", n, 3 * c), out("out", n, c), dout("dout", n, c), dqkv("dqkv", n, 3 * c);
+    convert_precision(space, qkv, qkv_f), convert_precision(space, dout, dout_f);
+    Tensor2<float, Mem> lse("lse", s.batch * s.heads, s.seq), delta("delta", s.batch * s.heads, s.seq);
+    int const hd = c / s.heads;
+    auto const mask = AttentionMask::prefix((s.image / s.patch) * (s.image / s.patch));
+    auto const work = AttentionGemmWorkspace<Mem>::for_space<Space>(s.batch * s.heads, s.seq, hd, "bench.attention");
+    int const p = mask.open_prefix(s.seq);
+    double pairs = 0;
+    for (int i = 0; i < s.seq; ++i) pairs += std::min(s.seq, std::max(i + 1, p));
+    double const flops = 14.0 * s.batch * s.heads * pairs * hd;  // the visible pairs, as above
+    std::string const shape = fmt::format("B,H,S,hd={}x{}x{}x{} {} bf16", s.batch, s.heads, s.seq, hd, mask.name());
+    results.push_back(time_op("attention_bf16", shape, flops, options.repeats, [&] {
+      attention_forward(space, out, lse, qkv, s.batch, s.heads, mask);
+      attention_backward(space, dqkv, delta, dout, qkv, out, lse, s.batch, s.heads, mask);
+    }));
+    results.push_back(time_op("attention_bf16_gemm", shape, flops, options.repeats, [&] {
+      attention_forward_gemm(space, out, lse, qkv, s.batch, s.heads, mask, work);
+      attention_backward_gemm(space, dqkv, delta, dout, qkv, out, lse, s.batch, s.heads, mask, work);
+    }));
+    report["bf16_attention_path"] = attention_path_text<Space, bf16>();
   }
   {  // LayerNorm
     Tensor2<T, Mem> x("x", n, c), y("y", n, c), dy("dy", n, c), dx("dx", n, c);

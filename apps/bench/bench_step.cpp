@@ -231,8 +231,9 @@ void run_step_bench(std::vector<std::string> const& shape_names, int repeats, nl
                     Precision precision) {
   if (repeats < 1) throw std::invalid_argument("--repeats must be >= 1");
   fmt::print("joule bench --suite step: whole training steps (forward, backward, clip, AdamW), {} {} threads, "
-             "{} (GEMMs: {}), median of {} after a warm-up step\n",
-             Space::name(), Space().concurrency(), precision_name(precision), gemm_path(precision), repeats);
+             "{} (GEMMs: {}; attention: {}), median of {} after a warm-up step\n",
+             Space::name(), Space().concurrency(), precision_name(precision), gemm_path(precision),
+             attention_path(precision), repeats);
   fmt::print("{:<8} {:>12} {:>7} {:>8} {:>10} {:>11} {:>9} {:>9} | {:>12} {:>10} {:>11}\n", "shape",
              "B x S", "layers", "C/heads", "GFLOP", "median ms", "GFLOP/s", "loss@1", "gemm GFLOP/s",
              "limit ms", "limit/step");
@@ -267,6 +268,7 @@ void run_step_bench(std::vector<std::string> const& shape_names, int repeats, nl
         {"batch", s.batch},
         {"precision", precision_name(precision)},
         {"gemm_path", gemm_path(precision)},
+        {"attention_path", attention_path(precision)},
         {"optimizer", {{"lr", kStepLearningRate}, {"beta1", kStepBeta1}, {"beta2", kStepBeta2},
                        {"eps", kStepEps}, {"weight_decay", kStepWeightDecay}, {"grad_clip", kStepGradClip}}},
         {"median_s", r.median_s},

@@ -105,9 +105,9 @@ def make_benchmarks(s):
     benches["linear_qkv"] = linear(3 * c)
     benches["linear_mlp_fc"] = linear(m)
 
-    def attention(open_prefix):
-        qkv = rand(b, seq, 3 * c, lo=-1, hi=1, grad=True)
-        dout = rand(b, seq, c)
+    def attention(open_prefix, dtype=torch.float32):
+        qkv = rand(b, seq, 3 * c, lo=-1, hi=1).to(dtype).requires_grad_(True)
+        dout = rand(b, seq, c).to(dtype)
         mask = allowed(seq, open_prefix)
 
         def run():
@@ -129,6 +129,9 @@ def make_benchmarks(s):
 
     benches["attention_causal"] = attention(0)
     benches["attention_prefix"] = attention(n_image)
+    # joule's two bf16 attentions (the fused kernel and the tensor-core GEMM path) against one:
+    # PyTorch's on bf16 tensors (SDPA picks its flash or memory-efficient kernel on a GPU).
+    benches["attention_bf16"] = benches["attention_bf16_gemm"] = attention(n_image, torch.bfloat16)
 
     x, w, bias, dy = rand(n, c, grad=True), rand(c, grad=True), rand(c, grad=True), rand(n, c)
     benches["layernorm"] = lambda: F.layer_norm(x, (c,), w, bias, eps=1e-5).backward(dy)

@@ -9,6 +9,7 @@
 // gradients G are fp32 for either.
 #include "core/model/block_tensors.hpp"
 #include "core/ops/attention.hpp"
+#include "core/ops/attention_gemm.hpp"
 #include "core/ops/elementwise.hpp"
 #include "core/ops/layernorm.hpp"
 #include "core/ops/linear.hpp"
@@ -19,8 +20,29 @@
 
 namespace joule {
 
+namespace detail {
+// The attention of the workspace's path (core/ops/attention_gemm_workspace.hpp).
+template <class ExecutionSpace, class T, class MemorySpace, class Out, class Lse, class Qkv>
+void block_attention_forward(ExecutionSpace const& space, BlockWorkspace<T, MemorySpace> const& w, Out const& out,
+                             Lse const& lse, Qkv const& qkv, int batch, int heads, AttentionMask const& mask) {
+  if constexpr (std::is_same_v<T, bf16>)
+    if (w.attention.allocated()) return attention_forward_gemm(space, out, lse, qkv, batch, heads, mask, w.attention);
+  attention_forward(space, out, lse, qkv, batch, heads, mask);
+}
+template <class ExecutionSpace, class T, class MemorySpace, class DQkv, class DOut, class Qkv, class Out, class Lse>
+void block_attention_backward(ExecutionSpace const& space, BlockWorkspace<T, MemorySpace> const& w, DQkv const& d_qkv,
+                              DOut const& d_out, Qkv const& qkv, Out const& out, Lse const& lse, int batch, int heads,
+                              AttentionMask const& mask) {
+  if constexpr (std::is_same_v<T, bf16>)
+    if (w.attention.allocated())
+      return attention_backward_gemm(space, d_qkv, w.delta, d_out, qkv, out, lse, batch, heads, mask, w.attention);
+  attention_backward(space, d_qkv, w.delta, d_out, qkv, out, lse, batch, heads, mask);
+}
+}  // namespace detail
+
 // y [N, C] = block(x [N, C]). With s.shards > 1, `exchange` runs the Ulysses all-to-alls. `w`: the
-// bf16 GEMMs' scratch (w.gemm), otherwise unused by the forward pass.
+// bf16 GEMMs' scratch (w.gemm) and the tensor-core attention's (w.attention), otherwise unused by the
+// forward pass.
 template <class ExecutionSpace, class T, class MemorySpace, class Y, class X>
 void block_forward(ExecutionSpace const& space, BlockShape const& s, Y const& y,
                    BlockActivations<T, MemorySpace> const& a,
@@ -32,10 +54,10 @@ void block_forward(ExecutionSpace const& space, BlockShape const& s, Y const& y,
   require(s.shards == 1 || exchange != nullptr, "block_forward", "sequence shards need an exchange");
   if (s.shards > 1 && exchange != nullptr) {
     exchange->to_heads(space, a.qkv_heads, a.qkv, 3);
-    attention_forward(space, a.att_heads, a.att_lse, a.qkv_heads, s.batch, s.local_heads(), s.mask);
+    detail::block_attention_forward(space, w, a.att_heads, a.att_lse, a.qkv_heads, s.batch, s.local_heads(), s.mask);
     exchange->to_local(space, a.att, a.att_heads, 1);
   } else {
-    attention_forward(space, a.att, a.att_lse, a.qkv, s.batch, s.heads, s.mask);
+    detail::block_attention_forward(space, w, a.att, a.att_lse, a.qkv, s.batch, s.heads, s.mask);
   }
   linear_forward(space, a.x2, a.att, p.proj_weight, p.proj_bias, w.gemm);
   residual_forward(space, a.x2, a.x2, x);
@@ -68,12 +90,11 @@ void block_backward(ExecutionSpace const& space, BlockShape const& s, DX const& 
   require(s.shards == 1 || exchange != nullptr, "block_backward", "sequence shards need an exchange");
   if (s.shards > 1 && exchange != nullptr) {
     exchange->to_heads(space, w.d_att_heads, w.d_att, 1);
-    attention_backward(space, w.d_qkv_heads, w.delta, w.d_att_heads, a.qkv_heads, a.att_heads,
-                       a.att_lse, s.batch, s.local_heads(), s.mask);
+    detail::block_attention_backward(space, w, w.d_qkv_heads, w.d_att_heads, a.qkv_heads, a.att_heads, a.att_lse,
+                                     s.batch, s.local_heads(), s.mask);
     exchange->to_local(space, w.d_qkv, w.d_qkv_heads, 3);
   } else {
-    attention_backward(space, w.d_qkv, w.delta, w.d_att, a.qkv, a.att, a.att_lse, s.batch, s.heads,
-                       s.mask);
+    detail::block_attention_backward(space, w, w.d_qkv, w.d_att, a.qkv, a.att, a.att_lse, s.batch, s.heads, s.mask);
   }
   linear_backward(space, w.d_ln, g.qkv_weight, g.qkv_bias, w.d_qkv, a.ln1, p.qkv_weight, w.column_sums, w.gemm);
   layernorm_backward(space, d_x, g.ln1_weight, g.ln1_bias, w.d_ln, x, p.ln1_weight, a.ln1_mean,

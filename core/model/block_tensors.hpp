@@ -4,6 +4,7 @@
 // code that holds a model (the trainer, the scheduler, the command) parses no operator.
 #include "core/model/parameter_group.hpp"
 #include "core/model/sequence_shards.hpp"
+#include "core/ops/attention_gemm_workspace.hpp"
 #include "core/ops/attention_mask.hpp"
 #include "core/ops/column_sum_workspace.hpp"
 #include "core/ops/linear_scratch.hpp"
@@ -128,6 +129,7 @@ struct BlockWorkspace {
   Tensor2<T, MemorySpace> d_qkv_heads, d_att_heads;  // [B*S, 3C/P], [B*S, C/P] (P = 1: d_qkv, d_att)
   ColumnSumWorkspace<R, MemorySpace> column_sums;   // the bias and LayerNorm gradients' block sums
   Bf16GemmWorkspace<MemorySpace> gemm;               // bf16 blocks' GEMMs (empty for fp32)
+  AttentionGemmWorkspace<MemorySpace> attention;     // the tensor-core attention's (empty on the fused path)
 
   // The GEMM scratch of the block's four linear layers, forward and backward.
   static LinearGemmScratch gemm_scratch_for(BlockShape const& s) {
@@ -146,10 +148,12 @@ struct BlockWorkspace {
 
   BlockWorkspace() = default;
   // shared_gemm: a bf16 GEMM workspace its owner shares with other layers (at least
-  // gemm_scratch_for(s)); without one a bf16 workspace allocates its own.
+  // gemm_scratch_for(s)); without one a bf16 workspace allocates its own. attention_path: which
+  // attention the block runs (the GEMM path needs bf16).
   template <class ExecutionSpace = Kokkos::DefaultExecutionSpace>
   explicit BlockWorkspace(BlockShape const& s, std::string const& prefix = "block",
-                          Bf16GemmWorkspace<MemorySpace> const& shared_gemm = {}) {
+                          Bf16GemmWorkspace<MemorySpace> const& shared_gemm = {},
+                          AttentionPath attention_path = default_attention_path<ExecutionSpace, T>()) {
     auto const label = [&](char const* n) { return joule::label((prefix + "." + n).c_str()); };
     int const n = s.tokens(), c = s.channels, m = s.mlp_hidden;
     d_x2 = decltype(d_x2)(label("d_x2"), n, c);
@@ -166,6 +170,11 @@ struct BlockWorkspace {
       bool const shared = shared_gemm.a.data() != nullptr || shared_gemm.cublaslt.data() != nullptr;
       gemm = shared ? shared_gemm : Bf16GemmWorkspace<MemorySpace>::template for_space<ExecutionSpace>(g.a, g.b, g.c, prefix);
     }
+    require(attention_path == AttentionPath::fused || std::is_same_v<T, bf16>, "BlockWorkspace",
+            "the tensor-core attention path runs bf16 blocks only");
+    if (attention_path == AttentionPath::gemm)
+      attention = AttentionGemmWorkspace<MemorySpace>::template for_space<ExecutionSpace>(
+          s.batch * s.local_heads(), s.seq, c / s.heads, prefix, gemm);
   }
 };
 

@@ -19,6 +19,10 @@ std::string gemm_path(Precision precision) {
   return held_in_bf16(precision, Held::kernel_weights) ? bf16_gemm_path<ExecSpace>() : compat::fp32_gemm_path<ExecSpace>();
 }
 
+std::string attention_path(Precision precision) {
+  return held_in_bf16(precision, Held::activations) ? attention_path_text<ExecSpace, bf16>() : attention_path_text<ExecSpace, float>();
+}
+
 BlockShape block_shape(ModelConfig const& m, int batch) {
   BlockShape s;
   s.batch = batch;
@@ -88,6 +92,9 @@ MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_de
   if (held_in_bf16(precision, Held::activations)) {  // the bf16 GEMMs' scratch
     auto const g = model_gemm_scratch(m, batch, seq_shards);
     e.workspace += bf16_gemm_on_cublaslt<ExecSpace>() ? detail::kCublasLtWorkspaceBytes : f * (g.a + g.b + g.c);
+    if (default_attention_path<ExecSpace, bf16>() == AttentionPath::gemm)  // the S x S scores of every head
+      e.workspace += AttentionGemmWorkspace<DeviceMemory>::bytes_for(int(B * H), int(S), m.d_model / m.heads,
+                                                                     bf16_gemm_on_cublaslt<ExecSpace>());
   }
   return e;
 }

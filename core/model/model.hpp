@@ -145,6 +145,8 @@ MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_de
 
 // Which path this build's GEMMs take on ExecSpace in a precision, in words (joule info, the run log).
 std::string gemm_path(Precision precision);
+// Which attention this build's model runs on ExecSpace in a precision, in words (the same places).
+std::string attention_path(Precision precision);
 
 // Where Model::forward leaves a loss on the device (see there).
 struct DeviceLossSlot {

@@ -15,7 +15,9 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <cstdint>
 #include <tuple>
+#include <utility>
 #endif
 
 namespace joule::detail {
@@ -44,7 +46,8 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, std::size_t, int>;  // last: BiasKind
+// ..., BiasKind, batch count and strides
+using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, std::size_t, int, int, long long, long long, long long>;
 
 struct Library {
   std::mutex mutex;
@@ -58,7 +61,8 @@ Library& library() {
 }
 
 Plan make_plan(cublasLtHandle_t handle, bool ta, bool tb, int m, int n, int k, int lda, int ldb, int ldc, bool c_bf16,
-               std::size_t workspace_bytes, BiasKind bias, std::function<std::string()> const& shape) {
+               std::size_t workspace_bytes, BiasKind bias, GemmBatch const& batch,
+               std::function<std::string()> const& shape) {
   Plan p;
   check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate", shape);
   // Column-major C^T [n, m] = op(B)^T [n, k] * op(A)^T [k, m]: B is the first operand, A the second.
@@ -79,6 +83,18 @@ Plan make_plan(cublasLtHandle_t handle, bool ta, bool tb, int m, int n, int k, i
   check(cublasLtMatrixLayoutCreate(&p.first, CUDA_R_16BF, tb ? k : n, tb ? n : k, ldb), "MatrixLayoutCreate(B)", shape);
   check(cublasLtMatrixLayoutCreate(&p.second, CUDA_R_16BF, ta ? m : k, ta ? k : m, lda), "MatrixLayoutCreate(A)", shape);
   check(cublasLtMatrixLayoutCreate(&p.out, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, n, m, ldc), "MatrixLayoutCreate(C)", shape);
+  if (batch.count > 1) {  // the first operand is B, the second A (above)
+    for (auto const& [layout, stride] : {std::pair<cublasLtMatrixLayout_t, long long>{p.first, batch.stride_b},
+                                         {p.second, batch.stride_a}, {p.out, batch.stride_c}}) {
+      int const count = batch.count;
+      check(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+            "MatrixLayoutSetAttribute(BATCH_COUNT)", shape);
+      std::int64_t const offset = stride;
+      check(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &offset,
+                                             sizeof offset),
+            "MatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)", shape);
+    }
+  }
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), "MatmulPreferenceCreate", shape);
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
@@ -99,21 +115,26 @@ Plan make_plan(cublasLtHandle_t handle, bool ta, bool tb, int m, int n, int k, i
 
 bool have_cublaslt() { return true; }
 
-void cublaslt_gemm_bf16(void* stream, bool trans_a, bool trans_b, int m, int n, int k, float alpha, void const* a,
-                        int lda, void const* b, int ldb, float beta, void* c, int ldc, bool c_bf16, void* workspace,
-                        std::size_t workspace_bytes, void const* bias, BiasKind bias_kind) {
-  if (m == 0 || n == 0) return;
+namespace {
+void matmul(void* stream, bool trans_a, bool trans_b, int m, int n, int k, float alpha, void const* a, int lda,
+            void const* b, int ldb, float beta, void* c, int ldc, bool c_bf16, void* workspace,
+            std::size_t workspace_bytes, void const* bias, BiasKind bias_kind, GemmBatch const& batch) {
+  if (m == 0 || n == 0 || batch.count == 0) return;
   if (!bias) bias_kind = BiasKind::none;
   auto& lib = library();
   // The lock covers the call: a plan's descriptor carries this call's bias pointer.
   std::lock_guard<std::mutex> lock(lib.mutex);
-  auto const shape = [&] { return shape_text(trans_a, trans_b, m, n, k, c_bf16); };
+  auto const shape = [&] {
+    return shape_text(trans_a, trans_b, m, n, k, c_bf16) +
+           (batch.count > 1 ? ", batch of " + std::to_string(batch.count) : std::string());
+  };
   if (!lib.handle) check(cublasLtCreate(&lib.handle), "Create", shape);
-  Key const key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_bf16, workspace_bytes, int(bias_kind)};
+  Key const key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_bf16, workspace_bytes, int(bias_kind),
+                batch.count, batch.stride_a, batch.stride_b, batch.stride_c};
   auto it = lib.plans.find(key);
   if (it == lib.plans.end())
     it = lib.plans.emplace(key, make_plan(lib.handle, trans_a, trans_b, m, n, k, lda, ldb, ldc, c_bf16,
-                                          workspace_bytes, bias_kind, shape)).first;
+                                          workspace_bytes, bias_kind, batch, shape)).first;
   Plan const& plan = it->second;
   if (bias)
     check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
@@ -121,6 +142,21 @@ void cublaslt_gemm_bf16(void* stream, bool trans_a, bool trans_b, int m, int n, 
   check(cublasLtMatmul(lib.handle, plan.desc, &alpha, b, plan.first, a, plan.second, &beta, c, plan.out, c, plan.out,
                        &plan.algo, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)),
         "Matmul", shape);
+}
+}  // namespace
+
+void cublaslt_gemm_bf16(void* stream, bool trans_a, bool trans_b, int m, int n, int k, float alpha, void const* a,
+                        int lda, void const* b, int ldb, float beta, void* c, int ldc, bool c_bf16, void* workspace,
+                        std::size_t workspace_bytes, void const* bias, BiasKind bias_kind) {
+  matmul(stream, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, c_bf16, workspace, workspace_bytes,
+         bias, bias_kind, GemmBatch{});
+}
+
+void cublaslt_gemm_bf16_batched(void* stream, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                                void const* a, int lda, void const* b, int ldb, float beta, void* c, int ldc,
+                                bool c_bf16, void* workspace, std::size_t workspace_bytes, GemmBatch const& batch) {
+  matmul(stream, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, c_bf16, workspace, workspace_bytes,
+         nullptr, BiasKind::none, batch);
 }
 
 #else
@@ -130,6 +166,11 @@ bool have_cublaslt() { return false; }
 void cublaslt_gemm_bf16(void*, bool, bool, int, int, int, float, void const*, int, void const*, int, float, void*, int,
                         bool, void*, std::size_t, void const*, BiasKind) {
   throw std::logic_error("joule: cublaslt_gemm_bf16 called in a build without CUDA");
+}
+
+void cublaslt_gemm_bf16_batched(void*, bool, bool, int, int, int, float, void const*, int, void const*, int, float,
+                                void*, int, bool, void*, std::size_t, GemmBatch const&) {
+  throw std::logic_error("joule: cublaslt_gemm_bf16_batched called in a build without CUDA");
 }
 
 #endif

@@ -114,6 +114,63 @@ void gemm_bf16_bias(ExecutionSpace const& space, char const* trans_a, char const
   detail::gemm_bf16_impl(space, trans_a, trans_b, alpha, a, b, 0.0f, c, work, bias.data());
 }
 
+// A batch of row-major matrices: the i-th is [rows, cols] at data + i * stride, its rows ld apart.
+template <class T>
+struct MatrixBatch {
+  T* data = nullptr;
+  int rows = 0, cols = 0, ld = 0;
+  long long stride = 0;
+};
+
+namespace detail {
+// dst [rows, cols] (contiguous) = src (rows ld apart), converted element by element.
+template <class ExecutionSpace, class To, class From>
+void copy_matrix(ExecutionSpace const& space, char const* name, To* dst, int dst_ld, From const* src, int src_ld,
+                 int rows, int cols) {
+  for_each_element(space, name, rows, cols, KOKKOS_LAMBDA(int r, int c) {
+    dst[std::size_t(r) * dst_ld + c] = narrow<To>(widen(src[std::size_t(r) * src_ld + c]));
+  });
+}
+}  // namespace detail
+
+// C_i = alpha op(A_i) op(B_i) + beta C_i for i in [0, count): A and B bf16, C fp32 or bf16 (rounded
+// once). CUDA: one strided-batched cuBLASLt call. Elsewhere the GEMMs in turn, each through the
+// widening path (work's a, b and c hold one matrix each).
+template <class ExecutionSpace, class CT, class MemorySpace>
+void gemm_bf16_batched(ExecutionSpace const& space, char const* trans_a, char const* trans_b, float alpha,
+                       MatrixBatch<bf16 const> const& a, MatrixBatch<bf16 const> const& b, float beta,
+                       MatrixBatch<CT> const& c, int count, Bf16GemmWorkspace<MemorySpace> const& work) {
+  static_assert(std::is_same_v<CT, float> || std::is_same_v<CT, bf16>, "gemm_bf16_batched: C is fp32 or bf16");
+  bool const ta = trans_a[0] == 'T', tb = trans_b[0] == 'T';
+  int const m = c.rows, n = c.cols, k = ta ? a.rows : a.cols;
+  require((ta ? a.cols : a.rows) == m && (tb ? b.cols : b.rows) == k && (tb ? b.rows : b.cols) == n &&
+              a.ld >= a.cols && b.ld >= b.cols && c.ld >= c.cols && count >= 0,
+          "gemm_bf16_batched",
+          std::string("op") + trans_a + "(A) of [" + std::to_string(a.rows) + ", " + std::to_string(a.cols) +
+              "] times op" + trans_b + "(B) of [" + std::to_string(b.rows) + ", " + std::to_string(b.cols) +
+              "] into C [" + std::to_string(c.rows) + ", " + std::to_string(c.cols) + "]");
+  if constexpr (bf16_gemm_on_cublaslt<ExecutionSpace>()) {
+#if defined(KOKKOS_ENABLE_CUDA)
+    require(work.cublaslt.extent(0) > 0, "gemm_bf16_batched", "no cuBLASLt workspace (make it with Bf16GemmWorkspace::for_space)");
+    detail::cublaslt_gemm_bf16_batched(space.cuda_stream(), ta, tb, m, n, k, alpha, a.data, a.ld, b.data, b.ld, beta,
+                                       c.data, c.ld, std::is_same_v<CT, bf16>, work.cublaslt.data(),
+                                       work.cublaslt.extent(0), detail::GemmBatch{count, a.stride, b.stride, c.stride});
+#endif
+  } else {
+    auto const fa = detail::matrix_in(work.a, a.rows, a.cols, "A");
+    auto const fb = detail::matrix_in(work.b, b.rows, b.cols, "B");
+    auto const fc = detail::matrix_in(work.c, c.rows, c.cols, "C");
+    for (int i = 0; i < count; ++i) {
+      detail::copy_matrix(space, "gemm_bf16_batched_widen", fa.data(), a.cols, a.data + i * a.stride, a.ld, a.rows, a.cols);
+      detail::copy_matrix(space, "gemm_bf16_batched_widen", fb.data(), b.cols, b.data + i * b.stride, b.ld, b.rows, b.cols);
+      if (beta != 0.0f)
+        detail::copy_matrix(space, "gemm_bf16_batched_widen", fc.data(), c.cols, c.data + i * c.stride, c.ld, c.rows, c.cols);
+      compat::gemm(space, trans_a, trans_b, alpha, fa, fb, beta, fc);
+      detail::copy_matrix(space, "gemm_bf16_batched_store", c.data + i * c.stride, c.ld, fc.data(), c.cols, c.rows, c.cols);
+    }
+  }
+}
+
 // What operators call so that one source serves every precision: compat::gemm for float and double
 // operands, gemm_bf16 for bf16 ones, whose scratch `work` (a Bf16GemmWorkspace pointer, from
 // detail::workspace_of) must then be given: a missing one is a compile-time error.

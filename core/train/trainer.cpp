@@ -97,8 +97,10 @@ Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_para
     *log_ << (tf32_applies ? "fp32 GEMMs on TF32 tensor cores (train.tf32): results differ from fp32 products in their low bits\n"
                            : "train.tf32: no effect on this build (its GEMMs do not go to cuBLAS)\n");
   if (log_ && config.train.precision != Precision::fp32)
-    *log_ << fmt::format("{} activations and kernel weights, fp32 master weights, moments and gradient sums; GEMMs: {}\n",
-                         precision_name(config.train.precision), gemm_path(config.train.precision));
+    *log_ << fmt::format("{} activations and kernel weights, fp32 master weights, moments and gradient sums; GEMMs: {}; "
+                         "attention: {}\n",
+                         precision_name(config.train.precision), gemm_path(config.train.precision),
+                         attention_path(config.train.precision));
   model_->init_parameters(config.train.seed);
   optimizer_->sync_master_weights();
   stage_buffers();

@@ -40,6 +40,18 @@ void fill_uniform(View const& v, Rng& rng, double lo = -1.0, double hi = 1.0) {
   Kokkos::deep_copy(v, h);
 }
 
+// ||a - ref|| / ||ref|| (2-norms, summed in double; 0 / 0 counts as 0).
+template <class A, class B>
+double relative_l2(std::vector<A> const& a, std::vector<B> const& ref) {
+  REQUIRE(a.size() == ref.size());
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    double const d = double(a[i]) - double(ref[i]);
+    num += d * d, den += double(ref[i]) * double(ref[i]);
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
 template <class View>
 std::vector<double> to_vector(View const& v) {
   auto h = Kokkos::create_mirror_view(v);

@@ -24,6 +24,16 @@ void cublaslt_gemm_bf16(void* stream, bool trans_a, bool trans_b, int m, int n, 
                         std::size_t workspace_bytes, void const* bias = nullptr,
                         BiasKind bias_kind = BiasKind::none);
 
+// `batch` such GEMMs in one call (strided batching: the i-th A starts stride_a elements after the
+// (i-1)-th, B and C likewise; no bias): attention's per-head products.
+struct GemmBatch {
+  int count = 1;
+  long long stride_a = 0, stride_b = 0, stride_c = 0;
+};
+void cublaslt_gemm_bf16_batched(void* stream, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                                void const* a, int lda, void const* b, int ldb, float beta, void* c, int ldc,
+                                bool c_bf16, void* workspace, std::size_t workspace_bytes, GemmBatch const& batch);
+
 inline constexpr std::size_t kCublasLtWorkspaceBytes = std::size_t(32) << 20;  // NVIDIA's advice for Hopper
 
 }  // namespace joule::detail

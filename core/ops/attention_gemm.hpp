@@ -1,0 +1,187 @@
+#pragma once
+// Attention on tensor cores: the same operator as core/ops/attention.hpp (same arguments, mask rule,
+// lse and delta), computed as per-head batched bf16 GEMMs (cuBLASLt's strided batches on CUDA:
+// Hopper's tensor cores) around row kernels that keep every statistic in fp32:
+//
+//   forward   q, k, v  = the heads of qkv, packed [B*H, S, hd] (bf16)
+//             scores   = q k^T / sqrt(hd)                        [B*H, S, ld] fp32   (GEMM)
+//             lse, p   = each row's log-sum-exp over the keys it sees, p = exp(s - lse) (bf16; 0 past the mask)
+//             o        = p v                                      -> out [B*S, C]     (GEMM)
+//   backward  delta    = rowsum(d_out * out) (fp32), scores again, p = exp(s - lse)
+//             dv = p^T dO, dp = dO v^T (fp32), ds = p (dp - delta) (bf16), dq = ds k / sqrt(hd),
+//             dk = ds^T q / sqrt(hd)                              -> d_qkv [B*S, 3C]   (GEMMs)
+//
+// Unlike the fused kernel it forms the S x S scores of every head (fp32, plus as many bf16 for p
+// and ds; ld = S rounded up to 8 so that every row of p starts 16-byte aligned, as tensor-core
+// loads want): B*H*S*ld*6 bytes of workspace, sized once by AttentionGemmWorkspace. Masked keys
+// are still multiplied (the GEMMs are dense); their probabilities are exact zeros.
+// Where bf16 GEMMs widen to fp32 (CPUs) this path runs too, GEMM by GEMM: the tests check it there.
+#include "core/ops/attention.hpp"
+#include "core/ops/attention_gemm_workspace.hpp"
+#include "core/ops/detail/row_kernels.hpp"
+#include "core/ops/detail/vector_math.hpp"
+#include "core/precision/gemm.hpp"
+
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <type_traits>
+
+namespace joule {
+
+namespace detail {
+
+// Between the rows of qkv-like matrices [B*S, parts*C] (heads side by side in each part) and
+// packed heads [B*H, S, hd] (part 0 in a, 1 in b, 2 in c). One thread per element of the rows,
+// neighbours on neighbouring columns: coalesced on the row side, hd-long runs on the packed side.
+template <bool ToHeads, class ExecutionSpace, class Rows>
+void move_heads(ExecutionSpace const& space, char const* name, Rows const& rows, int parts, AttentionShape const& s,
+                bf16* a, bf16* b, bf16* c) {
+  int const seq = s.seq, heads = s.heads, hd = s.head_dim, channels = s.channels;
+  for_each_element(space, name, int(rows.extent(0)), parts * channels, KOKKOS_LAMBDA(int r, int j) {
+    int const part = j / channels, col = j - part * channels, h = col / hd, d = col - h * hd;
+    int const batch = r / seq, i = r - batch * seq;
+    bf16* const packed = part == 0 ? a : part == 1 ? b : c;
+    std::size_t const at = (std::size_t(batch * heads + h) * seq + i) * hd + d;
+    auto&& element = rows(r, j);  // (nvcc: a device lambda may not first capture in an if constexpr)
+    if constexpr (ToHeads)
+      packed[at] = narrow<bf16>(widen(element));
+    else
+      element = narrow<typename Rows::non_const_value_type>(widen(packed[at]));
+  });
+}
+
+// Forward: each score row's log-sum-exp over the keys it sees, and p = exp(s - lse) (0 past them).
+template <class ExecutionSpace, class Lse, class MemorySpace>
+void attention_softmax_rows(ExecutionSpace const& space, AttentionShape const& s, Lse const& lse,
+                            AttentionGemmWorkspace<MemorySpace> const& w) {
+  int const seq = s.seq, open = s.open_prefix, ld = w.ld;
+  float const* const scores = w.scores.data();
+  bf16* const probs = w.probs.data();
+  for_each_row(space, "attention_gemm_softmax", w.batch_heads * seq,
+               KOKKOS_LAMBDA(RowMember<ExecutionSpace> const& team, int row) {
+    int const i = row % seq, end = attention_key_end(i, seq, open);
+    float const* const sr = scores + std::size_t(row) * ld;
+    bf16* const pr = probs + std::size_t(row) * ld;
+    float const m = vector_max<ExecutionSpace, float>(team, end, [&](int j) { return sr[j]; });
+    float const sum = vector_sum<ExecutionSpace, float>(team, end, [&](int j) { return exp_of<ExecutionSpace>(sr[j] - m); });
+    float const row_lse = m + math::log(sum);
+    vector_for(team, seq, [&](int j) { pr[j] = narrow<bf16>(j < end ? exp_of<ExecutionSpace>(sr[j] - row_lse) : 0.0f); });
+    once_per_row(team, [&]() { lse(row / seq, i) = row_lse; });
+  });
+}
+
+// Backward: p = exp(s - lse) again (Dp = false), or ds = p (dp - delta) in place of p (Dp = true;
+// the scores then hold dp).
+template <bool Dp, class ExecutionSpace, class Stats, class MemorySpace>
+void attention_gemm_rows(ExecutionSpace const& space, char const* name, AttentionShape const& s, Stats const& stats,
+                         AttentionGemmWorkspace<MemorySpace> const& w) {
+  int const seq = s.seq, open = s.open_prefix, ld = w.ld;
+  float const* const scores = w.scores.data();
+  bf16* const probs = w.probs.data();
+  for_each_row(space, name, w.batch_heads * seq, KOKKOS_LAMBDA(RowMember<ExecutionSpace> const& team, int row) {
+    int const i = row % seq, end = attention_key_end(i, seq, open);
+    float const* const sr = scores + std::size_t(row) * ld;
+    bf16* const pr = probs + std::size_t(row) * ld;
+    float const stat = stats(row / seq, i);
+    vector_for(team, seq, [&](int j) {
+      float value = 0.0f;
+      if (j < end) value = Dp ? widen(pr[j]) * (sr[j] - stat) : exp_of<ExecutionSpace>(sr[j] - stat);
+      pr[j] = narrow<bf16>(value);
+    });
+  });
+}
+
+template <class MemorySpace>
+AttentionShape attention_gemm_shape(char const* op, int rows, int qkv_cols, int batch, int n_heads,
+                                    AttentionMask const& mask, AttentionGemmWorkspace<MemorySpace> const& w) {
+  auto const s = attention_shape(op, rows, qkv_cols, batch, n_heads, mask);
+  require(w.allocated() && w.batch_heads == s.batch * s.heads && w.seq == s.seq && w.head_dim == s.head_dim, op,
+          "the tensor-core workspace is for " + std::to_string(w.batch_heads) + " heads of " + std::to_string(w.seq) +
+              " tokens, head size " + std::to_string(w.head_dim) + "; this call has " +
+              std::to_string(s.batch * s.heads) + " of " + std::to_string(s.seq) + ", head size " +
+              std::to_string(s.head_dim));
+  return s;
+}
+
+template <class T>
+MatrixBatch<T> heads_of(T* data, AttentionShape const& s) {
+  return {data, s.seq, s.head_dim, s.head_dim, (long long)s.seq * s.head_dim};
+}
+template <class T, class MemorySpace>
+MatrixBatch<T> squares_of(T* data, AttentionShape const& s, AttentionGemmWorkspace<MemorySpace> const& w) {
+  return {data, s.seq, s.seq, w.ld, (long long)s.seq * w.ld};
+}
+
+}  // namespace detail
+
+// out [B*S, C] and lse [B*H, S] from qkv [B*S, 3C], all bf16 but lse (fp32): core/ops/attention.hpp's
+// attention_forward through batched GEMMs.
+template <class ExecutionSpace, class Out, class Lse, class Qkv, class MemorySpace>
+void attention_forward_gemm(ExecutionSpace const& space, Out const& out, Lse const& lse, Qkv const& qkv, int batch,
+                            int n_heads, AttentionMask const& mask, AttentionGemmWorkspace<MemorySpace> const& w) {
+  static_assert(std::is_same_v<typename Qkv::non_const_value_type, bf16> &&
+                    std::is_same_v<typename Out::non_const_value_type, bf16>,
+                "attention_forward_gemm: qkv and out are bf16");
+  auto const s = detail::attention_gemm_shape("attention_forward_gemm", int(qkv.extent(0)), int(qkv.extent(1)), batch,
+                                              n_heads, mask, w);
+  require(out.extent(0) == qkv.extent(0) && int(out.extent(1)) == s.channels && int(lse.extent(0)) == batch * n_heads &&
+              int(lse.extent(1)) == s.seq,
+          "attention_forward_gemm", "qkv " + shape_of(qkv) + ", out " + shape_of(out) + ", lse " + shape_of(lse) +
+                                        " (expected lse [B*H, S])");
+  float const scale = float(1.0 / std::sqrt(double(s.head_dim)));
+  int const bh = w.batch_heads;
+  using detail::heads_of;
+  using detail::squares_of;
+  detail::move_heads<true>(space, "attention_gemm_pack_qkv", qkv, 3, s, w.q.data(), w.k.data(), w.v.data());
+  gemm_bf16_batched(space, "N", "T", scale, heads_of<bf16 const>(w.q.data(), s), heads_of<bf16 const>(w.k.data(), s),
+                    0.0f, squares_of(w.scores.data(), s, w), bh, w.gemm);
+  detail::attention_softmax_rows(space, s, lse, w);
+  gemm_bf16_batched(space, "N", "N", 1.0f, squares_of<bf16 const>(w.probs.data(), s, w),
+                    heads_of<bf16 const>(w.v.data(), s), 0.0f, heads_of(w.o.data(), s), bh, w.gemm);
+  detail::move_heads<false>(space, "attention_gemm_unpack_out", out, 1, s, w.o.data(), nullptr, nullptr);
+}
+
+// d_qkv (overwritten) from d_out: core/ops/attention.hpp's attention_backward through batched GEMMs.
+template <class ExecutionSpace, class DQkv, class Delta, class DOut, class Qkv, class Out, class Lse, class MemorySpace>
+void attention_backward_gemm(ExecutionSpace const& space, DQkv const& d_qkv, Delta const& delta, DOut const& d_out,
+                             Qkv const& qkv, Out const& out, Lse const& lse, int batch, int n_heads,
+                             AttentionMask const& mask, AttentionGemmWorkspace<MemorySpace> const& w) {
+  static_assert(std::is_same_v<typename Qkv::non_const_value_type, bf16> &&
+                    std::is_same_v<typename DQkv::non_const_value_type, bf16>,
+                "attention_backward_gemm: qkv and d_qkv are bf16");
+  auto const s = detail::attention_gemm_shape("attention_backward_gemm", int(qkv.extent(0)), int(qkv.extent(1)),
+                                              batch, n_heads, mask, w);
+  require(d_qkv.extent(0) == qkv.extent(0) && d_qkv.extent(1) == qkv.extent(1) && d_out.extent(0) == out.extent(0) &&
+              d_out.extent(1) == out.extent(1) && out.extent(0) == qkv.extent(0) && int(out.extent(1)) == s.channels &&
+              delta.extent(0) == lse.extent(0) && delta.extent(1) == lse.extent(1) &&
+              int(lse.extent(0)) == batch * n_heads && int(lse.extent(1)) == s.seq,
+          "attention_backward_gemm", "qkv " + shape_of(qkv) + ", d_qkv " + shape_of(d_qkv) + ", out " + shape_of(out) +
+                                         ", d_out " + shape_of(d_out) + ", lse " + shape_of(lse) + ", delta " +
+                                         shape_of(delta));
+  float const scale = float(1.0 / std::sqrt(double(s.head_dim)));
+  int const bh = w.batch_heads;
+  using detail::heads_of;
+  using detail::squares_of;
+  switch (s.head_dim) {  // the fused path's delta kernel (a warp per token row)
+    case 16: detail::attention_delta<16>(space, s, delta, d_out, out); break;
+    case 32: detail::attention_delta<32>(space, s, delta, d_out, out); break;
+    case 64: detail::attention_delta<64>(space, s, delta, d_out, out); break;
+    case 128: detail::attention_delta<128>(space, s, delta, d_out, out); break;
+  }
+  detail::move_heads<true>(space, "attention_gemm_pack_qkv", qkv, 3, s, w.q.data(), w.k.data(), w.v.data());
+  detail::move_heads<true>(space, "attention_gemm_pack_dout", d_out, 1, s, w.o.data(), nullptr, nullptr);
+  auto const q = heads_of<bf16 const>(w.q.data(), s), k = heads_of<bf16 const>(w.k.data(), s),
+             v = heads_of<bf16 const>(w.v.data(), s), d_o = heads_of<bf16 const>(w.o.data(), s);
+  auto const p = squares_of<bf16 const>(w.probs.data(), s, w);
+  gemm_bf16_batched(space, "N", "T", scale, q, k, 0.0f, squares_of(w.scores.data(), s, w), bh, w.gemm);
+  detail::attention_gemm_rows<false>(space, "attention_gemm_probs", s, lse, w);
+  gemm_bf16_batched(space, "T", "N", 1.0f, p, d_o, 0.0f, heads_of(w.dv.data(), s), bh, w.gemm);       // dv = p^T dO
+  gemm_bf16_batched(space, "N", "T", 1.0f, d_o, v, 0.0f, squares_of(w.scores.data(), s, w), bh, w.gemm);  // dp = dO v^T
+  detail::attention_gemm_rows<true>(space, "attention_gemm_dscores", s, delta, w);                      // ds, over p
+  gemm_bf16_batched(space, "N", "N", scale, p, k, 0.0f, heads_of(w.dq.data(), s), bh, w.gemm);       // dq = ds k
+  gemm_bf16_batched(space, "T", "N", scale, p, q, 0.0f, heads_of(w.dk.data(), s), bh, w.gemm);       // dk = ds^T q
+  detail::move_heads<false>(space, "attention_gemm_unpack_dqkv", d_qkv, 3, s, w.dq.data(), w.dk.data(), w.dv.data());
+}
+
+}  // namespace joule
