@@ -144,18 +144,23 @@ for case in "larger mv" "smaller mv" "larger in-place"; do
   set -- $case
   other=$1 how=$2
   cp data.h5 swapped.h5
-  "$joule" train --config "$config" --data swapped.h5 --steps 100000 --no-energy --no-memory-check >run.txt 2>&1 &
+  # A log of its own per case, made before the job starts: the job's `>` truncates it only once
+  # the background shell runs, and the wait below must not see the previous case's "step" lines
+  # (it then swapped the file before this job opened it).
+  log=run-$other-$how.txt
+  : >"$log"
+  "$joule" train --config "$config" --data swapped.h5 --steps 100000 --no-energy --no-memory-check >"$log" 2>&1 &
   job=$!
-  for _ in $(seq 600); do grep -q "^step " run.txt && break; sleep 0.1; done
-  grep -q "^step " run.txt || fail "the run never got to a step: $(tail -3 run.txt)"
+  for _ in $(seq 600); do grep -q "^step " "$log" && break; sleep 0.1; done
+  grep -q "^step " "$log" || fail "the run never got to a step: $(tail -3 "$log")"
   if [ $how = mv ]; then cp $other.h5 swapped.h5.new && mv swapped.h5.new swapped.h5; else cat $other.h5 >swapped.h5; fi
   for _ in $(seq 100); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
   rc=0
   kill -0 $job 2>/dev/null && { kill $job; rc=running; }
   wait $job 2>/dev/null || rc=${rc/0/$?}
-  [ "$rc" = 1 ] || fail "a dataset replaced ($how) by a $other one under a running job: status $rc: $(tail -3 run.txt)"
-  grep -q "swapped.h5: the dataset changed while this run was reading it" run.txt ||
-    fail "the swapped dataset ($other, $how) is not named: $(tail -3 run.txt)"
-  echo "ok: a dataset replaced ($how) by a $other one stops the run: $(grep -m1 -i changed run.txt)"
+  [ "$rc" = 1 ] || fail "a dataset replaced ($how) by a $other one under a running job: status $rc: $(tail -3 "$log")"
+  grep -q "swapped.h5: the dataset changed while this run was reading it" "$log" ||
+    fail "the swapped dataset ($other, $how) is not named: $(tail -3 "$log")"
+  echo "ok: a dataset replaced ($how) by a $other one stops the run: $(grep -m1 -i changed "$log")"
 done
 echo PASS
