@@ -75,6 +75,15 @@ struct Result {
   double flops = 0, median_s = 0, min_s = 0;
 };
 
+// Attention's FLOPs over the (query, key) pairs the mask lets through: forward = 2 matmuls,
+// backward = 5 (scores recomputed), 2 FLOPs per multiply-add.
+double attention_flops(Shapes const& s, int head_dim, AttentionMask const& mask) {
+  int const p = mask.open_prefix(s.seq);
+  double pairs = 0;
+  for (int i = 0; i < s.seq; ++i) pairs += std::min(s.seq, std::max(i + 1, p));
+  return 14.0 * s.batch * s.heads * pairs * head_dim;
+}
+
 Result time_op(std::string op, std::string shape, double flops, int repeats,
                std::function<void()> const& fwd_bwd) {
   Space space;
@@ -147,11 +156,7 @@ void run_ops_bench(BenchOptions const& options, nlohmann::json& report) {
     int const hd = c / s.heads;
     int const n_image = (s.image / s.patch) * (s.image / s.patch);
     for (auto const& mask : {AttentionMask::causal(), AttentionMask::prefix(n_image)}) {
-      // Visible (query, key) pairs: forward = 2 matmuls, backward = 5 (scores recomputed).
-      int const p = mask.open_prefix(s.seq);
-      double pairs = 0;
-      for (int i = 0; i < s.seq; ++i) pairs += std::min(s.seq, std::max(i + 1, p));
-      double const flops = 14.0 * s.batch * s.heads * pairs * hd;
+      double const flops = attention_flops(s, hd, mask);
       results.push_back(time_op(
           "attention_" + std::string(mask.name().substr(0, mask.name().find('('))),
           fmt::format("B,H,S,hd={}x{}x{}x{} {}", s.batch, s.heads, s.seq, hd, mask.name()), flops,
@@ -171,10 +176,7 @@ void run_ops_bench(BenchOptions const& options, nlohmann::json& report) {
     int const hd = c / s.heads;
     auto const mask = AttentionMask::prefix((s.image / s.patch) * (s.image / s.patch));
     auto const work = AttentionGemmWorkspace<Mem>::for_space<Space>(s.batch * s.heads, s.seq, hd, "bench.attention");
-    int const p = mask.open_prefix(s.seq);
-    double pairs = 0;
-    for (int i = 0; i < s.seq; ++i) pairs += std::min(s.seq, std::max(i + 1, p));
-    double const flops = 14.0 * s.batch * s.heads * pairs * hd;  // the visible pairs, as above
+    double const flops = attention_flops(s, hd, mask);
     std::string const shape = fmt::format("B,H,S,hd={}x{}x{}x{} {} bf16", s.batch, s.heads, s.seq, hd, mask.name());
     results.push_back(time_op("attention_bf16", shape, flops, options.repeats, [&] {
       attention_forward(space, out, lse, qkv, s.batch, s.heads, mask);
@@ -285,10 +287,7 @@ void run_ops_bench(BenchOptions const& options, nlohmann::json& report) {
     params.for_each([&](std::string const&, auto const& v) { fill(v, rng, -0.05, 0.05); });
     Tensor2<T, Mem> x("x", n, c), y("y", n, c), dy("dy", n, c), dx("dx", n, c);
     fill(x, rng), fill(dy, rng);
-    int const hd = c / s.heads, p = bs.mask.open_prefix(s.seq);
-    double pairs = 0;
-    for (int i = 0; i < s.seq; ++i) pairs += std::min(s.seq, std::max(i + 1, p));
-    double const flops = 6.0 * n * (3.0 * c * c + c * c + 2.0 * c * m) + 14.0 * s.batch * s.heads * pairs * hd;
+    double const flops = 6.0 * n * (3.0 * c * c + c * c + 2.0 * c * m) + attention_flops(s, c / s.heads, bs.mask);
     results.push_back(time_op("block", fmt::format("B,S,C,H,M={}x{}x{}x{}x{}", s.batch, s.seq, c, s.heads, m),
                               flops, options.repeats, [&] {
                                 block_forward(space, bs, y, acts, params, x, work);

@@ -51,6 +51,28 @@ inline AttentionShape attention_shape(char const* op, int rows, int qkv_cols, in
   return s;
 }
 
+// The views' shapes against the call's: one check for every attention path (op names the caller).
+template <class Out, class Lse, class Qkv>
+void check_attention_forward_views(char const* op, AttentionShape const& s, Out const& out, Lse const& lse,
+                                   Qkv const& qkv) {
+  require(out.extent(0) == qkv.extent(0) && int(out.extent(1)) == s.channels &&
+              int(lse.extent(0)) == s.batch * s.heads && int(lse.extent(1)) == s.seq,
+          op, "qkv " + shape_of(qkv) + ", out " + shape_of(out) + ", lse " + shape_of(lse) +
+                  " (expected lse [B*H, S])");
+}
+
+template <class DQkv, class Delta, class DOut, class Qkv, class Out, class Lse>
+void check_attention_backward_views(char const* op, AttentionShape const& s, DQkv const& d_qkv, Delta const& delta,
+                                    DOut const& d_out, Qkv const& qkv, Out const& out, Lse const& lse) {
+  require(d_qkv.extent(0) == qkv.extent(0) && d_qkv.extent(1) == qkv.extent(1) &&
+              d_out.extent(0) == out.extent(0) && d_out.extent(1) == out.extent(1) &&
+              out.extent(0) == qkv.extent(0) && int(out.extent(1)) == s.channels &&
+              delta.extent(0) == lse.extent(0) && delta.extent(1) == lse.extent(1) &&
+              int(lse.extent(0)) == s.batch * s.heads && int(lse.extent(1)) == s.seq,
+          op, "qkv " + shape_of(qkv) + ", d_qkv " + shape_of(d_qkv) + ", out " + shape_of(out) + ", d_out " +
+                  shape_of(d_out) + ", lse " + shape_of(lse) + ", delta " + shape_of(delta));
+}
+
 }  // namespace detail
 
 namespace detail {
@@ -61,10 +83,7 @@ void attention_forward_as(ExecutionSpace const& space, Out const& out, Lse const
                           int batch, int n_heads, AttentionMask const& mask) {
   auto const s = attention_shape("attention_forward", qkv.extent(0), qkv.extent(1), batch,
                                  n_heads, mask);
-  require(out.extent(0) == qkv.extent(0) && int(out.extent(1)) == s.channels &&
-              int(lse.extent(0)) == batch * n_heads && int(lse.extent(1)) == s.seq,
-          "attention_forward", "qkv " + shape_of(qkv) + ", out " + shape_of(out) + ", lse " +
-                                   shape_of(lse) + " (expected lse [B*H, S])");
+  check_attention_forward_views("attention_forward", s, out, lse, qkv);
   switch (s.head_dim) {
     case 16: launch_attention_forward<16, Block>(space, s, out, lse, qkv); break;
     case 32: launch_attention_forward<32, Block>(space, s, out, lse, qkv); break;
@@ -80,14 +99,7 @@ void attention_backward_as(ExecutionSpace const& space, DQkv const& d_qkv, Delta
                            int batch, int n_heads, AttentionMask const& mask) {
   auto const s = attention_shape("attention_backward", qkv.extent(0), qkv.extent(1), batch,
                                  n_heads, mask);
-  require(d_qkv.extent(0) == qkv.extent(0) && d_qkv.extent(1) == qkv.extent(1) &&
-              d_out.extent(0) == out.extent(0) && d_out.extent(1) == out.extent(1) &&
-              out.extent(0) == qkv.extent(0) && int(out.extent(1)) == s.channels &&
-              delta.extent(0) == lse.extent(0) && delta.extent(1) == lse.extent(1) &&
-              int(lse.extent(0)) == batch * n_heads && int(lse.extent(1)) == s.seq,
-          "attention_backward", "qkv " + shape_of(qkv) + ", d_qkv " + shape_of(d_qkv) +
-                                    ", out " + shape_of(out) + ", d_out " + shape_of(d_out) +
-                                    ", lse " + shape_of(lse) + ", delta " + shape_of(delta));
+  check_attention_backward_views("attention_backward", s, d_qkv, delta, d_out, qkv, out, lse);
   switch (s.head_dim) {
     case 16: launch_attention_backward<16, Block>(space, s, d_qkv, delta, d_out, qkv, out, lse); break;
     case 32: launch_attention_backward<32, Block>(space, s, d_qkv, delta, d_out, qkv, out, lse); break;

@@ -125,10 +125,7 @@ void attention_forward_gemm(ExecutionSpace const& space, Out const& out, Lse con
                 "attention_forward_gemm: qkv and out are bf16");
   auto const s = detail::attention_gemm_shape("attention_forward_gemm", int(qkv.extent(0)), int(qkv.extent(1)), batch,
                                               n_heads, mask, w);
-  require(out.extent(0) == qkv.extent(0) && int(out.extent(1)) == s.channels && int(lse.extent(0)) == batch * n_heads &&
-              int(lse.extent(1)) == s.seq,
-          "attention_forward_gemm", "qkv " + shape_of(qkv) + ", out " + shape_of(out) + ", lse " + shape_of(lse) +
-                                        " (expected lse [B*H, S])");
+  detail::check_attention_forward_views("attention_forward_gemm", s, out, lse, qkv);
   float const scale = float(1.0 / std::sqrt(double(s.head_dim)));
   int const bh = w.batch_heads;
   using detail::heads_of;
@@ -152,13 +149,7 @@ void attention_backward_gemm(ExecutionSpace const& space, DQkv const& d_qkv, Del
                 "attention_backward_gemm: qkv and d_qkv are bf16");
   auto const s = detail::attention_gemm_shape("attention_backward_gemm", int(qkv.extent(0)), int(qkv.extent(1)),
                                               batch, n_heads, mask, w);
-  require(d_qkv.extent(0) == qkv.extent(0) && d_qkv.extent(1) == qkv.extent(1) && d_out.extent(0) == out.extent(0) &&
-              d_out.extent(1) == out.extent(1) && out.extent(0) == qkv.extent(0) && int(out.extent(1)) == s.channels &&
-              delta.extent(0) == lse.extent(0) && delta.extent(1) == lse.extent(1) &&
-              int(lse.extent(0)) == batch * n_heads && int(lse.extent(1)) == s.seq,
-          "attention_backward_gemm", "qkv " + shape_of(qkv) + ", d_qkv " + shape_of(d_qkv) + ", out " + shape_of(out) +
-                                         ", d_out " + shape_of(d_out) + ", lse " + shape_of(lse) + ", delta " +
-                                         shape_of(delta));
+  detail::check_attention_backward_views("attention_backward_gemm", s, d_qkv, delta, d_out, qkv, out, lse);
   float const scale = float(1.0 / std::sqrt(double(s.head_dim)));
   int const bh = w.batch_heads;
   using detail::heads_of;

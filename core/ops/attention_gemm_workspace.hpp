@@ -17,8 +17,6 @@ namespace joule {
 // backend) or batched GEMMs on tensor cores (core/ops/attention_gemm.hpp).
 enum class AttentionPath { fused, gemm };
 
-inline char const* attention_path_name(AttentionPath p) { return p == AttentionPath::fused ? "fused" : "gemm"; }
-
 // The path a model of element type T runs on ExecutionSpace: the GEMMs where bf16 GEMMs run on
 // tensor cores (CUDA), the fused kernel elsewhere (and always in fp32).
 template <class ExecutionSpace, class T>
