@@ -98,7 +98,7 @@ std::vector<environment::Description> environment_variables() {
   return rows;
 }
 
-SourceOptions SourceOptions::from_environment() {
+SourceOptions SourceOptions::from_environment_variables() {
   SourceOptions o;
   o.nvml_library = kNvmlLibrary.value();
   o.hwmon_root = kHwmonRoot.value();
@@ -108,9 +108,7 @@ SourceOptions SourceOptions::from_environment() {
   o.local_rank = first_set(kLocalRanks);
   o.local_size = first_set(kLocalSizes);
   if (char const* v = std::getenv(kCudaVisibleDevices)) o.cuda_visible_devices = v;  // set but empty: no GPU
-  // The device Kokkos runs on, exactly, on CUDA builds; else the one Kokkos' rule would pick.
-  o.cuda_pci_bus_id = kokkos_device_pci_bus_id();
-  o.cuda_device_by_local_rank = o.cuda_pci_bus_id.empty();
+  o.cuda_device_by_local_rank = true;
   return o;
 }
 

@@ -1,9 +1,6 @@
 #include "energy/edge_clock.hpp"
 
-#include "energy/detail/cuda_edge_clock.hpp"
 #include "energy/sampler.hpp"
-
-#include <Kokkos_Core.hpp>
 
 #include <stdexcept>
 
@@ -22,25 +19,23 @@ namespace {
 
 class HostClock final : public EdgeClock {
  public:
-  HostClock(Sampler const& s, bool fence) : sampler_(s), fence_(fence) {}
+  HostClock(Sampler const& s, std::function<void()> fence) : sampler_(s), fence_(std::move(fence)) {}
   char const* name() const override { return fence_ ? "fenced" : "host"; }
   Stamp stamp() override {
-    if (fence_) Kokkos::fence();
+    if (fence_) fence_();
     return {sampler_.now(), -1};
   }
   double resolve(Stamp const& s) override { return s.t; }
 
  private:
   Sampler const& sampler_;
-  bool fence_;
+  std::function<void()> fence_;
 };
 
 }  // namespace
 
-std::unique_ptr<EdgeClock> make_edge_clock(Sampler const& sampler, EdgeMode mode, StreamProvider stream) {
-  if (mode == EdgeMode::fenced) return std::make_unique<HostClock>(sampler, true);
-  if (auto device = detail::make_cuda_edge_clock(sampler, std::move(stream))) return device;
-  return std::make_unique<HostClock>(sampler, false);
+std::unique_ptr<EdgeClock> make_host_edge_clock(Sampler const& sampler, std::function<void()> fence) {
+  return std::make_unique<HostClock>(sampler, std::move(fence));
 }
 
 }  // namespace joule::energy

@@ -23,4 +23,12 @@ std::string kokkos_device_pci_bus_id() {
 #endif
 }
 
+SourceOptions SourceOptions::from_environment() {
+  SourceOptions o = from_environment_variables();
+  // The device Kokkos runs on, exactly, on CUDA builds; else the one Kokkos' rule would pick.
+  o.cuda_pci_bus_id = kokkos_device_pci_bus_id();
+  o.cuda_device_by_local_rank = o.cuda_pci_bus_id.empty();
+  return o;
+}
+
 }  // namespace joule::energy

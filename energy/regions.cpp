@@ -1,7 +1,5 @@
 #include "energy/regions.hpp"
 
-#include <Kokkos_Core.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,13 +9,6 @@
 namespace joule::energy {
 
 namespace {
-RegionRecorder* g_recorder = nullptr;
-void on_push(char const* name) {
-  if (g_recorder) g_recorder->push(name);
-}
-void on_pop() {
-  if (g_recorder) g_recorder->pop();
-}
 double steady() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -31,7 +22,7 @@ struct Open {
   Stamp begin;
 };
 struct Stack {
-  RegionRecorder const* owner = nullptr;
+  RegionTimeline const* owner = nullptr;
   std::vector<Open> open;
 };
 thread_local Stack t_stack;
@@ -41,27 +32,20 @@ thread_local Stack t_stack;
 constexpr std::size_t kBacklog = 1024;
 }  // namespace
 
-RegionRecorder::RegionRecorder(Sampler& sampler, EdgeMode mode, std::unique_ptr<EdgeClock> clock)
+RegionTimeline::RegionTimeline(Sampler& sampler, EdgeMode mode, std::unique_ptr<EdgeClock> clock,
+                               bool skip_library_regions)
     : sampler_(sampler),
       mode_(mode),
-      clock_(clock ? std::move(clock) : make_edge_clock(sampler, mode)),
+      skip_library_(skip_library_regions),
+      clock_(std::move(clock)),
       total_(total_rule(sampler.channels())) {
+  if (!clock_) throw std::logic_error("joule::energy::RegionTimeline: no edge clock");
   for (auto c : total_.channels) resolution_s_ = std::max(resolution_s_, sampler.resolution_s(c));
-  if (g_recorder) throw std::logic_error("joule::energy::RegionRecorder: one recorder at a time");
-  g_recorder = this;
   closed_.reserve(kBacklog + 64);
   ready_.reserve(kBacklog + 64);
-  Kokkos::Tools::Experimental::set_push_region_callback(on_push);
-  Kokkos::Tools::Experimental::set_pop_region_callback(on_pop);
 }
 
-RegionRecorder::~RegionRecorder() {
-  Kokkos::Tools::Experimental::set_push_region_callback(nullptr);
-  Kokkos::Tools::Experimental::set_pop_region_callback(nullptr);
-  g_recorder = nullptr;
-}
-
-int RegionRecorder::intern(char const* name) {
+int RegionTimeline::intern(char const* name) {
   auto const it = ids_.find(std::string_view(name));
   if (it != ids_.end()) return it->second;
   int const id = int(names_.size());
@@ -70,10 +54,10 @@ int RegionRecorder::intern(char const* name) {
   return id;
 }
 
-void RegionRecorder::push(char const* name, double at) {
+void RegionTimeline::push(char const* name, double at) {
   double const enter = steady();
   if (t_stack.owner != this) t_stack = Stack{this, {}};
-  if (library_region(name) && at < 0) {
+  if (skip_library_ && library_region(name) && at < 0) {
     t_stack.open.push_back({-1, {}});
     std::lock_guard<std::mutex> lock(mutex_);
     ++library_regions_;
@@ -88,7 +72,7 @@ void RegionRecorder::push(char const* name, double at) {
   ++hook_calls_;
 }
 
-void RegionRecorder::pop(double at) {
+void RegionTimeline::pop(double at) {
   double const enter = steady();
   if (t_stack.owner != this || t_stack.open.empty()) return;  // pop without push: ignore
   Open const o = t_stack.open.back();
@@ -110,7 +94,19 @@ void RegionRecorder::pop(double at) {
   ++hook_calls_;
 }
 
-void RegionRecorder::resolve_locked() {
+void RegionTimeline::close(char const* name, Stamp begin, Stamp end) {
+  double const enter = steady();
+  std::lock_guard<std::mutex> lock(mutex_);
+  closed_.push_back({intern(name), begin, end});
+  if (closed_.size() >= kBacklog) {
+    resolve_locked();
+    attribute_locked(sampler_.covered_until());
+  }
+  hook_seconds_ += steady() - enter;
+  ++hook_calls_;
+}
+
+void RegionTimeline::resolve_locked() {
   std::size_t kept = 0;
   for (auto& c : closed_) {
     double const t0 = clock_->resolve(c.begin);
@@ -125,7 +121,7 @@ void RegionRecorder::resolve_locked() {
   closed_.resize(kept);
 }
 
-void RegionRecorder::attribute_locked(double covered_until) {
+void RegionTimeline::attribute_locked(double covered_until) {
   // Group the covered intervals by region, then integrate each channel over them in one pass.
   std::map<int, std::vector<std::pair<double, double>>> by_name;
   std::size_t kept = 0;
@@ -156,7 +152,7 @@ void RegionRecorder::attribute_locked(double covered_until) {
   }
 }
 
-std::map<std::string, RegionStats> RegionRecorder::stats(bool settle) {
+std::map<std::string, RegionStats> RegionTimeline::stats(bool settle) {
   double need = -1;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -170,15 +166,15 @@ std::map<std::string, RegionStats> RegionRecorder::stats(bool settle) {
   return stats_;
 }
 
-double RegionRecorder::hook_seconds() const {
+double RegionTimeline::hook_seconds() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return hook_seconds_;
 }
-long long RegionRecorder::hook_calls() const {
+long long RegionTimeline::hook_calls() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return hook_calls_;
 }
-long long RegionRecorder::library_regions() const {
+long long RegionTimeline::library_regions() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return library_regions_;
 }

@@ -43,15 +43,16 @@ std::map<std::string, RegionStats> region_difference(std::map<std::string, Regio
                                                      std::map<std::string, RegionStats> const& before,
                                                      double resolution_s);
 
-class RegionRecorder {
+// The timeline and its attribution, apart from who reports the edges: Kokkos-free, so that the
+// Kokkos Tools connector (energy/tool/), which must not carry a second Kokkos, uses it as is.
+class RegionTimeline {
  public:
-  // Installs the Kokkos callbacks; one recorder at a time. The clock defaults to
-  // make_edge_clock(sampler, mode).
-  explicit RegionRecorder(Sampler& sampler, EdgeMode mode = EdgeMode::timeline,
-                          std::unique_ptr<EdgeClock> clock = nullptr);
-  ~RegionRecorder();  // removes the callbacks
-  RegionRecorder(RegionRecorder const&) = delete;
-  RegionRecorder& operator=(RegionRecorder const&) = delete;
+  // skip_library_regions: the library rule above (joule's own runs); a connector attributing
+  // another program's regions keeps them.
+  RegionTimeline(Sampler& sampler, EdgeMode mode, std::unique_ptr<EdgeClock> clock, bool skip_library_regions = true);
+  virtual ~RegionTimeline() = default;
+  RegionTimeline(RegionTimeline const&) = delete;
+  RegionTimeline& operator=(RegionTimeline const&) = delete;
 
   EdgeMode mode() const { return mode_; }
   char const* clock_name() const { return clock_->name(); }
@@ -71,6 +72,10 @@ class RegionRecorder {
   // to stand in for a device stream's timestamps.
   void push(char const* name, double at = -1);
   void pop(double at = -1);
+  // An interval whose edges the caller stamped itself (kernels: begin and end carry an id, not a
+  // per-thread nesting): stamp() at each edge, close() at the end.
+  Stamp stamp() { return clock_->stamp(); }
+  void close(char const* name, Stamp begin, Stamp end);
 
  private:
   struct Closed {
@@ -87,6 +92,7 @@ class RegionRecorder {
 
   Sampler& sampler_;
   EdgeMode mode_;
+  bool skip_library_;
   std::unique_ptr<EdgeClock> clock_;
   TotalRule total_;
   double resolution_s_ = 0;
@@ -99,6 +105,15 @@ class RegionRecorder {
   std::map<std::string, RegionStats> stats_;
   double hook_seconds_ = 0;
   long long hook_calls_ = 0, library_regions_ = 0;
+};
+
+// The timeline fed by Kokkos' in-process region callbacks (kokkos_regions.cpp): one at a time.
+// The clock defaults to make_edge_clock(sampler, mode).
+class RegionRecorder : public RegionTimeline {
+ public:
+  explicit RegionRecorder(Sampler& sampler, EdgeMode mode = EdgeMode::timeline,
+                          std::unique_ptr<EdgeClock> clock = nullptr);
+  ~RegionRecorder() override;  // removes the callbacks
 };
 
 }  // namespace joule::energy

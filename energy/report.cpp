@@ -65,14 +65,14 @@ double sum(std::vector<double> const& e, std::vector<std::size_t> const& idx) {
 
 }  // namespace
 
-std::string edges_description(RegionRecorder const& regions) {
+std::string edges_description(RegionTimeline const& regions) {
   return regions.mode() == EdgeMode::fenced
              ? std::string("region edges fenced (exact; the device was serialised at every edge)")
              : std::string("region edges on the timeline where their work ran (") + regions.clock_name() +
                    " clock, never fenced)";
 }
 
-std::string format_energy_report(Sampler const& sampler, RegionRecorder& regions, Measurement const& run) {
+std::string format_energy_report(Sampler const& sampler, RegionTimeline& regions, Measurement const& run) {
   auto const c = columns_of(sampler.channels());
   auto const stats = regions.stats(/*settle=*/true);
   std::ostringstream out;
@@ -156,7 +156,7 @@ RankEnergy RankEnergy::from_json(std::string const& text) {
   }
 }
 
-RankEnergy summarize_rank(Sampler const& sampler, RegionRecorder& regions, int rank, Measurement const& run) {
+RankEnergy summarize_rank(Sampler const& sampler, RegionTimeline& regions, int rank, Measurement const& run) {
   RankEnergy e;
   e.rank = rank;
   e.total_description = run.total_description;

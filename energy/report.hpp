@@ -14,9 +14,9 @@ namespace joule::energy {
 // Per-region time and energy table (regions settled first), the whole run's measurement, how the
 // edges were taken (timeline or fenced), which regions are below the sensors' resolution, and
 // the overhead of sampling and region hooks.
-std::string format_energy_report(Sampler const& sampler, RegionRecorder& regions, Measurement const& run);
+std::string format_energy_report(Sampler const& sampler, RegionTimeline& regions, Measurement const& run);
 // "region edges on the timeline ..." or "region edges fenced ...": which mode produced the figures.
-std::string edges_description(RegionRecorder const& regions);
+std::string edges_description(RegionTimeline const& regions);
 
 // One process's figures for a run, reduced to its total rule (joules summed over the counted
 // channels), as plain data that can travel between processes as JSON text.
@@ -38,7 +38,7 @@ struct RankEnergy {
   std::string to_json() const;
   static RankEnergy from_json(std::string const& text);  // throws std::runtime_error
 };
-RankEnergy summarize_rank(Sampler const& sampler, RegionRecorder& regions, int rank, Measurement const& run);
+RankEnergy summarize_rank(Sampler const& sampler, RegionTimeline& regions, int rank, Measurement const& run);
 
 // The job's report from every rank's figures: per region the longest time over the ranks and the
 // energy summed over them; the job's total is the sum of the ranks' totals (each rank counts only

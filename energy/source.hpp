@@ -86,6 +86,9 @@ struct SourceOptions {
   // Reads the variables above; the bus id of Kokkos' CUDA device when Kokkos runs on one. Throws
   // environment::Error for a value validate_environment() refuses.
   static SourceOptions from_environment();
+  // The variables alone, the GPU by Kokkos' local-rank rule (Kokkos-free: the connector, which
+  // sees another program's Kokkos only through Kokkos Tools).
+  static SourceOptions from_environment_variables();
 };
 
 // Checks the variables from_environment() reads (the model's watts, the local rank and size), before
