@@ -227,6 +227,10 @@ void report(State& s) {
     }
     std::fprintf(e, "  outside any region: %.4f s, %.4f J (%.1f%% of the program's energy)\n", outside_s, outside_j,
                  share(outside_j, program.total_j));
+    double hook_s = s.regions->hook_seconds() + s.outer->hook_seconds() + (s.kernels ? s.kernels->hook_seconds() : 0);
+    long long const hooks = s.regions->hook_calls() + s.outer->hook_calls() + (s.kernels ? s.kernels->hook_calls() : 0);
+    std::fprintf(e, "  the tool's own time: %lld edges, %.3f ms inside them (%.2f%% of the program's time)\n", hooks,
+                 1e3 * hook_s, share(hook_s, program.seconds));
     std::fprintf(e, "  (below resolution): calls shorter on average than the sensors resolve (%.3g s): their energy "
                     "is interpolated from the trace, aggregated by name. Regions and kernels are inclusive and "
                     "overlap, so their energies do not add up.\n",
