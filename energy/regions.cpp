@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 namespace joule::energy {
@@ -55,54 +56,74 @@ int RegionTimeline::intern(char const* name) {
 }
 
 void RegionTimeline::push(char const* name, double at) {
+  if (at >= 0) {
+    push(name, Stamp{at, -1});
+    return;
+  }
   double const enter = steady();
   if (t_stack.owner != this) t_stack = Stack{this, {}};
-  if (skip_library_ && library_region(name) && at < 0) {
+  if (skip_library_ && library_region(name)) {
     t_stack.open.push_back({-1, {}});
     std::lock_guard<std::mutex> lock(mutex_);
     ++library_regions_;
-    hook_seconds_ += steady() - enter;
-    ++hook_calls_;
+    account_locked(enter);
     return;
   }
-  Stamp const s = at >= 0 ? Stamp{at, -1} : clock_->stamp();
+  Stamp const s = clock_->stamp();
   std::lock_guard<std::mutex> lock(mutex_);
   t_stack.open.push_back({intern(name), s});
-  hook_seconds_ += steady() - enter;
-  ++hook_calls_;
+  account_locked(enter);
+}
+
+void RegionTimeline::push(char const* name, Stamp at) {
+  double const enter = steady();
+  if (t_stack.owner != this) t_stack = Stack{this, {}};
+  std::lock_guard<std::mutex> lock(mutex_);
+  t_stack.open.push_back({intern(name), at});
+  account_locked(enter);
 }
 
 void RegionTimeline::pop(double at) {
+  if (at >= 0)
+    pop_at(Stamp{at, -1});
+  else
+    pop_at(std::nullopt);
+}
+
+void RegionTimeline::pop(Stamp at) { pop_at(at); }
+
+void RegionTimeline::pop_at(std::optional<Stamp> at) {
   double const enter = steady();
   if (t_stack.owner != this || t_stack.open.empty()) return;  // pop without push: ignore
   Open const o = t_stack.open.back();
   t_stack.open.pop_back();
   if (o.name < 0) {
     std::lock_guard<std::mutex> lock(mutex_);
-    hook_seconds_ += steady() - enter;
-    ++hook_calls_;
+    account_locked(enter);
     return;
   }
-  Stamp const s = at >= 0 ? Stamp{at, -1} : clock_->stamp();
+  Stamp const s = at ? *at : clock_->stamp();
   std::lock_guard<std::mutex> lock(mutex_);
-  closed_.push_back({o.name, o.begin, s});
-  if (closed_.size() >= kBacklog) {
-    resolve_locked();
-    attribute_locked(sampler_.covered_until());
-  }
-  hook_seconds_ += steady() - enter;
-  ++hook_calls_;
+  close_locked(o.name, o.begin, s, enter);
 }
 
 void RegionTimeline::close(char const* name, Stamp begin, Stamp end) {
   double const enter = steady();
   std::lock_guard<std::mutex> lock(mutex_);
-  closed_.push_back({intern(name), begin, end});
+  close_locked(intern(name), begin, end, enter);
+}
+
+void RegionTimeline::close_locked(int name, Stamp begin, Stamp end, double entered) {
+  closed_.push_back({name, begin, end});
   if (closed_.size() >= kBacklog) {
     resolve_locked();
     attribute_locked(sampler_.covered_until());
   }
-  hook_seconds_ += steady() - enter;
+  account_locked(entered);
+}
+
+void RegionTimeline::account_locked(double entered) {
+  hook_seconds_ += steady() - entered;
   ++hook_calls_;
 }
 
@@ -152,16 +173,22 @@ void RegionTimeline::attribute_locked(double covered_until) {
   }
 }
 
-std::map<std::string, RegionStats> RegionTimeline::stats(bool settle) {
-  double need = -1;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (settle) clock_->calibrate();
-    resolve_locked();
-    for (auto const& r : ready_) need = std::max(need, r.t1);
-  }
-  if (settle && need >= 0) sampler_.wait_until_covered(need);
+double RegionTimeline::pending_until() {
   std::lock_guard<std::mutex> lock(mutex_);
+  clock_->calibrate();
+  resolve_locked();
+  double need = -1;
+  for (auto const& r : ready_) need = std::max(need, r.t1);
+  return need;
+}
+
+std::map<std::string, RegionStats> RegionTimeline::stats(bool settle) {
+  if (settle) {
+    double const need = pending_until();
+    if (need >= 0) sampler_.wait_until_covered(need);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  resolve_locked();
   attribute_locked(sampler_.covered_until());
   return stats_;
 }

@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,7 +45,7 @@ std::map<std::string, RegionStats> region_difference(std::map<std::string, Regio
                                                      double resolution_s);
 
 // The timeline and its attribution, apart from who reports the edges: Kokkos-free, so that the
-// Kokkos Tools connector (energy/tool/), which must not carry a second Kokkos, uses it as is.
+// Kokkos Tools connector (apps/energy_tool/), which must not carry a second Kokkos, uses it as is.
 class RegionTimeline {
  public:
   // skip_library_regions: the library rule above (joule's own runs); a connector attributing
@@ -63,6 +64,10 @@ class RegionTimeline {
   // anchors a device clock and waits until the sampler has covered the last closed edge (at most
   // about one sampling period), so that everything closed before the call is included.
   std::map<std::string, RegionStats> stats(bool settle = false);
+  // What stats(true) waits for: anchors a device clock and returns the latest end, on the
+  // sampler's clock, of what is closed but not yet attributed (-1: nothing). Several timelines
+  // on one sampler settle with one wait: the largest of theirs, then stats() on each.
+  double pending_until();
   // Time spent inside the callbacks themselves (their overhead), and how many there were.
   double hook_seconds() const;
   long long hook_calls() const;
@@ -72,6 +77,9 @@ class RegionTimeline {
   // to stand in for a device stream's timestamps.
   void push(char const* name, double at = -1);
   void pop(double at = -1);
+  // The same with an edge the caller stamped (stamp() below; a device event keeps its slot).
+  void push(char const* name, Stamp at);
+  void pop(Stamp at);
   // An interval whose edges the caller stamped itself (kernels: begin and end carry an id, not a
   // per-thread nesting): stamp() at each edge, close() at the end.
   Stamp stamp() { return clock_->stamp(); }
@@ -87,6 +95,11 @@ class RegionTimeline {
     double t0, t1;
   };
   int intern(char const* name);
+  void pop_at(std::optional<Stamp> at);  // nullopt: stamp it now
+  // The tail every closing edge shares: the interval queued (resolved on the way past the
+  // backlog), then the hook's time accounted.
+  void close_locked(int name, Stamp begin, Stamp end, double entered);
+  void account_locked(double entered);
   void resolve_locked();  // closed -> ready where the clock knows both edges' times
   void attribute_locked(double covered_until);
 
