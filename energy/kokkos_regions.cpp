@@ -1,5 +1,5 @@
 // The one unit that feeds a RegionTimeline from Kokkos' in-process region callbacks (joule's own
-// runs). Apart from regions.cpp so that the timeline links without Kokkos (energy/tool/).
+// runs). Apart from regions.cpp so that the timeline links without Kokkos (apps/energy_tool/).
 #include "energy/regions.hpp"
 
 #include <Kokkos_Core.hpp>

@@ -1,5 +1,6 @@
 #include "scheduler/report.hpp"
 
+#include "scheduler/profile.hpp"
 #include "scheduler/statistics.hpp"
 
 #include <fmt/format.h>
@@ -264,6 +265,12 @@ std::string csv_number(double value) { return std::isnan(value) ? "" : fmt::form
 }  // namespace
 
 std::string format_run_report(RunLogContents const& log) {
+  if (log.profile) {  // the energy tool's profile of a Kokkos program: no search to report
+    auto const& h = log.header;
+    std::string out = fmt::format("joule energy profile {}\n  created {} by joule {} ({}) on host {}: {}\n", log.path,
+                                  h.created, h.joule_version, h.git_commit, h.host, log.profile->program);
+    return out + format_profile_report(h, *log.profile, /*top=*/0);
+  }
   std::string out;
   header_section(out, log);
   trial_table(out, log);
@@ -274,6 +281,7 @@ std::string format_run_report(RunLogContents const& log) {
 }
 
 std::string format_run_csv(RunLogContents const& log) {
+  if (log.profile) return format_profile_csv(log.header, *log.profile);
   std::string out = "index,status";
   for (auto const& k : knob_table()) out += fmt::format(",{}", k.name);
   out += ",time_per_step_s,energy_per_step_j,energy_kind,objective,ci_relative,repeats,warmup_steps,measured_steps,"

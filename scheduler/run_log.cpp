@@ -172,8 +172,9 @@ Knobs read_knobs(H5File const& f, std::string const& group) {
   return k;
 }
 
-std::vector<RegionMeasure> read_regions(H5File const& f, std::string const& group) {
-  std::string const g = group + "/regions";
+// A table in the region schema (name, calls, seconds, energy_j, below_resolution) at group g:
+// GROUP/regions of a trial, /train and /profile, and /profile/kernels.
+std::vector<RegionMeasure> read_region_table(H5File const& f, std::string const& g) {
   auto const names = f.read_strings(g + "/name");
   auto const calls = read_vector<std::int64_t>(f, g + "/calls");
   auto const seconds = read_vector<double>(f, g + "/seconds");
@@ -192,6 +193,10 @@ std::vector<RegionMeasure> read_regions(H5File const& f, std::string const& grou
   for (std::size_t i = 0; i < names.size(); ++i)
     regions[i] = RegionMeasure{names[i], calls[i], seconds[i], energy[i], flagged[i] != 0};
   return regions;
+}
+
+std::vector<RegionMeasure> read_regions(H5File const& f, std::string const& group) {
+  return read_region_table(f, group + "/regions");
 }
 
 PowerTrace read_power(H5File const& f, std::string const& group) {
@@ -285,8 +290,8 @@ RunHeader read_header(H5File const& f) {
     damaged(f, fmt::format("attribute 'energy_kind' on / is \"{}\", expected measured or model", h.energy_kind));
   if (f.has_attribute("/", "energy_regions")) h.energy_regions = f.attribute_string("/", "energy_regions");
   if (f.has_attribute("/", "tuning")) h.tuning = f.attribute_string("/", "tuning");
-  if (h.tuning != "offline" && h.tuning != "in_flight")
-    damaged(f, fmt::format("attribute 'tuning' on / is \"{}\", expected offline or in_flight", h.tuning));
+  if (h.tuning != "offline" && h.tuning != "in_flight" && h.tuning != "profile")
+    damaged(f, fmt::format("attribute 'tuning' on / is \"{}\", expected offline, in_flight or profile", h.tuning));
   h.objective = f.attribute_string("/", "objective");
   h.strategy = f.attribute_string("/", "strategy");
   h.world_size = read_int(f, "/", "world_size");
@@ -356,6 +361,25 @@ TrainRecord read_train(H5File const& f) {
   return t;
 }
 
+ProfileRecord read_profile(H5File const& f) {
+  std::string const g = "/profile";
+  ProfileRecord p;
+  p.program = f.attribute_string(g, "program");
+  p.rank = read_int(f, g, "rank");
+  p.sample_rate_hz = f.attribute_double(g, "sample_rate_hz");
+  p.seconds = f.attribute_double(g, "seconds");
+  p.energy_j = f.attribute_double(g, "energy_j");
+  p.outside_seconds = f.attribute_double(g, "outside_seconds");
+  p.outside_energy_j = f.attribute_double(g, "outside_energy_j");
+  p.tool_seconds = f.attribute_double(g, "tool_seconds");
+  p.tool_edges = f.attribute_int(g, "tool_edges");
+  p.resolution_s = f.attribute_double(g, "resolution_s");
+  p.regions = read_regions(f, g);
+  p.kernels = read_region_table(f, g + "/kernels");
+  p.power = read_power(f, g);
+  return p;
+}
+
 // ---- writing ------------------------------------------------------------------------------
 
 void write_knobs(H5File& f, std::string const& group, Knobs const& k) {
@@ -371,8 +395,7 @@ void write_doubles(H5File& f, std::string const& dataset, std::vector<double> co
   f.write(dataset, values.data(), {values.size()});
 }
 
-void write_regions(H5File& f, std::string const& group, std::vector<RegionMeasure> const& regions) {
-  std::string const g = group + "/regions";
+void write_region_table(H5File& f, std::string const& g, std::vector<RegionMeasure> const& regions) {
   f.create_group(g);
   std::vector<std::string> names;
   std::vector<std::int64_t> calls, flagged;
@@ -389,6 +412,10 @@ void write_regions(H5File& f, std::string const& group, std::vector<RegionMeasur
   write_doubles(f, g + "/seconds", seconds);
   write_doubles(f, g + "/energy_j", energy);
   f.write(g + "/below_resolution", flagged.data(), {flagged.size()});
+}
+
+void write_regions(H5File& f, std::string const& group, std::vector<RegionMeasure> const& regions) {
+  write_region_table(f, group + "/regions", regions);
 }
 
 void write_power(H5File& f, std::string const& group, PowerTrace const& p) {
@@ -551,6 +578,7 @@ RunLogContents read_run_log_here(std::string const& path) {
       log.pareto.assign(indices.begin(), indices.end());
     }
     if (f.exists("/train") && is_complete(f, "/train")) log.train = read_train(f);
+    if (f.exists("/profile") && is_complete(f, "/profile")) log.profile = read_profile(f);
   } catch (io::H5Error const& e) {
     fail(path, "damaged run log: " + without_path(e.what(), path));
   }
@@ -797,6 +825,30 @@ void RunLogWriter::write_train(TrainRecord const& t) {
       f.write(g + "/eval_samples", eval_samples.data(), {eval_samples.size()});
       write_regions(f, g, t.regions);
       write_power(f, g, t.power);
+    });
+  });
+}
+
+void RunLogWriter::write_profile(ProfileRecord const& p) {
+  require_open("write /profile");
+  check_power(path_, "/profile", p.power);
+  commit("write /profile", Start::from_log, [&](H5File& f) {
+    if (!f.has_attribute("/", "tuning") || f.attribute_string("/", "tuning") != "profile")
+      fail(path_, "cannot write /profile: the log's tuning is not \"profile\"");
+    write_group(f, "/profile", [&](std::string const& g) {
+      f.set_attribute(g, "program", p.program);
+      f.set_attribute(g, "rank", (long long)p.rank);
+      f.set_attribute(g, "sample_rate_hz", p.sample_rate_hz);
+      f.set_attribute(g, "seconds", p.seconds);
+      f.set_attribute(g, "energy_j", p.energy_j);
+      f.set_attribute(g, "outside_seconds", p.outside_seconds);
+      f.set_attribute(g, "outside_energy_j", p.outside_energy_j);
+      f.set_attribute(g, "tool_seconds", p.tool_seconds);
+      f.set_attribute(g, "tool_edges", p.tool_edges);
+      f.set_attribute(g, "resolution_s", p.resolution_s);
+      write_regions(f, g, p.regions);
+      write_region_table(f, g + "/kernels", p.kernels);
+      write_power(f, g, p.power);
     });
   });
 }

@@ -39,8 +39,9 @@ struct RunHeader {
   std::string energy_kind;    // "measured" or "model"
   std::string energy_regions;  // how region edges were taken (energy::edges_description); "" in older logs
   std::string objective, strategy;
-  // "offline" (joule tune: separate trials, then a training run) or "in_flight" (joule train
-  // --tune: the trials are steps of the training run); older logs: offline.
+  // "offline" (joule tune: separate trials, then a training run), "in_flight" (joule train
+  // --tune: the trials are steps of the training run), or "profile" (the energy tool profiled a
+  // Kokkos program: no search, no trials, a /profile group); older logs: offline.
   std::string tuning = "offline";
   std::string config_json;  // the full configuration as JSON text
   // train.precision, the GEMM path and the attention it takes on this build (gemm_path(),
@@ -54,6 +55,24 @@ struct RunHeader {
   bool energy_is_model() const { return energy_kind == "model"; }
 };
 
+// A Kokkos program the energy tool (apps/energy_tool, docs/energy-tool.md) profiled, whole: its
+// regions (push/pop, nested, inclusive) and its kernels, deep copies and fences, each by the run
+// log's region schema, the energy outside any region, and the power trace.
+struct ProfileRecord {
+  std::string program;         // its command line
+  int rank = -1;               // the launcher's rank (-1: none set)
+  double sample_rate_hz = 0;
+  double seconds = 0, energy_j = 0;                  // the whole program, by the total rule
+  double outside_seconds = 0, outside_energy_j = 0;  // outside any region (program less top-level regions)
+  double tool_seconds = 0;     // spent inside the tool's own callbacks
+  long long tool_edges = 0;    // how many callbacks that was
+  double resolution_s = 0;     // the total's sensors' resolution: shorter calls are below_resolution
+  std::vector<RegionMeasure> regions;  // the program's regions
+  // Kernels by name; deep copies "deep_copy DST <- SRC"; fences "fence NAME" (kind_of_operation)
+  std::vector<RegionMeasure> kernels;
+  PowerTrace power;
+};
+
 // Everything a log holds. Trials are the complete ones, in index order.
 struct RunLogContents {
   std::string path;
@@ -62,6 +81,7 @@ struct RunLogContents {
   int best = -1;            // trial index of /best; -1: not written (run stopped before the end)
   std::vector<int> pareto;  // trial indices of /pareto, as written
   std::optional<TrainRecord> train;
+  std::optional<ProfileRecord> profile;  // tuning "profile" only
   std::vector<std::string> incomplete;  // trial groups without their `complete` mark (ignored)
 
   // The trial with this index, or nullptr.
@@ -103,6 +123,8 @@ class RunLogWriter {
   void write_best(TrialRecord const& best);
   void write_pareto(std::vector<TrialRecord> const& front);
   void write_train(TrainRecord const& train);
+  // Replace /profile (a log whose header says tuning "profile").
+  void write_profile(ProfileRecord const& profile);
   // Ends writing; later calls throw. Safe to call at any time and more than once.
   void close() { open_ = false; }
 

@@ -10,6 +10,7 @@
 //    in-flight /train) and walked with the HDF5 C API.
 // Both compare both ways and name every missing or extra name.
 #include "core/model/config.hpp"
+#include "core/precision/precision.hpp"
 #include "parallel/backend_choice.hpp"
 #include "scheduler/run_log.hpp"
 #include "scheduler/tune_settings.hpp"
@@ -370,8 +371,24 @@ TEST_CASE("docs: run-log.md lists every group, dataset and attribute the run-log
     resumed.write_train(train());
   }
   REQUIRE(read_run_log(log.path()).train.has_value());  // a log joule reads back whole
+  test::TempFile profile_log(".h5");  // the energy tool's log: a profile instead of a search
+  {
+    RunHeader h;
+    h.energy_kind = "model";
+    h.tuning = "profile";
+    h.config_json = "{}";
+    auto writer = RunLogWriter::create(profile_log.path(), h);
+    ProfileRecord p;
+    p.program = "./app --size 7";
+    p.regions = {{"solve", 3, 1.5, 30.0, false}};
+    p.kernels = {{"axpy", 9, 0.5, 10.0, true}, {"fence wait", 2, 0.01, 0.2, true}};
+    p.power = {{"model (model, model)"}, {0.0, 0.01}, {20.0, 20.0}};
+    writer.write_profile(p);
+  }
+  REQUIRE(read_run_log(profile_log.path()).profile.has_value());
 
-  auto const in_file = walk(log.path());
+  auto in_file = walk(log.path());
+  for (auto const& object : walk(profile_log.path())) in_file.insert(object);
   std::map<std::string, std::string> in_doc;
   for (auto const& d : documented_names(doc, {"group", "dataset", "attribute"})) {
     INFO(doc << ":" << d.line << ": `" << d.name << "` is listed twice");

@@ -1,6 +1,7 @@
 // The scheduler's HDF5 run log and its report: exact round trip of every field, resuming, a writer
 // killed with SIGKILL, rejection of files that are not (valid) run logs, the text report and CSV.
 #include "core/io/h5file.hpp"
+#include "scheduler/profile.hpp"
 #include "scheduler/report.hpp"
 #include "scheduler/run_log.hpp"
 
@@ -905,6 +906,104 @@ TEST_CASE("run log: report of a log read back from disk", "[run_log][report]") {
   CHECK_THAT(report, Contains("model, not a measurement"));
   CHECK_THAT(report, Contains("3 trials: 2 ok, 1 infeasible, 0 failed"));
   CHECK(split_lines(format_run_csv(log)).size() == 4);
+}
+
+TEST_CASE("run log: an energy tool profile survives a round trip; its report and CSV read from it", "[run_log][profile]") {
+  TempPath file(".h5");
+  Rng rng(30);
+  std::uniform_real_distribution<double> u(0.001, 50.0);
+  RunHeader header = make_header("model");
+  header.tuning = "profile";
+  ProfileRecord p;
+  p.program = "./app --n 7, \"quoted\"";
+  p.rank = 3;
+  p.sample_rate_hz = 250;
+  p.seconds = u(rng), p.energy_j = u(rng), p.outside_seconds = u(rng), p.outside_energy_j = u(rng);
+  p.tool_seconds = 1e-4, p.tool_edges = 12345, p.resolution_s = 0.004;
+  p.regions = {{"solve", 1, u(rng), u(rng), false}, {"inner", 40, u(rng), u(rng), true}};
+  p.kernels = {{"axpy", 40, u(rng), u(rng), true}, {"deep_copy Host <- Cuda", 2, u(rng), u(rng), false},
+               {"fence Kokkos::fence: unnamed", 5, u(rng), u(rng), true}};
+  p.power.domains = {"module (hwmon)", "model (model, model)"};
+  for (int i = 0; i < 17; ++i) {
+    p.power.time_s.push_back(0.004 * i);
+    p.power.watts.push_back(u(rng));
+    p.power.watts.push_back(u(rng));
+  }
+  {
+    auto writer = RunLogWriter::create(file.path(), header);
+    writer.write_profile(p);
+  }
+  auto const log = read_run_log(file.path());
+  REQUIRE(log.profile.has_value());
+  CHECK(log.header.tuning == "profile");
+  CHECK(log.trials.empty());
+  auto const& q = *log.profile;
+  CHECK(q.program == p.program);
+  CHECK(q.rank == 3);
+  CHECK(q.sample_rate_hz == 250);
+  CHECK(q.seconds == p.seconds);
+  CHECK(q.energy_j == p.energy_j);
+  CHECK(q.outside_seconds == p.outside_seconds);
+  CHECK(q.outside_energy_j == p.outside_energy_j);
+  CHECK(q.tool_seconds == p.tool_seconds);
+  CHECK(q.tool_edges == p.tool_edges);
+  CHECK(q.resolution_s == p.resolution_s);
+  auto const same = [](std::vector<RegionMeasure> const& a, std::vector<RegionMeasure> const& b) {
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      CHECK(a[i].name == b[i].name);
+      CHECK(a[i].calls == b[i].calls);
+      CHECK(a[i].seconds == b[i].seconds);
+      CHECK(a[i].energy_j == b[i].energy_j);
+      CHECK(a[i].below_resolution == b[i].below_resolution);
+    }
+  };
+  same(q.regions, p.regions);
+  same(q.kernels, p.kernels);
+  CHECK(q.power.domains == p.power.domains);
+  CHECK(q.power.time_s == p.power.time_s);
+  CHECK(q.power.watts == p.power.watts);
+
+  // The report: every row, by kind, the model labelled; the CSV parses back to the record.
+  std::string const report = format_run_report(log);
+  CHECK_THAT(report, Contains("joule energy profile " + file.path()));
+  CHECK_THAT(report, Contains("MODEL ESTIMATE (no sensor readable)"));
+  CHECK_THAT(report, Contains("(rank 3)"));
+  CHECK_THAT(report, Contains("  deep_copy deep_copy Host <- Cuda"));
+  CHECK_THAT(report, Contains("  fence     fence Kokkos::fence: unnamed"));
+  CHECK_THAT(report, Contains("  kernel    axpy"));
+  CHECK_THAT(report, Contains("  region    inner"));
+  auto const lines = split_lines(format_run_csv(log));
+  REQUIRE(lines.size() == 1 + 2 + p.regions.size() + p.kernels.size());
+  CHECK(lines[0] == "kind,name,calls,seconds,energy_j,mean_w,below_resolution,source");
+  std::map<std::string, std::pair<std::string, double>> energy_by_name;  // name -> (kind, joules)
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    auto const kind = lines[i].substr(0, lines[i].find(','));
+    auto rest = lines[i].substr(kind.size() + 1);
+    auto const name = rest.substr(0, rest.find(','));
+    rest = rest.substr(name.size() + 1);  // calls,seconds,energy_j,...
+    std::istringstream fields(rest);
+    std::string calls, seconds, joules;
+    std::getline(fields, calls, ',');
+    std::getline(fields, seconds, ',');
+    std::getline(fields, joules, ',');
+    energy_by_name[name] = {kind, std::stod(joules)};
+  }
+  CHECK(energy_by_name.at("(program)").first == "program");
+  CHECK(energy_by_name.at("(program)").second == Approx(p.energy_j).epsilon(1e-8));
+  CHECK(energy_by_name.at("(outside any region)").second == Approx(p.outside_energy_j).epsilon(1e-8));
+  CHECK(energy_by_name.at("inner").first == "region");
+  CHECK(energy_by_name.at("axpy").first == "kernel");
+  CHECK(energy_by_name.at("deep_copy Host <- Cuda").first == "deep_copy");
+  CHECK(energy_by_name.at("fence Kokkos::fence: unnamed").first == "fence");
+  for (auto const& k : p.kernels) CHECK(energy_by_name.at(k.name).second == Approx(k.energy_j).epsilon(1e-8));
+
+  // The top rows only, the rest counted; and no profile in a log that is not one.
+  CHECK_THAT(format_profile_report(log.header, q, 1), Contains("... 3 more rows in the file"));
+  TempPath other(".h5");
+  auto writer = RunLogWriter::create(other.path(), make_header());
+  CHECK_THROWS_WITH(writer.write_profile(p), Contains("the log's tuning is not \"profile\""));
+  CHECK_FALSE(read_run_log(other.path()).profile.has_value());
 }
 
 // Hidden (not run by ctest): kills a writer that appends trials in a tight loop at random moments,

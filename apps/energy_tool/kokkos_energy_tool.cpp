@@ -15,10 +15,14 @@
 // its execution (the table says so). JOULE_ENERGY_FENCE=1 asks Kokkos to fence around every
 // kernel and fences at every region edge: exact edges, a serialised device.
 #include "energy/edge_clock.hpp"
+#include "energy/monitor.hpp"
 #include "energy/regions.hpp"
 #include "energy/sampler.hpp"
 #include "energy/source.hpp"
+#include "scheduler/profile.hpp"
+#include "scheduler/run_log.hpp"
 
+#include <hdf5.h>
 #include <impl/Kokkos_Profiling_C_Interface.h>  // C declarations only: no Kokkos symbol is linked
 
 #include <unistd.h>
@@ -35,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #define JOULE_TOOL_EXPORT extern "C" __attribute__((visibility("default")))
@@ -45,13 +50,17 @@ namespace {
 // --- options (environment variables; docs/energy-tool.md) ------------------------------------
 
 struct Options {
-  std::string out;        // JOULE_ENERGY_OUT: a .csv table (per rank: name.rank<R>.csv)
+  std::string out;        // JOULE_ENERGY_OUT: a .h5 run log or a .csv table (per rank: name.rank<R>.h5)
   double rate_hz = Sampler::kDefaultRateHz;  // JOULE_ENERGY_RATE_HZ
   bool kernels = true;    // JOULE_ENERGY_KERNELS: 0 attributes regions only
   bool fence = false;     // JOULE_ENERGY_FENCE: 1 fences at every edge (exact, slower)
   int top = 12;           // JOULE_ENERGY_TOP: rows per table
   bool quiet = false;     // JOULE_ENERGY_QUIET: 1 prints no table (the file only)
 };
+
+bool ends_with(std::string const& s, std::string_view tail) {
+  return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
 
 [[noreturn]] void bad_option(char const* name, char const* value, char const* allowed) {
   throw std::runtime_error(std::string(name) + "='" + value + "': allowed " + allowed);
@@ -95,15 +104,31 @@ Options read_options() {
   o.fence = flag("JOULE_ENERGY_FENCE", o.fence);
   o.top = int(number("JOULE_ENERGY_TOP", o.top, 1, 1000000, "a row count, 1..1000000"));
   o.quiet = flag("JOULE_ENERGY_QUIET", o.quiet);
-  if (!o.out.empty() && (o.out.size() < 5 || o.out.compare(o.out.size() - 4, 4, ".csv") != 0))
-    bad_option("JOULE_ENERGY_OUT", o.out.c_str(), "a path ending in .csv (the per-region and per-kernel table)");
+  if (!o.out.empty() && !ends_with(o.out, ".h5") && !ends_with(o.out, ".csv"))
+    bad_option("JOULE_ENERGY_OUT", o.out.c_str(),
+               "a path ending in .h5 (a joule run log: `joule inspect`, plot_run.py) or .csv (the table)");
   return o;
 }
 
-// name.csv -> name.rank3.csv where a launcher set a rank: one file per process, never shared.
+// name.h5 -> name.rank3.h5 where a launcher set a rank: one file per process, never shared.
 std::string file_for_rank(std::string const& path, int rank) {
   if (rank < 0) return path;
-  return path.substr(0, path.size() - 4) + ".rank" + std::to_string(rank) + ".csv";
+  auto const dot = path.rfind('.');
+  return path.substr(0, dot) + ".rank" + std::to_string(rank) + path.substr(dot);
+}
+
+// The program's command line, from /proc (arguments joined by spaces); "" where there is none.
+std::string command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!text.empty() && text.back() == '\0') text.pop_back();
+  std::replace(text.begin(), text.end(), '\0', ' ');
+  return text;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? name : "";
 }
 
 // --- the state of one loaded tool ------------------------------------------------------------
@@ -139,7 +164,12 @@ void fence_all() {
   if (g_fence) g_fence(0);
 }
 
-void begin_op(std::string_view prefix, char const* name, uint64_t* id) {
+using scheduler::Operation;
+
+// A kernel, deep copy or fence begins: its name (with its kind's prefix) and stamp kept on this
+// thread until its end.
+void begin_op(Operation kind, char const* name, uint64_t* id) {
+  std::string_view const prefix = scheduler::operation_kind(kind).prefix;
   if (!active() || !g_state->kernels) {
     if (id) *id = 0;
     return;
@@ -161,109 +191,111 @@ void end_op(uint64_t id) {
 
 // --- the finalize report ---------------------------------------------------------------------
 
-struct Row {
-  char const* kind;
-  std::string name;
-  RegionStats stats;
-};
-
-char const* kind_of(std::string const& name) {
-  if (name.rfind("deep_copy ", 0) == 0) return "deep_copy";
-  if (name.rfind("fence ", 0) == 0) return "fence";
-  return "kernel";
+std::vector<scheduler::RegionMeasure> measures(std::map<std::string, RegionStats> const& stats) {
+  std::vector<scheduler::RegionMeasure> out;
+  for (auto const& [name, st] : stats) out.push_back({name, st.calls, st.seconds, st.total_j, st.below_resolution});
+  // Largest energy first, in the file as in the table.
+  std::stable_sort(out.begin(), out.end(), [](auto const& a, auto const& b) { return a.energy_j > b.energy_j; });
+  return out;
 }
 
-std::string csv_field(std::string const& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
+// The profile as joule's run log (`joule inspect`, plot_run.py read it) or as the CSV table; each
+// through a temporary and a rename, so a failure leaves no half file (and never the program's).
+void write_output(std::string const& path, scheduler::RunHeader const& header, scheduler::ProfileRecord const& profile) {
+  if (ends_with(path, ".h5")) {
+    // HDF5's error printing is the program's (joule's H5File turns it off for itself).
+    H5E_auto2_t handler = nullptr;
+    void* data = nullptr;
+    H5Eget_auto2(H5E_DEFAULT, &handler, &data);
+    try {
+      auto log = scheduler::RunLogWriter::create(path, header);
+      log.write_profile(profile);
+      log.close();
+    } catch (std::exception const& e) {
+      H5Eset_auto2(H5E_DEFAULT, handler, data);
+      throw;
+    }
+    H5Eset_auto2(H5E_DEFAULT, handler, data);
+    return;
+  }
+  std::string const tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << scheduler::format_profile_csv(header, profile);
+    f.flush();
+    if (!f) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error("cannot write " + tmp + " (" + std::strerror(errno) + ")");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot rename " + tmp + " to " + path + " (" + std::strerror(errno) + ")");
+  }
 }
 
 void report(State& s) {
   Stamp const program_end = s.outer->stamp();
   s.outer->close("(program)", s.program_begin, program_end);
-  auto const regions = s.regions->stats(/*settle=*/true);
-  auto const kernels = s.kernels ? s.kernels->stats(true) : std::map<std::string, RegionStats>{};
-  auto const outer = s.outer->stats(true);
+  // One wait for the sampler to cover the last edge of all three timelines, then each attributed.
+  double need = std::max(s.regions->pending_until(), s.outer->pending_until());
+  if (s.kernels) need = std::max(need, s.kernels->pending_until());
+  if (need >= 0) s.sampler->wait_until_covered(need);
+  auto const regions = s.regions->stats();
+  auto const kernels = s.kernels ? s.kernels->stats() : std::map<std::string, RegionStats>{};
+  auto const outer = s.outer->stats();
+  Monitor monitor(*s.sampler);
+  auto const trace = monitor.measure({"program", s.program_begin.t, program_end.t}, /*with_trace=*/true);
   s.sampler->stop();
 
-  TotalRule const total = total_rule(s.sampler->channels());
   RegionStats program, inside;
   if (auto it = outer.find("(program)"); it != outer.end()) program = it->second;
   if (auto it = outer.find("(in regions)"); it != outer.end()) inside = it->second;
-  double const outside_j = program.total_j - inside.total_j, outside_s = program.seconds - inside.seconds;
 
-  std::vector<Row> rows;
-  for (auto const& [name, st] : regions) rows.push_back({"region", name, st});
-  for (auto const& [name, st] : kernels) rows.push_back({kind_of(name), name, st});
-  std::stable_sort(rows.begin(), rows.end(), [](Row const& a, Row const& b) { return a.stats.total_j > b.stats.total_j; });
+  scheduler::RunHeader h;
+  h.joule_version = JOULE_VERSION;
+  h.git_commit = JOULE_GIT_COMMIT;
+  h.kokkos_version = "the program's (Kokkos Tools interface " + std::to_string(s.interface_version) + ")";
+  h.host = host_name();
+  h.energy_source = trace.total_description;
+  h.energy_kind = trace.measured ? "measured" : "model";
+  h.energy_regions = s.options.fence ? "edges fenced (exact on any backend)"
+                                     : "edges on the host clock, no fence added (on a GPU, kernel edges are "
+                                       "launches: JOULE_ENERGY_FENCE=1 for exact ones)";
+  h.tuning = "profile";
+  h.config_json = "{}";
 
-  std::string const label = total.measured ? "measured: " + total.description
-                                           : "MODEL ESTIMATE (no sensor readable): " + total.description;
-  std::string const edges = s.options.fence ? "edges fenced (exact on any backend)"
-                                            : "edges on the host clock, no fence added (on a GPU, kernel edges are "
-                                              "launches: JOULE_ENERGY_FENCE=1 for exact ones)";
+  scheduler::ProfileRecord p;
+  p.program = command_line();
+  p.rank = s.rank;
+  p.sample_rate_hz = s.sampler->rate_hz();
+  p.seconds = program.seconds;
+  p.energy_j = program.total_j;
+  p.outside_seconds = program.seconds - inside.seconds;
+  p.outside_energy_j = program.total_j - inside.total_j;
+  p.tool_seconds = s.regions->hook_seconds() + s.outer->hook_seconds() + (s.kernels ? s.kernels->hook_seconds() : 0);
+  p.tool_edges = s.regions->hook_calls() + s.outer->hook_calls() + (s.kernels ? s.kernels->hook_calls() : 0);
+  p.resolution_s = s.regions->resolution_s();
+  p.regions = measures(regions);
+  p.kernels = measures(kernels);
+  p.power = {trace.trace_columns, trace.trace_time_s, trace.trace_watts};
+
   if (!s.options.quiet) {
-    std::FILE* e = stderr;
-    std::fprintf(e, "\njoule energy tool%s: %.3f s, %.3f J (%s), sampled at %g Hz; %s\n",
-                 s.rank >= 0 ? (" (rank " + std::to_string(s.rank) + ")").c_str() : "", program.seconds,
-                 program.total_j, label.c_str(), s.sampler->rate_hz(), edges.c_str());
-    for (auto const& n : s.notes) std::fprintf(e, "  note: %s\n", n.c_str());
-    std::fprintf(e, "  %-9s %-44s %9s %10s %6s %11s %6s %8s\n", "kind", "name", "calls", "time s", "time%", "energy J",
-                 "J%", "mean W");
-    auto const share = [](double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0.0; };
-    for (char const* want : {"region", "kernel"}) {
-      int shown = 0;
-      for (auto const& r : rows) {
-        bool const is_region = !std::strcmp(r.kind, "region");
-        if (is_region != !std::strcmp(want, "region") || shown++ >= s.options.top) continue;
-        std::string name = r.name.size() > 44 ? r.name.substr(0, 41) + "..." : r.name;
-        std::fprintf(e, "  %-9s %-44s %9lld %10.4f %6.1f %11.4f %6.1f %8.2f%s\n", r.kind, name.c_str(), r.stats.calls,
-                     r.stats.seconds, share(r.stats.seconds, program.seconds), r.stats.total_j,
-                     share(r.stats.total_j, program.total_j), r.stats.seconds > 0 ? r.stats.total_j / r.stats.seconds : 0.0,
-                     r.stats.below_resolution ? "  (below resolution)" : "");
-      }
-    }
-    std::fprintf(e, "  outside any region: %.4f s, %.4f J (%.1f%% of the program's energy)\n", outside_s, outside_j,
-                 share(outside_j, program.total_j));
-    double hook_s = s.regions->hook_seconds() + s.outer->hook_seconds() + (s.kernels ? s.kernels->hook_seconds() : 0);
-    long long const hooks = s.regions->hook_calls() + s.outer->hook_calls() + (s.kernels ? s.kernels->hook_calls() : 0);
-    std::fprintf(e, "  the tool's own time: %lld edges, %.3f ms inside them (%.2f%% of the program's time)\n", hooks,
-                 1e3 * hook_s, share(hook_s, program.seconds));
-    std::fprintf(e, "  (below resolution): calls shorter on average than the sensors resolve (%.3g s): their energy "
-                    "is interpolated from the trace, aggregated by name. Regions and kernels are inclusive and "
-                    "overlap, so their energies do not add up.\n",
-                 s.regions->resolution_s());
+    std::string text = "\n" + scheduler::format_profile_report(h, p, s.options.top);
+    // Discovery's notes (a sensor not readable, and why) under the first line.
+    std::string notes;
+    for (auto const& n : s.notes) notes += "  note: " + n + "\n";
+    text.insert(text.find('\n', 1) + 1, notes);
+    std::fputs(text.c_str(), stderr);
   }
-
   if (!s.options.out.empty()) {
-    std::string const path = file_for_rank(s.options.out, s.rank), tmp = path + ".tmp";
-    {
-      std::ofstream f(tmp);
-      f << "kind,name,calls,seconds,energy_j,mean_w,below_resolution,source\n";
-      auto const line = [&](char const* kind, std::string const& name, RegionStats const& st) {
-        f << kind << ',' << csv_field(name) << ',' << st.calls << ',' << st.seconds << ',' << st.total_j << ','
-          << (st.seconds > 0 ? st.total_j / st.seconds : 0.0) << ',' << (st.below_resolution ? 1 : 0) << ','
-          << csv_field(label) << '\n';
-      };
-      f.precision(9);
-      line("program", "(program)", program);
-      RegionStats out_stats;
-      out_stats.calls = 1, out_stats.seconds = outside_s, out_stats.total_j = outside_j;
-      line("outside", "(outside any region)", out_stats);
-      for (auto const& r : rows) line(r.kind, r.name, r.stats);
-      f.flush();
-      if (!f) {
-        std::fprintf(stderr, "joule energy tool: cannot write %s (%s); no table written\n", tmp.c_str(), std::strerror(errno));
-        std::remove(tmp.c_str());
-        return;
-      }
+    std::string const path = file_for_rank(s.options.out, s.rank);
+    try {
+      write_output(path, h, p);
+      if (!s.options.quiet) std::fprintf(stderr, "  written: %s\n", path.c_str());
+    } catch (std::exception const& e) {
+      std::fprintf(stderr, "joule energy tool: no file written: %s\n", e.what());
     }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0)
-      std::fprintf(stderr, "joule energy tool: cannot rename %s to %s (%s)\n", tmp.c_str(), path.c_str(), std::strerror(errno));
-    else if (!s.options.quiet)
-      std::fprintf(stderr, "  table: %s\n", path.c_str());
   }
 }
 
@@ -296,7 +328,12 @@ JOULE_TOOL_EXPORT void kokkosp_init_library(int, uint64_t interface_version, uin
     s->rank = rank_from_environment();
     s->pid = ::getpid();
     s->interface_version = interface_version;
-    auto sources = discover_sources(SourceOptions::from_environment_variables(), &s->notes);
+    std::vector<SourceAttempt> attempts;
+    auto sources = discover_sources(SourceOptions::from_environment_variables(), &s->notes, &attempts);
+    // Why a sensor was not used, for every one not found (no sensor at all, or a node's sensors
+    // left to its local rank 0): said under the table's first line.
+    for (auto const& a : attempts)
+      if (!a.found) s->notes.push_back(a.source + " (" + a.looked_for + "): " + a.outcome);
     s->sampler = std::make_unique<Sampler>(std::move(sources), s->options.rate_hz);
     EdgeMode const mode = s->options.fence ? EdgeMode::fenced : EdgeMode::timeline;
     auto clock = [&] { return make_host_edge_clock(*s->sampler, s->options.fence ? std::function<void()>(fence_all)
@@ -329,26 +366,26 @@ JOULE_TOOL_EXPORT void kokkosp_push_profile_region(char const* name) {
   if (!active()) return;
   // One stamp for the region and, at depth 0, "inside any region": the two timelines then agree
   // exactly, and the energy outside regions is the program's less theirs. (Every clock the tool
-  // uses is a host clock, whose stamp is its time.)
+  // uses is a host clock, so one stamp serves both.)
   Stamp const at = g_state->regions->stamp();
   if (t_region_depth++ == 0) t_outer_begin = at;
-  g_state->regions->push(name, at.t);
+  g_state->regions->push(name, at);
 }
 
 JOULE_TOOL_EXPORT void kokkosp_pop_profile_region() {
   if (!active() || t_region_depth == 0) return;  // a pop without its push: ignored
   Stamp const at = g_state->regions->stamp();
-  g_state->regions->pop(at.t);
+  g_state->regions->pop(at);
   if (--t_region_depth == 0) g_state->outer->close("(in regions)", t_outer_begin, at);
 }
 
-JOULE_TOOL_EXPORT void kokkosp_begin_parallel_for(char const* name, uint32_t, uint64_t* id) { begin_op("", name, id); }
+JOULE_TOOL_EXPORT void kokkosp_begin_parallel_for(char const* name, uint32_t, uint64_t* id) { begin_op(Operation::kernel, name, id); }
 JOULE_TOOL_EXPORT void kokkosp_end_parallel_for(uint64_t id) { end_op(id); }
-JOULE_TOOL_EXPORT void kokkosp_begin_parallel_reduce(char const* name, uint32_t, uint64_t* id) { begin_op("", name, id); }
+JOULE_TOOL_EXPORT void kokkosp_begin_parallel_reduce(char const* name, uint32_t, uint64_t* id) { begin_op(Operation::kernel, name, id); }
 JOULE_TOOL_EXPORT void kokkosp_end_parallel_reduce(uint64_t id) { end_op(id); }
-JOULE_TOOL_EXPORT void kokkosp_begin_parallel_scan(char const* name, uint32_t, uint64_t* id) { begin_op("", name, id); }
+JOULE_TOOL_EXPORT void kokkosp_begin_parallel_scan(char const* name, uint32_t, uint64_t* id) { begin_op(Operation::kernel, name, id); }
 JOULE_TOOL_EXPORT void kokkosp_end_parallel_scan(uint64_t id) { end_op(id); }
-JOULE_TOOL_EXPORT void kokkosp_begin_fence(char const* name, uint32_t, uint64_t* id) { begin_op("fence ", name, id); }
+JOULE_TOOL_EXPORT void kokkosp_begin_fence(char const* name, uint32_t, uint64_t* id) { begin_op(Operation::fence, name, id); }
 JOULE_TOOL_EXPORT void kokkosp_end_fence(uint64_t id) { end_op(id); }
 
 // Deep copies have no id: the end closes this thread's innermost open operation.
@@ -357,6 +394,6 @@ JOULE_TOOL_EXPORT void kokkosp_begin_deep_copy(Kokkos_Profiling_SpaceHandle dst,
   std::string name = std::string(dst.name, strnlen(dst.name, sizeof dst.name)) + " <- " +
                      std::string(src.name, strnlen(src.name, sizeof src.name));
   uint64_t id = 0;
-  begin_op("deep_copy ", name.c_str(), &id);
+  begin_op(Operation::deep_copy, name.c_str(), &id);
 }
 JOULE_TOOL_EXPORT void kokkosp_end_deep_copy() { end_op(t_ops_depth); }

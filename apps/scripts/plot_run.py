@@ -7,7 +7,9 @@ DIR defaults to <stem>-plots/ next to the log. Writes, and prints the path of ea
   pareto.png       time per step vs energy per step of every ok trial, the Pareto front joined,
                    the chosen trial (/best) starred, infeasible and failed trials listed below
   power_trace.png  power (W) over time, one line per domain, for the best trial and /train
-  regions.png      energy and time per named region, for the best trial and /train
+                   (an energy tool profile: for /profile, the whole program)
+  regions.png      energy and time per named region, for the best trial and /train (a profile:
+                   its regions and its kernels, the MAX_BARS largest by energy each)
   loss.png         training loss per step of /train, eval losses marked
 A run tuned in flight (`joule train --tune`) gets its configuration changes (dotted, labelled with
 the trial) and the search (shaded) on the loss and the /train power curves.
@@ -32,7 +34,8 @@ power_w [n, domains], power_domains [domains] strings; subgroup regions with dat
 calls, seconds, energy_j); /best (attribute trial); /pareto (dataset trials); /train (datasets
 step, loss, lr, eval_step, eval_loss, eval_accuracy, and in flight trial and step_end_s;
 attributes total_seconds, total_energy_j, in_flight, search_steps;
-regions and power as in a trial). Like joule's reader, groups without the attribute complete = 1
+regions and power as in a trial); /profile (the energy tool's log: attributes program,
+seconds, energy_j; regions, and kernels in the same schema, and power as in a trial). Like joule's reader, groups without the attribute complete = 1
 (being written, or left by a run that died) are ignored.
 """
 import argparse
@@ -57,6 +60,7 @@ FORMAT = "joule-run-log-v1"
 PROG = "plot_run.py"
 MAX_LISTED = 14  # failed/infeasible trials listed by name under the Pareto plot
 MAX_LABELLED = 40  # ok trials labelled with their index (more: only the front and the best)
+MAX_BARS = 30  # rows of a profile's region or kernel table drawn (the largest by energy)
 
 
 class Skip(Exception):
@@ -255,12 +259,13 @@ def read_trace(g):
     return t[:n], w[:n], domains
 
 
-def read_regions(g):
-    """List of (name, calls, seconds, energy_j) from a `regions` subgroup (empty when absent).
+def read_regions(g, table="regions"):
+    """List of (name, calls, seconds, energy_j) from a `regions` subgroup (or another table in the
+    region schema: a profile's `kernels`); empty when absent.
 
     joule writes datasets name (strings), calls, seconds, energy_j; also accepted: those as
     attributes, `names` for `name`, or one child group per region with those attributes."""
-    r = g.get("regions") if g is not None else None
+    r = g.get(table) if g is not None else None
     if not isinstance(r, h5py.Group):
         return []
 
@@ -450,6 +455,13 @@ def sources(f, best, best_how):
         if math.isfinite(secs):
             label += f"; {secs:.4g} s" + (f", {joules:.4g} J" if math.isfinite(joules) else "")
         out.append((label, train))
+    profile = group(f, "profile")
+    if profile is not None:
+        label = "profile: " + text(attr(profile, "program", ""))
+        secs, joules = number(attr(profile, "seconds")), number(attr(profile, "energy_j"))
+        if math.isfinite(secs):
+            label += f"; {secs:.4g} s" + (f", {joules:.4g} J" if math.isfinite(joules) else "")
+        out.append((label, profile))
     return out
 
 
@@ -489,7 +501,7 @@ def mark_switches(ax, points, search_end, x_of, first_x):
 def plot_power(f, best, best_how, path, written):
     srcs = sources(f, best, best_how)
     if not srcs:
-        raise Skip("no best trial and no /train group")
+        raise Skip("no best trial, no /train and no /profile group")
     traces = [(label, *read_trace(g)) for label, g in srcs]
     if not any(t.size and np.isfinite(w).any() for _, t, w, _ in traces):
         raise Skip("no power samples (power_time_s/power_w empty or all NaN) in "
@@ -521,19 +533,33 @@ def plot_power(f, best, best_how, path, written):
     save(fig, path, written)
 
 
+def largest(rows, label):
+    """A profile's table cut to its MAX_BARS largest rows by energy (a note says how many are left out)."""
+    if len(rows) <= MAX_BARS:
+        return rows
+    note(f"{label}: drawing the {MAX_BARS} largest of {len(rows)} rows by energy")
+    return sorted(rows, key=lambda r: -(r[3] if math.isfinite(r[3]) else -math.inf))[:MAX_BARS]
+
+
 def plot_regions(f, best, best_how, path, written):
     srcs = sources(f, best, best_how)
     if not srcs:
-        raise Skip("no best trial and no /train group")
+        raise Skip("no best trial, no /train and no /profile group")
     kind = "model" if text(attr(f, "energy_kind", "")) == "model" else "measured"
-    data = [(label, g.name, read_regions(g)) for label, g in srcs]
-    data = [d for d in data if d[2]]
+    data = []
+    for label, g in srcs:
+        if g.name == "/profile":  # the energy tool's: its kernels too, the largest of each
+            data.append((label, g.name, "region", largest(read_regions(g), f"{g.name}/regions")))
+            data.append((label, g.name + "/kernels", "kernel", largest(read_regions(g, "kernels"), f"{g.name}/kernels")))
+        else:
+            data.append((label, g.name, "region", read_regions(g)))
+    data = [d for d in data if d[3]]
     if not data:
         raise Skip("no regions subgroup (or an empty one) in " + " or ".join(g.name for _, g in srcs))
     rows = len(data)
-    height = max(2.8, 0.32 * max(len(r) for _, _, r in data) + 1.4)
+    height = max(2.8, 0.32 * max(len(r) for _, _, _, r in data) + 1.4)
     fig, axes = plt.subplots(rows, 2, figsize=(11, height * rows), squeeze=False)
-    for (label, gname, regs), (ax_e, ax_t) in zip(data, axes):
+    for (label, gname, what, regs), (ax_e, ax_t) in zip(data, axes):
         names = [r[0] for r in regs]
         calls = [r[1] for r in regs]
         for ax, col, xlabel, colour in ((ax_e, 3, f"energy (J, {kind})", "tab:orange"),
@@ -557,8 +583,8 @@ def plot_regions(f, best, best_how, path, written):
                 ax.text(0.5, 0.5, f"no {xlabel.split()[0]} recorded", ha="center", va="center",
                         transform=ax.transAxes)
         short = label if len(label) <= 70 else label[:67] + "..."
-        ax_e.set_title(f"{short}: energy per region", fontsize=9)
-        ax_t.set_title(f"{gname}: time per region", fontsize=9)
+        ax_e.set_title(f"{short}: energy per {what}", fontsize=9)
+        ax_t.set_title(f"{gname}: time per {what}", fontsize=9)
     fig.tight_layout()
     save(fig, path, written)
 

@@ -5,7 +5,7 @@
 // allocated. Every read path (files, the `config` attribute of checkpoints and run logs) goes
 // through check_json_limits() first, so no JSON parser ever walks a document that is too large or
 // too deeply nested.
-#include "core/precision/precision.hpp"
+#include "core/precision/precision_kind.hpp"  // train.precision (no Kokkos here)
 
 #include <cstddef>
 #include <cstdint>

@@ -8,6 +8,7 @@
 // the kernels read or write between operators is bf16, everything that accumulates over steps,
 // micro-batches or a reduction is fp32. bf16 has fp32's exponent range, so no loss scaling.
 #include "core/precision/bf16.hpp"
+#include "core/precision/precision_kind.hpp"
 
 #include <cstddef>
 #include <stdexcept>
@@ -15,17 +16,6 @@
 #include <type_traits>
 
 namespace joule {
-
-enum class Precision { fp32, bf16 };
-
-// "fp32" / "bf16" (the configuration's spelling); parse_precision throws std::invalid_argument
-// naming the allowed values.
-inline char const* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
-inline Precision parse_precision(std::string const& text) {
-  if (text == "fp32") return Precision::fp32;
-  if (text == "bf16") return Precision::bf16;
-  throw std::invalid_argument("precision \"" + text + "\": allowed are \"fp32\" and \"bf16\"");
-}
 
 enum class Held {
   kernel_weights,        // the weights the forward and backward kernels read (every parameter)

@@ -3,9 +3,12 @@
 # joule, on a fake Grace Hopper module meter of constant power (hwmon, 500 W): the program's
 # output and status are unchanged; its regions and kernels appear; every figure is that power
 # times the time (known energies); the regions' outer energy plus the energy outside them is the
-# program's; a program without regions, one that forks, and bad options do not break.
+# program's; a program without regions, one that forks, and bad options do not break. The HDF5
+# output is a joule run log: `joule inspect` prints it, its CSV passes the same checks, its power
+# trace integrates to the program's energy, and plot_run.py draws it. A process that is not its
+# node's local rank 0 does not count the node's module meter again.
 set -euo pipefail
-program="$1" tool="$2"
+program="$1" tool="$2" joule="$3" plot_run="$4"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 mkdir -p "$work/hwmon/hwmon3/device" "$work/powercap"
@@ -18,8 +21,50 @@ with_tool() { KOKKOS_TOOLS_LIBS="$tool" KOKKOS_PROFILE_LIBRARY="$tool" "$@"; }
 
 for mode in regions no-regions fork; do
   rc0=0; "$program" $mode >"$work/plain.out" 2>"$work/plain.err" || rc0=$?
-  rc1=0; JOULE_ENERGY_OUT="$work/$mode.csv" with_tool "$program" $mode >"$work/tool.out" 2>"$work/tool.err" || rc1=$?
+  # regions: the run log (.h5), its table by `joule inspect --csv`; the others: the CSV directly.
+  out="$work/$mode.csv"; [ $mode = regions ] && out="$work/$mode.h5"
+  rc1=0; JOULE_ENERGY_OUT="$out" with_tool "$program" $mode >"$work/tool.out" 2>"$work/tool.err" || rc1=$?
   cat "$work/tool.err"
+  if [ $mode = regions ]; then
+    grep -q "^  written: $out" "$work/tool.err" || fail "no 'written: $out' line"
+    "$joule" inspect "$out" >"$work/inspect.txt" || fail "joule inspect $out failed"
+    cat "$work/inspect.txt"
+    grep -q "^joule energy profile $out" "$work/inspect.txt" || fail "joule inspect: no profile heading"
+    grep -Eq "^  kernel +axpy +40 " "$work/inspect.txt" || fail "joule inspect: no axpy row"
+    grep -Eq "^  region +inner +40 " "$work/inspect.txt" || fail "joule inspect: no inner row"
+    "$joule" inspect --csv "$out" >"$work/$mode.csv" || fail "joule inspect --csv $out failed"
+    /usr/bin/python3 - "$out" <<'PY' || fail "the run log is wrong"
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+if f.attrs["format"] != b"joule-run-log-v1" and f.attrs["format"] != "joule-run-log-v1": sys.exit("format")
+def s(x): return x.decode() if isinstance(x, bytes) else x
+if s(f.attrs["tuning"]) != "profile" or s(f.attrs["energy_kind"]) != "measured": sys.exit("tuning or energy_kind")
+p = f["profile"]
+if p.attrs["complete"] != 1: sys.exit("not complete")
+t, w = p["power_time_s"][()], p["power_w"][()]
+domains = [s(d) for d in p["power_domains"][()]]
+col = [i for i, d in enumerate(domains) if d.startswith("module")]
+if not col or t.size < 3: sys.exit(f"no module column or too few samples: {domains}, {t.size}")
+if np.max(np.abs(w[:, col[0]] - 500.0)) > 1e-6: sys.exit("the module's trace is not 500 W")
+# The trace samples the whole program: from within a period of its start to within a period of
+# its end, a sample every period.
+period, seconds = 1 / float(p.attrs["sample_rate_hz"]), float(p.attrs["seconds"])
+if t[0] < 0 or t[0] > 1.5 * period or t[-1] < seconds - 1.5 * period or t[-1] > seconds + 1e-9:
+    sys.exit(f"the trace spans {t[0]}..{t[-1]} s of a {seconds} s program")
+if np.max(np.diff(t)) > 1.5 * period: sys.exit(f"a gap of {np.max(np.diff(t))} s in the trace")
+e = float(p.attrs["energy_j"])
+if abs(e - 500 * seconds) > 0.01 * e + 2e-3: sys.exit(f"program {e} J over {seconds} s is not 500 W")
+names = [s(n) for n in p["kernels/name"][()]]
+if "axpy" not in names or "solve" not in [s(n) for n in p["regions/name"][()]]: sys.exit("rows missing")
+print(f"run log: {t.size} samples over {t[-1] - t[0]:.3f} s of a {seconds:.3f} s program, {e:.3f} J")
+PY
+    rm -rf "$work/plots"
+    /usr/bin/python3 "$plot_run" "$out" --out "$work/plots" >"$work/plots.txt" 2>"$work/plots.err" ||
+      fail "plot_run.py failed: $(cat "$work/plots.err")"
+    for png in power_trace.png regions.png; do
+      [ -s "$work/plots/$png" ] || fail "plot_run.py drew no $png: $(cat "$work/plots.err")"
+    done
+  fi
   [ $rc0 = $rc1 ] || fail "$mode: exit status $rc1 with the tool, $rc0 without"
   [ $rc0 = 0 ] || fail "$mode: the program failed: $(cat "$work/plain.err")"
   cmp -s "$work/plain.out" "$work/tool.out" || fail "$mode: the program's output changed: $(cat "$work/tool.out")"
@@ -69,8 +114,17 @@ grep -q "edges fenced" "$work/f.err" || fail "JOULE_ENERGY_FENCE=1 not reported"
 OMPI_COMM_WORLD_RANK=3 JOULE_ENERGY_QUIET=1 JOULE_ENERGY_OUT="$work/r.csv" with_tool "$program" >/dev/null 2>"$work/r.err"
 [ -s "$work/r.rank3.csv" ] || fail "rank 3 did not write r.rank3.csv"
 [ -s "$work/r.err" ] && fail "JOULE_ENERGY_QUIET=1 printed: $(cat "$work/r.err")"
+# A node's other processes: the module meter is local rank 0's, so local rank 1 does not count it.
+OMPI_COMM_WORLD_LOCAL_RANK=1 JOULE_ENERGY_OUT="$work/l1.csv" with_tool "$program" >/dev/null 2>"$work/l1.err"
+grep -q ",measured: module" "$work/l1.csv" && fail "local rank 1 counted the node's module meter again"
+grep -q "^  note: .*local rank" "$work/l1.err" || fail "local rank 1: no note saying why: $(cat "$work/l1.err")"
+# A file that cannot be written: said, and the program's status and output unchanged.
+rc=0; JOULE_ENERGY_OUT="$work/no-such-folder/x.h5" with_tool "$program" >"$work/nf.out" 2>"$work/nf.err" || rc=$?
+[ $rc = 0 ] || fail "an unwritable output changed the program's status ($rc)"
+cmp -s "$work/plain.out" "$work/nf.out" || fail "an unwritable output changed the program's output"
+grep -q "^joule energy tool: no file written: .*no-such-folder/x.h5" "$work/nf.err" || fail "unwritable output not said: $(cat "$work/nf.err")"
 # Bad options: said, and the program runs as without the tool.
-for bad in "JOULE_ENERGY_RATE_HZ=fast" "JOULE_ENERGY_OUT=$work/x.h5" "JOULE_ENERGY_FENCE=maybe"; do
+for bad in "JOULE_ENERGY_RATE_HZ=fast" "JOULE_ENERGY_OUT=$work/x.txt" "JOULE_ENERGY_FENCE=maybe"; do
   rc=0; env "$bad" KOKKOS_TOOLS_LIBS="$tool" KOKKOS_PROFILE_LIBRARY="$tool" "$program" >"$work/b.out" 2>"$work/b.err" || rc=$?
   [ $rc = 0 ] || fail "$bad: the program failed ($rc)"
   grep -q "joule energy tool: not attributing energy: ${bad%%=*}=" "$work/b.err" || fail "$bad: not said: $(cat "$work/b.err")"
