@@ -16,13 +16,6 @@ struct Row {
 double share(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0.0; }
 double mean_watts(RegionMeasure const& m) { return m.seconds > 0 ? m.energy_j / m.seconds : 0.0; }
 
-std::string csv_field(std::string const& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
-
 // Regions first, then the rest, each by energy (largest first; ties keep the record's order).
 std::vector<Row> rows_of(ProfileRecord const& p) {
   std::vector<Row> regions, kernels;
@@ -35,6 +28,16 @@ std::vector<Row> rows_of(ProfileRecord const& p) {
   return regions;
 }
 }  // namespace
+
+std::string csv_field(std::string const& text) {
+  std::string line = text;
+  for (char& c : line)
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  if (line.find_first_of(",\"") == std::string::npos) return line;
+  std::string quoted = "\"";
+  for (char c : line) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
 
 char const* operation_kind_of(std::string_view name) {
   for (auto const& k : kOperationKinds)

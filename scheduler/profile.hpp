@@ -30,6 +30,10 @@ std::string energy_label(RunHeader const& header);
 // the `top` regions and the `top` kernels/copies/fences by energy (0: all), the energy outside any
 // region, the tool's own time, and what "below resolution" means.
 std::string format_profile_report(RunHeader const& header, ProfileRecord const& profile, int top);
+// One CSV field (RFC 4180): quoted when it holds a comma or a double quote (quotes doubled); line
+// breaks and tabs become spaces, so a record stays on one line. Both CSVs (this one, the trials').
+std::string csv_field(std::string const& text);
+
 // kind,name,calls,seconds,energy_j,mean_w,below_resolution,source: one row for the program, one
 // for outside any region, then every region and kernel row.
 std::string format_profile_csv(RunHeader const& header, ProfileRecord const& profile);

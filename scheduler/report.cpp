@@ -252,14 +252,6 @@ void train_section(std::string& out, RunLogContents const& log) {
 
 // ---- CSV ----
 
-std::string csv_field(std::string const& text) {
-  std::string const line = one_line(text);
-  if (line.find_first_of(",\"") == std::string::npos) return line;
-  std::string quoted = "\"";
-  for (char c : line) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return quoted + "\"";
-}
-
 std::string csv_number(double value) { return std::isnan(value) ? "" : fmt::format("{}", value); }
 
 }  // namespace
