@@ -5,8 +5,9 @@
 # times the time (known energies); the regions' outer energy plus the energy outside them is the
 # program's; a program without regions, one that forks, and bad options do not break. The HDF5
 # output is a joule run log: `joule inspect` prints it, its CSV passes the same checks, its power
-# trace integrates to the program's energy, and plot_run.py draws it. A process that is not its
-# node's local rank 0 does not count the node's module meter again.
+# trace samples the whole program, and plot_run.py draws it. A process that is not its node's
+# local rank 0 does not count the node's module meter again. Loaded into `joule train`, the tool
+# and joule's own regions attribute the same energy.
 set -euo pipefail
 program="$1" tool="$2" joule="$3" plot_run="$4"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
@@ -134,4 +135,38 @@ done
 JOULE_HWMON_ROOT="$work/none" JOULE_ENERGY_OUT="$work/m.csv" with_tool "$program" >/dev/null 2>"$work/m.err"
 grep -q "MODEL ESTIMATE" "$work/m.err" || fail "no sensor: not labelled a model: $(cat "$work/m.err")"
 grep -q ",measured: " "$work/m.csv" && fail "no sensor: the table says measured"
+# joule train with the tool loaded: joule's recorder passes every region on to the loaded tool, so in
+# one run both attribute the same regions; they must agree call for call and joule for joule
+# (edges a few microseconds apart, the printed table's 2 decimals). With --no-energy (joule's own
+# regions off) the tool alone still sees them.
+"$joule" train --make-data --data "$work/d.h5" --steps 1 --no-energy >/dev/null 2>&1 || fail "joule train --make-data"
+JOULE_ENERGY_OUT="$work/train.h5" JOULE_ENERGY_QUIET=1 with_tool "$joule" train --data "$work/d.h5" --steps 8 \
+  >"$work/train.out" 2>"$work/train.err" || fail "joule train with the tool: $(cat "$work/train.err")"
+JOULE_ENERGY_OUT="$work/train0.h5" JOULE_ENERGY_QUIET=1 with_tool "$joule" train --data "$work/d.h5" --steps 8 \
+  --no-energy >/dev/null 2>"$work/train0.err" || fail "joule train --no-energy with the tool: $(cat "$work/train0.err")"
+/usr/bin/python3 - "$work/train.out" "$work/train.h5" "$work/train0.h5" <<'PY' || fail "joule's regions and the tool's disagree"
+import re, sys, h5py
+text = open(sys.argv[1]).read()
+table = text[text.index("energy by region"):text.index("(whole run)")]
+joule = {}
+for line in table.splitlines()[3:]:
+    m = re.match(r"^  (\S+)(?: \*)? +(\d+) +([0-9.]+) +.* ([0-9.]+)$", line)
+    if m: joule[m.group(1)] = (int(m.group(2)), float(m.group(4)))
+def tool_regions(path):
+    p = h5py.File(path, "r")["profile/regions"]
+    names = [n.decode() if isinstance(n, bytes) else n for n in p["name"][()]]
+    return {n: (int(c), float(e)) for n, c, e in zip(names, p["calls"][()], p["energy_j"][()])}
+tool = tool_regions(sys.argv[2])
+for name in ("step", "forward", "backward", "joule::block_forward", "evaluate"):
+    if name not in joule: sys.exit(f"joule's table has no {name}: {sorted(joule)}")
+for name, (calls, j) in joule.items():
+    if name not in tool: sys.exit(f"the tool did not see joule's region {name}")
+    tc, tj = tool[name]
+    if tc != calls: sys.exit(f"{name}: {calls} calls in joule's table, {tc} in the tool's")
+    if abs(tj - j) > 0.01 + 0.01 * calls + 1e-3 * j: sys.exit(f"{name}: {j} J in joule's table, {tj} J in the tool's")
+alone = tool_regions(sys.argv[3])
+for name in ("step", "forward", "backward"):
+    if alone.get(name, (0,))[0] != joule[name][0]: sys.exit(f"--no-energy: the tool saw {alone.get(name)} of {name}")
+print(f"joule train: {len(joule)} regions agree, e.g. step {joule['step'][1]:.2f} J (joule) vs {tool['step'][1]:.2f} J (tool)")
+PY
 echo PASS
