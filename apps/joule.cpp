@@ -139,6 +139,10 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--repeats", bench.repeats, "timed runs per operator or step (median reported)")
       ->check(CLI::Range(1, 1000));
   bench_cmd->add_option("--json", bench.json_path, "also write the results as JSON (for bench_torch.py)");
+  std::string energy_tool;
+  bench_cmd->add_option("--energy-tool", energy_tool,
+                        "--suite energy: the energy tool's library (default: libjoule_energy_tool.so beside joule)")
+      ->check(CLI::ExistingFile);
 
   auto* info_cmd = app.add_subcommand("info", "print versions and the execution space");
   auto const run_train = joule::apps::add_train_command(app);
@@ -177,6 +181,7 @@ int main(int argc, char** argv) {
       if (suite == "energy") {
         joule::apps::EnergyBenchOptions energy;
         energy.repeats = bench.repeats;
+        energy.energy_tool = energy_tool;
         return joule::apps::run_energy_overhead_bench(energy);
       }
       bench.ops = suite == "ops" || suite == "all";
