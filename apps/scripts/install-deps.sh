@@ -145,10 +145,13 @@ fi
 # Bump v when the build recipe changes, so cached prefixes are rebuilt. A source tree enters the
 # recipe by a checksum of its contents, so a changed (e.g. locally patched) tree is rebuilt too.
 tree_sum() { (cd "$1" && find . -path ./.git -prune -o -type f -print0 | LC_ALL=C sort -z | xargs -0 md5sum | md5sum | cut -c1-16); }
+# Kept beside the install: the sources of programs no one here wrote, built by the tests against
+# this Kokkos with the energy tool loaded (tests/scripts/energy_tool_kokkos_programs.sh).
+programs_text="+ Kokkos' tutorial and benchmark sources, Kokkos-Kernels' BLAS perf tests (share/joule/kokkos-programs)"
 if [ "$from_source" = 1 ]; then
-  recipe="joule-deps v3: kokkos $kokkos_version ($KOKKOS_SRC, $(tree_sum "$KOKKOS_SRC")) + kokkos-kernels $kernels_version ($KOKKOS_KERNELS_SRC, $(tree_sum "$KOKKOS_KERNELS_SRC")), $backend, $tpl_text"
+  recipe="joule-deps v4: kokkos $kokkos_version ($KOKKOS_SRC, $(tree_sum "$KOKKOS_SRC")) + kokkos-kernels $kernels_version ($KOKKOS_KERNELS_SRC, $(tree_sum "$KOKKOS_KERNELS_SRC")), $backend, $tpl_text $programs_text"
 else
-  recipe="joule-deps v2: kokkos 3.4.1 openmp+serial, kokkos-kernels blas=$openblas_dir/libopenblas"
+  recipe="joule-deps v3: kokkos 3.4.1 openmp+serial, kokkos-kernels blas=$openblas_dir/libopenblas $programs_text"
 fi
 if [ -f "$prefix/.joule-complete" ] && [ "$(cat "$prefix/.joule-complete")" = "$recipe" ]; then
   log "Kokkos + Kokkos-Kernels already in $prefix"
@@ -224,6 +227,15 @@ build kokkos-kernels "$kernels_src" -DKokkos_ROOT="$prefix" "${kernels_options[@
   -DKokkosKernels_INST_OFFSET_INT=OFF -DKokkosKernels_INST_OFFSET_SIZE_T=OFF \
   -DKokkosKernels_INST_LAYOUTLEFT=OFF -DKokkosKernels_INST_LAYOUTRIGHT=OFF \
   -DKokkosKernels_ENABLE_TESTS=OFF -DKokkosKernels_ENABLE_EXAMPLES=OFF
+
+programs="$prefix/share/joule/kokkos-programs"
+mkdir -p "$programs/kokkos" "$programs/kokkos-kernels/perf_test"
+for part in example benchmarks LICENSE; do
+  [ -e "$kokkos_src/$part" ] && cp -r "$kokkos_src/$part" "$programs/kokkos/"
+done
+[ -d "$kernels_src/perf_test/blas" ] && cp -r "$kernels_src/perf_test/blas" "$programs/kokkos-kernels/perf_test/"
+[ -e "$kernels_src/LICENSE" ] && cp "$kernels_src/LICENSE" "$programs/kokkos-kernels/"
+log "kept the sources of Kokkos' tutorial and benchmarks and Kokkos-Kernels' BLAS perf tests in $programs"
 
 echo "$recipe" > "$prefix/.joule-complete"
 log "done: Kokkos_ROOT=$prefix"
