@@ -45,7 +45,7 @@ refused '^joule: error: --offload-ratio -0\.5: train\.offload_ratio .*\[0, 1\]' 
 refused '^joule: error: --recompute-depth -1: train\.recompute_depth .*\[0, 2\]' train --data data.h5 --recompute-depth -1
 refused '^joule: error: --recompute-depth 3: train\.recompute_depth .*\[0, 2\]' train --data data.h5 --recompute-depth 3
 refused '^joule: error: --micro-batch -1: train\.micro_batch ' train --data data.h5 --micro-batch -1
-refused '^joule: error: --micro-batch 5: train\.micro_batch .*divide.*32' train --data data.h5 --micro-batch 5
+refused '^joule: error: --micro-batch 5: train\.micro_batch .*divide.*64' train --data data.h5 --micro-batch 5
 refused '^joule: error: --host-threads -1: train\.host_threads .*\[0, 4096\]' train --data data.h5 --host-threads -1
 refused '^joule: error: --seq-shards -1: train\.seq_shards .*\[1, 4096\]' train --data data.h5 --seq-shards -1
 refused '^joule: error: --checkpoint-every -1: train\.checkpoint_every ' train --data data.h5 --checkpoint-every -1
