@@ -8,7 +8,9 @@
 // discovery (NVML, hwmon, RAPL, the CPU-time model), the sampler thread and its trace, and the
 // region timeline's attribution after the fact. Three timelines: the program's regions (push /
 // pop), its kernels, deep copies and fences (begin / end, by name), and one for "inside any
-// region" and the whole program, from which the energy outside regions follows.
+// region" and the whole program, from which the energy outside regions follows. At finalize the
+// result is a scheduler::ProfileRecord: printed (scheduler/profile.hpp, the formatter `joule
+// inspect` uses too) and written as a joule run log or a CSV (JOULE_ENERGY_OUT).
 //
 // Edges are stamped on the host clock and nothing is fenced: Kokkos is told the tool needs no
 // global fencing, so on a GPU a kernel's edges are its launch and the return of its launch, not
