@@ -28,8 +28,10 @@ constexpr long kH200Sms = 132, kThreadsPerSm = 2048, kWaveThreads = kH200Sms * k
 
 struct Launches {
   long count = 0, threads_min = 0, threads_max = 0;
-  int block = 0;
-  std::size_t shared = 0;  // the most dynamic shared memory per block of its launches
+  int block = 0, team_size = 0;
+  std::size_t shared = 0;          // the most level-0 team scratch (shared memory) per block of its launches
+  std::size_t global_scratch = 0;  // the most level-1 team scratch (global memory) per team
+  bool fits_cuda = true;           // every launch within what Kokkos grants a team on CUDA
 };
 
 struct Recorded {
@@ -51,7 +53,10 @@ void record(char const* name, detail::LaunchShape shape) {
   l.threads_min = l.count ? std::min(l.threads_min, shape.threads) : shape.threads;
   l.threads_max = l.count ? std::max(l.threads_max, shape.threads) : shape.threads;
   l.block = std::max(l.block, shape.block);
+  l.team_size = std::max(l.team_size, shape.team_size);
   l.shared = std::max(l.shared, shape.shared);
+  l.global_scratch = std::max(l.global_scratch, shape.global_scratch);
+  l.fits_cuda = l.fits_cuda && shape.fits_cuda();
   ++l.count;
 }
 
@@ -91,7 +96,8 @@ int run_launch_bench(LaunchBenchOptions const& options) {
     fmt::print("{:<32} {:>8} {:>12} {:>12} {:>6} {:>8.1f}%\n", label, l.count, l.threads_min, l.threads_max,
                l.block ? fmt::format("{}", l.block) : std::string("kokkos"), 100.0 * l.threads_min / kWaveThreads);
     kernels.push_back({{"label", label}, {"launches", l.count}, {"threads_min", l.threads_min},
-                       {"threads_max", l.threads_max}, {"block", l.block}, {"shared", l.shared}});
+                       {"threads_max", l.threads_max}, {"block", l.block}, {"team_size", l.team_size},
+                       {"shared", l.shared}, {"global_scratch", l.global_scratch}, {"fits_cuda", l.fits_cuda}});
   }
   fmt::print("one step: {:.1f} s here (loss {:.4f}); a full H200 wave: {} SMs x {} threads = {}; GEMMs (cuBLAS on "
              "CUDA) and Kokkos' own deep_copy kernels are not listed{}\n",
@@ -104,6 +110,10 @@ int run_launch_bench(LaunchBenchOptions const& options) {
     nlohmann::json j = {{"config", source},          {"shape", shape},
                         {"micro_batch", micro},      {"batch", cfg.train.batch},
                         {"micro_batches_per_step", per_step}, {"wave_threads", kWaveThreads},
+                        // the launch contract's figures (core/detail/launch_shape.hpp), which gpu_audit.py gates on
+                        {"cuda_shared_per_block", detail::kCudaSharedMemPerBlock},
+                        {"cuda_team_buffer_per_thread", detail::cuda_team_reserved_shared(1) - detail::cuda_team_reserved_shared(0)},
+                        {"cuda_team_buffer_fixed", detail::cuda_team_reserved_shared(0)},
                         {"seconds", seconds},        {"kernels", kernels}};
     std::ofstream out(options.json_path);
     out << j.dump(1) << "\n";

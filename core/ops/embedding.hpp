@@ -142,7 +142,8 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
   detail::note_launch("embedding_backward_clear", long(counts), 0);
   constexpr int kRowsPerTeam = 8, kLanes = 32;
   int const rank_teams = (n + kRowsPerTeam - 1) / kRowsPerTeam;
-  detail::note_launch("embedding_backward_rank", long(rank_teams) * kRowsPerTeam * kLanes, kRowsPerTeam * kLanes);
+  detail::note_launch("embedding_backward_rank", long(rank_teams) * kRowsPerTeam * kLanes, kRowsPerTeam * kLanes, 0,
+                      kRowsPerTeam);
   if constexpr (host) {
     Kokkos::parallel_for(
         label("embedding_backward_rank"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, blocks),

@@ -39,7 +39,7 @@ void column_sums(ExecutionSpace const& space, char const* name, int rows, int co
   auto const partials = work.partials;
   int const league = blocks * tiles;
   ColumnSumPlan const gpu_plan = column_sum_plan(rows, cols, true);  // what a GPU would launch
-  note_launch(name, gpu_plan.stage1_threads(), K * W, std::size_t(K) * W * sizeof(T));  // + the chunk sums
+  note_launch(name, gpu_plan.stage1_threads(), K * W, scratch_view_bytes<T>(K * W), K);  // the chunk sums
   if constexpr (host) {
     Kokkos::parallel_for(
         label(name), Kokkos::RangePolicy<ExecutionSpace>(space, 0, league), KOKKOS_LAMBDA(int team) {

@@ -39,7 +39,7 @@ void for_each_row(ExecutionSpace const& space, char const* name, int rows, F con
   if (rows <= 0) return;
   // On CUDA: one block of kDeviceRowsPerTeam warps per kDeviceRowsPerTeam rows (the else branch).
   note_launch(name, long((rows + kDeviceRowsPerTeam - 1) / kDeviceRowsPerTeam) * kDeviceRowsPerTeam * kDeviceVectorLength,
-              kDeviceRowsPerTeam * kDeviceVectorLength);
+              kDeviceRowsPerTeam * kDeviceVectorLength, 0, kDeviceRowsPerTeam);
   if constexpr (is_host_space<ExecutionSpace>()) {
     int const teams_wanted = kHostTeamsPerThread * std::max(1, int(space.concurrency()));
     int const per_team = std::max(1, (rows + teams_wanted - 1) / teams_wanted);
