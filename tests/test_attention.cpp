@@ -79,11 +79,20 @@ TEMPLATE_TEST_CASE("attention: the GPU-shaped block kernels, run on any backend,
                    "[ops][attention]", JOULE_TEST_SPACES) {
   // The 256-thread block kernels run here as they do on a GPU, their roles one after the other:
   // sequences that end inside the 16/32/64-row tiles and the 16-row thread grid, prefixes that
-  // end inside a tile, every tile shape the head sizes get, float and double.
+  // end inside a tile, tiles of 16 to 64 rows, float and double, and each of the three places a
+  // plan puts its tiles in (attention_block_plan: what Kokkos grants a CUDA team decides):
+  // everything in shared memory (level 0), the accumulators in level 1 (float dK/dV at head size
+  // 128, double dK/dV at 64), everything in level 1 (double at 128). A prefix mask has an open
+  // block and a causal part.
+  using detail::AttentionBlockScratch;
+  STATIC_REQUIRE(AttentionBlockScratch<detail::AttentionForwardBlockLayout<float, 16>>::kPlan.rows == 64);
+  STATIC_REQUIRE(!AttentionBlockScratch<detail::AttentionForwardBlockLayout<float, 64>>::kPlan.accumulators_global);
+  STATIC_REQUIRE(AttentionBlockScratch<detail::AttentionKeyValueBlockLayout<float, 128>>::kPlan.accumulators_global);
+  STATIC_REQUIRE(!AttentionBlockScratch<detail::AttentionKeyValueBlockLayout<float, 128>>::kPlan.staged_global);
+  STATIC_REQUIRE(AttentionBlockScratch<detail::AttentionKeyValueBlockLayout<double, 64>>::kPlan.accumulators_global);
+  STATIC_REQUIRE(AttentionBlockScratch<detail::AttentionQueryBlockLayout<double, 128>>::kPlan.staged_global);
   TestType space;
   Rng rng(46);
-  // hd 16 (and 32): 64-row tiles everywhere; 64: 32 x 64 backward tiles; 128: 32 x 32 forward,
-  // 16 x 32 and 32 x 32 backward tiles. A prefix mask has an open block and a causal part.
   auto const hd = GENERATE(16, 64, 128);
   auto const seq = GENERATE(1, 47, 131);
   compare_with_naive<double, TestType, true>(space, 1, seq, 1, hd, AttentionMask::prefix(seq / 2 + 3), rng, 1e-10,

@@ -15,8 +15,9 @@
 //     per-thread arrays have static bounds. (On a GPU this shape would be one thread per row,
 //     kR = 1, in <= 32 KiB: slow, kept only as the host shape.)
 //   block kernels (GPUs, "GPU-shaped kernels" below): a team is a 256-thread block, tiles of
-//     16-64 rows in up to 100 KiB of shared memory, register micro-tiles per thread, padded
-//     conflict-free shared tiles; they run on host backends too (the tests do).
+//     16-64 rows within the 48 KiB of shared memory Kokkos grants a CUDA team (launch_shape.hpp),
+//     register micro-tiles per thread, padded conflict-free shared tiles; they run on host
+//     backends too (the tests do).
 //
 // Host kernels: dot products against a tile are register-blocked micro-tiles (kR rows x a chunk
 // of columns of accumulators, attention_tile_dot / attention_tile_axpy): the inner loop runs
@@ -277,8 +278,8 @@ struct AttentionForwardKernel {
   T scale;
   int row_tiles;
 
-  static std::size_t scratch_bytes() {
-    return 4 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile);  // q, o, kt, v
+  static std::size_t scratch_bytes(int level) {  // q, o, kt, v; m, l
+    return level == 0 ? 4 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile) : 0;
   }
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
@@ -376,33 +377,79 @@ struct AttentionForwardKernel {
 // (Double uses 2 banks per word; the same patterns are at most 2-way there.)
 inline constexpr int kBlockThreads = 256;
 inline constexpr int kBlockGrid = 16;  // the thread grid is kBlockGrid x kBlockGrid
-// Scratch per block for a GPU team: at most 100 KiB, so that 2 blocks of 256 threads share an
-// SM (228 KB, 1 KB reserved per block, Kokkos' own team buffer on top): occupancy >= 25%.
-inline constexpr std::size_t kBlockScratchBytes = 102400;
+// Shared memory (level-0 scratch) per block for a GPU team: what Kokkos' CUDA backend grants a
+// team of 256 threads, 48 KiB less its own team buffer (launch_shape.hpp), 47,088 bytes. At up
+// to 46 KiB a block, 4 blocks of 8 warps share an SM (228 KB): occupancy up to 50%.
+inline constexpr std::size_t kBlockScratchBytes = cuda_team_scratch_limit(kBlockThreads);
 KOKKOS_INLINE_FUNCTION constexpr int attention_stride16(int w) { return w + ((16 - w % 32) + 32) % 32; }
 KOKKOS_INLINE_FUNCTION constexpr int attention_stride2(int w) { return w + ((2 - w % 32) + 32) % 32; }
 
-struct AttentionBlockTiles {
-  int rows = 16, cols = 16;  // the team's own tile, the tile of the other side it walks
+// A block kernel's tiles and where they live. Each layout (below) is its staged tiles (the
+// team's own rows, the other side's tile, scores, softmax statistics) and its accumulators (O;
+// dK and dV; dQ), in elements of T. Shared memory (level 0) holds them all where they fit;
+// otherwise the accumulators, read and written once per tile of the other side, go to level-1
+// scratch (global memory, L2-resident: float at head size 128 in the dK/dV kernel, double from
+// head size 64); where even the staged tiles of 16 x 16 do not fit (double at head size 128, a
+// test precision) everything does.
+struct AttentionBlockPlan {
+  int rows = 16, cols = 16;          // the team's own tile, the tile of the other side it walks
+  bool accumulators_global = false;  // the accumulators in level 1
+  bool staged_global = false;        // the staged tiles in level 1 too
 };
-// The pair (rows, cols) in {16, 32, 64}^2 with the most rows x cols whose scratch fits the
-// budget, the smaller scratch on a tie (more blocks per SM); (16, 16) if none fits.
+// The pair (rows, cols) in {16, 32, 64}^2 with the most rows x cols whose level-0 scratch fits
+// kBlockScratchBytes, the smaller scratch on a tie (more blocks per SM): first with everything in
+// shared memory, then with the accumulators in level 1; else 16 x 16 all in level 1.
 template <class Layout>
-constexpr AttentionBlockTiles attention_block_tiles() {
-  AttentionBlockTiles best;
-  std::size_t best_bytes = Layout::bytes(16, 16);
-  for (int r = 64; r >= 16; r /= 2)
-    for (int c = 64; c >= 16; c /= 2) {
-      std::size_t const b = Layout::bytes(r, c);
-      if (b > kBlockScratchBytes) continue;
-      bool const more = r * c > best.rows * best.cols;
-      if (more || (r * c == best.rows * best.cols && b < best_bytes)) {
-        best = AttentionBlockTiles{r, c};
-        best_bytes = b;
+constexpr AttentionBlockPlan attention_block_plan() {
+  using T = typename Layout::value_type;
+  for (int pass = 0; pass < 2; ++pass) {
+    bool const accumulators_global = pass == 1;
+    AttentionBlockPlan best{0, 0, accumulators_global, false};
+    std::size_t best_bytes = 0;
+    for (int r = 64; r >= 16; r /= 2)
+      for (int c = 64; c >= 16; c /= 2) {
+        std::size_t const b =
+            scratch_view_bytes<T>(Layout::staged(r, c) + (accumulators_global ? 0 : Layout::accumulators(r)));
+        if (b > kBlockScratchBytes) continue;
+        if (r * c > best.rows * best.cols || (r * c == best.rows * best.cols && b < best_bytes)) {
+          best = AttentionBlockPlan{r, c, accumulators_global, false};
+          best_bytes = b;
+        }
       }
-    }
-  return best;
+    if (best.rows > 0) return best;
+  }
+  return AttentionBlockPlan{16, 16, true, true};
 }
+
+// A block kernel's plan and its scratch per team: level 0 (shared memory) and level 1 (global), as
+// asked of Kokkos, and the team's two buffers, staged tiles and accumulators, in their levels.
+// (Device code reads only the constants: constexpr functions are host functions to nvcc.)
+template <class Layout>
+struct AttentionBlockScratch {
+  using T = typename Layout::value_type;
+  static constexpr AttentionBlockPlan kPlan = attention_block_plan<Layout>();
+  static constexpr std::size_t kStaged = Layout::staged(kPlan.rows, kPlan.cols);
+  static constexpr std::size_t kAccumulators = Layout::accumulators(kPlan.rows);
+  static constexpr int kStagedLevel = kPlan.staged_global ? 1 : 0;
+  static constexpr int kAccumulatorLevel = kPlan.accumulators_global ? 1 : 0;
+  static constexpr bool kOneBuffer = kStagedLevel == kAccumulatorLevel;
+  static constexpr std::size_t kFirstBuffer = kOneBuffer ? kStaged + kAccumulators : kStaged;
+  static constexpr std::size_t kLevel0 = (kStagedLevel == 0 ? kStaged : 0) + (kAccumulatorLevel == 0 ? kAccumulators : 0);
+  static constexpr std::size_t kLevel1 = kStaged + kAccumulators - kLevel0;
+  static_assert(scratch_view_bytes<T>(kLevel0) <= kBlockScratchBytes,
+                "a block kernel's shared memory must fit what Kokkos grants a team on CUDA");
+  static constexpr std::size_t bytes(int level) {  // elements of the level's View, with its alignment slack
+    std::size_t const n = level == 0 ? kLevel0 : kLevel1;
+    return n == 0 ? 0 : scratch_view_bytes<T>(n);
+  }
+
+  template <class ExecutionSpace, class Member>
+  KOKKOS_INLINE_FUNCTION static void buffers(Member const& team, T*& staged, T*& accumulators) {
+    staged = ScratchVector<T, ExecutionSpace>(team.team_scratch(kStagedLevel), kFirstBuffer).data();
+    accumulators = kOneBuffer ? staged + kStaged
+                              : ScratchVector<T, ExecutionSpace>(team.team_scratch(kAccumulatorLevel), kAccumulators).data();
+  }
+};
 
 // How many keys of [key0, key0 + n_keys) query `query` sees (0 for padding rows: in = false).
 KOKKOS_INLINE_FUNCTION int attention_row_keys(AttentionShape const& s, int query, bool in, int key0,
@@ -491,12 +538,14 @@ KOKKOS_INLINE_FUNCTION void attention_micro_store(int ty, int tx, T const (&acc)
 // Forward, GPU shape: a team owns kQ query rows and walks key tiles of kK keys.
 template <class T, int HD>
 struct AttentionForwardBlockLayout {
+  using value_type = T;
   static constexpr int ldq = HD + 1, ldk = HD + 1, ldv = HD, ldo = attention_stride16(HD);
-  KOKKOS_INLINE_FUNCTION static constexpr std::size_t elements(int q, int k) {  // q, k, v, o, p^t, max parts, sum parts, m[2], l, corr
-    return std::size_t(q) * ldq + std::size_t(k) * ldk + std::size_t(k) * ldv + std::size_t(q) * ldo +
+  // q, k, v, p^t, max parts, sum parts, m[2], l, corr
+  static constexpr std::size_t staged(int q, int k) {
+    return std::size_t(q) * ldq + std::size_t(k) * ldk + std::size_t(k) * ldv +
            std::size_t(k + kBlockGrid) * attention_stride2(q) + std::size_t(kBlockThreads) + 4 * std::size_t(q);
   }
-  KOKKOS_INLINE_FUNCTION static constexpr std::size_t bytes(int q, int k) { return elements(q, k) * sizeof(T); }
+  static constexpr std::size_t accumulators(int q) { return std::size_t(q) * ldo; }  // o
 };
 
 template <class ExecutionSpace, int HD, class Out, class Lse, class Qkv>
@@ -506,8 +555,9 @@ struct AttentionForwardBlockKernel {
   using Policy = Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<kBlockThreads, 2>>;
   using Member = typename Policy::member_type;
   using Layout = AttentionForwardBlockLayout<T, HD>;
-  static constexpr AttentionBlockTiles kTiles = attention_block_tiles<Layout>();
-  static constexpr int kQ = kTiles.rows, kK = kTiles.cols;
+  using Scratch = AttentionBlockScratch<Layout>;
+  static constexpr AttentionBlockPlan kPlan = Scratch::kPlan;
+  static constexpr int kQ = kPlan.rows, kK = kPlan.cols;
   static constexpr int kTile = kQ;  // rows per team, for the launch
   static constexpr int kRQ = kQ / kBlockGrid, kCK = kK / kBlockGrid, kCD = HD / kBlockGrid;
   static constexpr int kParts = kBlockThreads / kQ, kKeysPerPart = kK / kParts;  // phase B
@@ -523,18 +573,17 @@ struct AttentionForwardBlockKernel {
   T scale;
   int row_tiles;
 
-  static std::size_t scratch_bytes() { return ScratchVector<T, ExecutionSpace>::shmem_size(Layout::elements(kQ, kK)); }
+  static constexpr std::size_t scratch_bytes(int level) { return Scratch::bytes(level); }
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
     auto const t = AttentionTeamTile::decode<kQ, HD>(s, team.league_rank(), row_tiles);
     int const bh = t.bh, row0 = t.row0, n_rows = t.n_rows, token0 = t.token0;
     int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
-    ScratchVector<T, ExecutionSpace> buf(team.team_scratch(0), Layout::elements(kQ, kK));
-    T* const sq = buf.data();
+    T *sq, *so;
+    Scratch::template buffers<ExecutionSpace>(team, sq, so);
     T* const sk = sq + kQ * ldq;
     T* const sv = sk + kK * ldk;
-    T* const so = sv + kK * ldv;
-    T* const spt = so + kQ * ldo;       // P^T [kK][ldp]
+    T* const spt = sv + kK * ldv;       // P^T [kK][ldp]
     T* const smax = spt + kK * ldp;     // partial row maxima [kBlockGrid][ldp]
     T* const ssum = smax + kBlockGrid * ldp;  // partial row sums [kParts][kQ]
     T* const sm = ssum + kBlockThreads;  // running max, two buffers [2][kQ]
@@ -638,13 +687,14 @@ struct AttentionForwardBlockKernel {
 // Backward dK/dV, GPU shape: a team owns kK keys and walks query tiles of kQ queries.
 template <class T, int HD>
 struct AttentionKeyValueBlockLayout {
+  using value_type = T;
   static constexpr int ld = HD + 1, lda = attention_stride16(HD);
-  // rows: keys of the team, cols: queries of a tile. k, v, q, dout, dk, dv, p, ds, lse, delta
-  KOKKOS_INLINE_FUNCTION static constexpr std::size_t elements(int k, int q) {
-    return 2 * std::size_t(k) * ld + 2 * std::size_t(q) * ld + 2 * std::size_t(k) * lda +
-           2 * std::size_t(k) * attention_stride16(q) + 2 * std::size_t(q);
+  // rows: keys of the team, cols: queries of a tile. k, v, q, dout, p, ds, lse, delta
+  static constexpr std::size_t staged(int k, int q) {
+    return 2 * std::size_t(k) * ld + 2 * std::size_t(q) * ld + 2 * std::size_t(k) * attention_stride16(q) +
+           2 * std::size_t(q);
   }
-  KOKKOS_INLINE_FUNCTION static constexpr std::size_t bytes(int k, int q) { return elements(k, q) * sizeof(T); }
+  static constexpr std::size_t accumulators(int k) { return 2 * std::size_t(k) * lda; }  // dk, dv
 };
 
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
@@ -654,8 +704,9 @@ struct AttentionBackwardKeyValueBlockKernel {
   using Policy = Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<kBlockThreads, 2>>;
   using Member = typename Policy::member_type;
   using Layout = AttentionKeyValueBlockLayout<T, HD>;
-  static constexpr AttentionBlockTiles kTiles = attention_block_tiles<Layout>();
-  static constexpr int kK = kTiles.rows, kQ = kTiles.cols;
+  using Scratch = AttentionBlockScratch<Layout>;
+  static constexpr AttentionBlockPlan kPlan = Scratch::kPlan;
+  static constexpr int kK = kPlan.rows, kQ = kPlan.cols;
   static constexpr int kTile = kK;
   static constexpr int kRK = kK / kBlockGrid, kCQ = kQ / kBlockGrid, kCD = HD / kBlockGrid;
   static constexpr int ld = Layout::ld, lda = Layout::lda, ldp = attention_stride16(kQ);
@@ -671,20 +722,19 @@ struct AttentionBackwardKeyValueBlockKernel {
   T scale;
   int key_tiles;
 
-  static std::size_t scratch_bytes() { return ScratchVector<T, ExecutionSpace>::shmem_size(Layout::elements(kK, kQ)); }
+  static constexpr std::size_t scratch_bytes(int level) { return Scratch::bytes(level); }
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
     auto const t = AttentionTeamTile::decode<kK, HD>(s, team.league_rank(), key_tiles);
     int const bh = t.bh, key0 = t.row0, n_keys = t.n_rows, token0 = t.token0;
     int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
-    ScratchVector<T, ExecutionSpace> buf(team.team_scratch(0), Layout::elements(kK, kQ));
-    T* const sk = buf.data();
+    T *sk, *sdk;
+    Scratch::template buffers<ExecutionSpace>(team, sk, sdk);
+    T* const sdv = sdk + kK * lda;
     T* const sv = sk + kK * ld;
     T* const sq = sv + kK * ld;
     T* const sdo = sq + kQ * ld;
-    T* const sdk = sdo + kQ * ld;
-    T* const sdv = sdk + kK * lda;
-    T* const sp = sdv + kK * lda;  // [kK][ldp]
+    T* const sp = sdo + kQ * ld;  // [kK][ldp]
     T* const sds = sp + kK * ldp;
     T* const slse = sds + kK * ldp;
     T* const sdel = slse + kQ;
@@ -754,13 +804,14 @@ struct AttentionBackwardKeyValueBlockKernel {
 // Backward dQ, GPU shape: a team owns kQ queries and walks key tiles of kK keys.
 template <class T, int HD>
 struct AttentionQueryBlockLayout {
+  using value_type = T;
   static constexpr int ld = HD + 1, lda = attention_stride16(HD);
-  // rows: queries of the team, cols: keys of a tile. q, dout, k, v, dq, ds, lse, delta
-  KOKKOS_INLINE_FUNCTION static constexpr std::size_t elements(int q, int k) {
-    return 2 * std::size_t(q) * ld + 2 * std::size_t(k) * ld + std::size_t(q) * lda +
-           std::size_t(q) * attention_stride16(k) + 2 * std::size_t(q);
+  // rows: queries of the team, cols: keys of a tile. q, dout, k, v, ds, lse, delta
+  static constexpr std::size_t staged(int q, int k) {
+    return 2 * std::size_t(q) * ld + 2 * std::size_t(k) * ld + std::size_t(q) * attention_stride16(k) +
+           2 * std::size_t(q);
   }
-  KOKKOS_INLINE_FUNCTION static constexpr std::size_t bytes(int q, int k) { return elements(q, k) * sizeof(T); }
+  static constexpr std::size_t accumulators(int q) { return std::size_t(q) * lda; }  // dq
 };
 
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
@@ -770,8 +821,9 @@ struct AttentionBackwardQueryBlockKernel {
   using Policy = Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<kBlockThreads, 2>>;
   using Member = typename Policy::member_type;
   using Layout = AttentionQueryBlockLayout<T, HD>;
-  static constexpr AttentionBlockTiles kTiles = attention_block_tiles<Layout>();
-  static constexpr int kQ = kTiles.rows, kK = kTiles.cols;
+  using Scratch = AttentionBlockScratch<Layout>;
+  static constexpr AttentionBlockPlan kPlan = Scratch::kPlan;
+  static constexpr int kQ = kPlan.rows, kK = kPlan.cols;
   static constexpr int kTile = kQ;
   static constexpr int kRQ = kQ / kBlockGrid, kCK = kK / kBlockGrid, kCD = HD / kBlockGrid;
   static constexpr int ld = Layout::ld, lda = Layout::lda, lds = attention_stride16(kK);
@@ -787,19 +839,18 @@ struct AttentionBackwardQueryBlockKernel {
   T scale;
   int row_tiles;
 
-  static std::size_t scratch_bytes() { return ScratchVector<T, ExecutionSpace>::shmem_size(Layout::elements(kQ, kK)); }
+  static constexpr std::size_t scratch_bytes(int level) { return Scratch::bytes(level); }
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
     auto const t = AttentionTeamTile::decode<kQ, HD>(s, team.league_rank(), row_tiles);
     int const bh = t.bh, row0 = t.row0, n_rows = t.n_rows, token0 = t.token0;
     int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
-    ScratchVector<T, ExecutionSpace> buf(team.team_scratch(0), Layout::elements(kQ, kK));
-    T* const sq = buf.data();
+    T *sq, *sdq;
+    Scratch::template buffers<ExecutionSpace>(team, sq, sdq);
     T* const sdo = sq + kQ * ld;
     T* const sk = sdo + kQ * ld;
     T* const sv = sk + kK * ld;
-    T* const sdq = sv + kK * ld;
-    T* const sds = sdq + kQ * lda;  // [kQ][lds]
+    T* const sds = sv + kK * ld;  // [kQ][lds]
     T* const slse = sds + kQ * lds;
     T* const sdel = slse + kQ;
 
@@ -868,15 +919,20 @@ constexpr bool attention_block_default() {
   return !is_host_space<ExecutionSpace>();
 }
 
-// The shared memory a block kernel's team scratch takes on a GPU (its tiles), for the launch audit.
+// The CUDA launch of a block kernel, for the launch audit and contract: `teams` blocks of 256
+// threads, a team of 256 (vector length 1), its scratch in each level.
 template <class BlockKernel>
-constexpr std::size_t attention_block_shared() {
-  return BlockKernel::Layout::bytes(BlockKernel::kTiles.rows, BlockKernel::kTiles.cols);
+void note_attention_launch(char const* name, long teams) {
+  note_launch(name, LaunchShape{teams * kBlockThreads, kBlockThreads, BlockKernel::scratch_bytes(0), kBlockThreads,
+                                BlockKernel::scratch_bytes(1)});
 }
 
+// The kernel's policy with its team scratch in both levels.
 template <class Kernel>
 typename Kernel::Policy attention_policy(typename Kernel::Policy::execution_space const& space, int league) {
-  return typename Kernel::Policy(space, league, Kernel::team_size());
+  return typename Kernel::Policy(space, league, Kernel::team_size())
+      .set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes(0)))
+      .set_scratch_size(1, Kokkos::PerTeam(Kernel::scratch_bytes(1)));
 }
 
 template <int HD, bool Block, class ExecutionSpace, class Out, class Lse, class Qkv>
@@ -887,12 +943,10 @@ void launch_attention_forward(ExecutionSpace const& space, AttentionShape const&
   using T = typename Kernel::T;
   int const row_tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
   Kernel kernel{s, out, lse, qkv, T(1.0 / std::sqrt(double(HD))), row_tiles};
-  auto policy = attention_policy<Kernel>(space, s.batch * s.heads * row_tiles);
-  int const cuda_league = s.batch * s.heads * ((s.seq + BlockKernel::kTile - 1) / BlockKernel::kTile);
-  note_launch("attention_forward", long(cuda_league) * kBlockThreads, kBlockThreads,
-              attention_block_shared<BlockKernel>());
-  Kokkos::parallel_for(label("attention_forward"),
-                       policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())), kernel);
+  note_attention_launch<BlockKernel>("attention_forward",
+                                     long(s.batch) * s.heads * ((s.seq + BlockKernel::kTile - 1) / BlockKernel::kTile));
+  Kokkos::parallel_for(label("attention_forward"), attention_policy<Kernel>(space, s.batch * s.heads * row_tiles),
+                       kernel);
 }
 
 // delta[bh, i] = sum_d d_out[token, h*HD + d] * out[token, h*HD + d]
@@ -940,8 +994,8 @@ struct AttentionBackwardKeyValueKernel {
   T scale;
   int key_tiles;
 
-  static std::size_t scratch_bytes() {  // k, v, dk, dv, q, qt, dout, doutt; lse, delta
-    return 8 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile);
+  static std::size_t scratch_bytes(int level) {  // k, v, dk, dv, q, qt, dout, doutt; lse, delta
+    return level == 0 ? 8 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile) : 0;
   }
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
@@ -1042,8 +1096,8 @@ struct AttentionBackwardQueryKernel {
   T scale;
   int row_tiles;
 
-  static std::size_t scratch_bytes() {  // q, dout, dq, k, kt, vt; lse, delta
-    return 6 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile);
+  static std::size_t scratch_bytes(int level) {  // q, dout, dq, k, kt, vt; lse, delta
+    return level == 0 ? 6 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile) : 0;
   }
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
@@ -1112,21 +1166,16 @@ void launch_attention_backward(ExecutionSpace const& space, AttentionShape const
   attention_delta<HD>(space, s, delta, d_out, out);
   using T = compute_t<typename DQkv::non_const_value_type>;
   T const scale = T(1.0 / std::sqrt(double(HD)));
-  auto const cuda_threads = [&](int tile) {
-    return long(s.batch) * s.heads * ((s.seq + tile - 1) / tile) * kBlockThreads;
-  };
+  auto const cuda_teams = [&](int tile) { return long(s.batch) * s.heads * ((s.seq + tile - 1) / tile); };
   {
     using BlockKernel = AttentionBackwardKeyValueBlockKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>;
     using Kernel = std::conditional_t<
         Block, BlockKernel, AttentionBackwardKeyValueKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>>;
     int const tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
     Kernel kernel{s, d_qkv, delta, d_out, qkv, lse, scale, tiles};
-    auto policy = attention_policy<Kernel>(space, s.batch * s.heads * tiles);
-    note_launch("attention_backward_key_value", cuda_threads(BlockKernel::kTile), kBlockThreads,
-                attention_block_shared<BlockKernel>());
+    note_attention_launch<BlockKernel>("attention_backward_key_value", cuda_teams(BlockKernel::kTile));
     Kokkos::parallel_for(label("attention_backward_key_value"),
-                         policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())),
-                         kernel);
+                         attention_policy<Kernel>(space, s.batch * s.heads * tiles), kernel);
   }
   {
     using BlockKernel = AttentionBackwardQueryBlockKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>;
@@ -1134,11 +1183,8 @@ void launch_attention_backward(ExecutionSpace const& space, AttentionShape const
         Block, BlockKernel, AttentionBackwardQueryKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>>;
     int const tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
     Kernel kernel{s, d_qkv, delta, d_out, qkv, lse, scale, tiles};
-    auto policy = attention_policy<Kernel>(space, s.batch * s.heads * tiles);
-    note_launch("attention_backward_query", cuda_threads(BlockKernel::kTile), kBlockThreads,
-                attention_block_shared<BlockKernel>());
-    Kokkos::parallel_for(label("attention_backward_query"),
-                         policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())),
+    note_attention_launch<BlockKernel>("attention_backward_query", cuda_teams(BlockKernel::kTile));
+    Kokkos::parallel_for(label("attention_backward_query"), attention_policy<Kernel>(space, s.batch * s.heads * tiles),
                          kernel);
   }
 }
