@@ -4,6 +4,7 @@
 // (tests/golden/make_bf16_golden.py); and the same bits from a kernel on every backend as on the host.
 #include "core/io/h5file.hpp"
 #include "core/precision/convert.hpp"
+#include "core/precision/detail/alignment.hpp"
 #include "core/precision/gemm.hpp"
 #include "core/ops/attention.hpp"
 #include "core/ops/attention_gemm.hpp"
@@ -277,6 +278,38 @@ TEMPLATE_TEST_CASE("bf16 GEMMs accumulate in fp32 and round a bf16 C once", "[bf
   auto const work = Bf16GemmWorkspace<Mem>::template for_space<Space>(a.span(), b.span(), c.span(), "test");
   REQUIRE_THROWS_WITH(gemm_bf16(space, "N", "N", 1.0f, a, b, 0.0f, c, work),
                       Contains("gemm_bf16") && Contains("[37, 71]") && Contains("[72, 53]"));
+}
+
+// What cuBLASLt's heuristic is told of each operand's alignment (core/precision/cublaslt_gemm.cpp):
+// the largest power of two up to 256 dividing the address, and for a strided batch the stride in
+// bytes too (the alignment every matrix of the batch has). Pure arithmetic: checked on every build.
+TEST_CASE("GEMM operands' alignment: the largest power of two up to 256 dividing address and batch stride", "[bf16]") {
+  using detail::address_alignment;
+  using detail::pointer_alignment;
+  CHECK(address_alignment(0x1000) == 256);
+  CHECK(address_alignment(0x10000) == 256);  // no more than 256
+  CHECK(address_alignment(0) == 256);
+  CHECK(address_alignment(0x1080) == 128);  // Kokkos' allocations
+  CHECK(address_alignment(0x1040) == 64);
+  CHECK(address_alignment(0x1008) == 8);
+  CHECK(address_alignment(0x1002) == 2);  // a bf16 at an odd element
+  CHECK(address_alignment(0x1001) == 1);
+  // Strided batches: every matrix's address, base + i * stride
+  CHECK(address_alignment(0x1000, 64) == 64);
+  CHECK(address_alignment(0x1000, 512) == 256);
+  CHECK(address_alignment(0x1000, 384) == 128);
+  CHECK(address_alignment(0x1040, 256) == 64);  // the base is the less aligned
+  CHECK(address_alignment(0x1000, 6) == 2);     // 3 bf16 apart
+  CHECK(address_alignment(0x1000, 0) == 256);   // 0: no batch
+  static_assert(address_alignment(0x1040, 0x100) == 64);
+  alignas(256) static unsigned char buffer[512];
+  CHECK(pointer_alignment(buffer) == 256);
+  CHECK(pointer_alignment(buffer + 128) == 128);
+  CHECK(pointer_alignment(buffer + 64) == 64);
+  CHECK(pointer_alignment(buffer + 8) == 8);
+  CHECK(pointer_alignment(buffer + 1) == 1);
+  CHECK(pointer_alignment(buffer, 64) == 64);
+  CHECK(pointer_alignment(buffer + 32, 96) == 32);
 }
 
 namespace {

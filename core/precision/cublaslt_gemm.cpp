@@ -4,6 +4,8 @@
 // its own transpose flag.
 #include "core/precision/detail/cublaslt_gemm.hpp"
 
+#include "core/precision/detail/alignment.hpp"
+
 #include <Kokkos_Macros.hpp>
 
 #include <stdexcept>
@@ -46,8 +48,10 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-// ..., BiasKind, batch count and strides
-using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, std::size_t, int, int, long long, long long, long long>;
+// ..., BiasKind, batch count and strides, and the alignments of B, A and C (the heuristic's choice
+// depends on them: a plan for 256-byte aligned pointers must not run on 16-byte aligned ones)
+using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, std::size_t, int, int, long long, long long, long long,
+                       std::uint32_t, std::uint32_t, std::uint32_t>;
 
 struct Library {
   std::mutex mutex;
@@ -61,8 +65,8 @@ Library& library() {
 }
 
 Plan make_plan(cublasLtHandle_t handle, bool ta, bool tb, int m, int n, int k, int lda, int ldb, int ldc, bool c_bf16,
-               std::size_t workspace_bytes, BiasKind bias, GemmBatch const& batch,
-               std::function<std::string()> const& shape) {
+               std::size_t workspace_bytes, BiasKind bias, GemmBatch const& batch, std::uint32_t align_first,
+               std::uint32_t align_second, std::uint32_t align_out, std::function<std::string()> const& shape) {
   Plan p;
   check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate", shape);
   // Column-major C^T [n, m] = op(B)^T [n, k] * op(A)^T [k, m]: B is the first operand, A the second.
@@ -100,6 +104,16 @@ Plan make_plan(cublasLtHandle_t handle, bool ta, bool tb, int m, int n, int k, i
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
                                              sizeof workspace_bytes),
         "MatmulPreferenceSetAttribute", shape);
+  // The alignment of this call's pointers: unless told, cuBLASLt assumes 256 bytes, and an
+  // algorithm chosen so need not run on Kokkos' 128-byte aligned data, nor on a batch or a
+  // parameter group's tensor that starts at 64 bytes or less. cuBLASLt's A is our B (above); C is also D.
+  using Alignment = std::pair<cublasLtMatmulPreferenceAttributes_t, std::uint32_t>;
+  for (auto const& [attribute, bytes] : {Alignment{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_first},
+                                         Alignment{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_second},
+                                         Alignment{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_out},
+                                         Alignment{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_out}})
+    check(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &bytes, sizeof bytes),
+          "MatmulPreferenceSetAttribute(MIN_ALIGNMENT)", shape);
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   cublasStatus_t const s =
@@ -129,16 +143,29 @@ void matmul(void* stream, bool trans_a, bool trans_b, int m, int n, int k, float
            (batch.count > 1 ? ", batch of " + std::to_string(batch.count) : std::string());
   };
   if (!lib.handle) check(cublasLtCreate(&lib.handle), "Create", shape);
+  // Each operand's alignment, that of every matrix of a batch (strides in elements: bf16 2 bytes).
+  bool const batched = batch.count > 1;
+  std::size_t const c_bytes = c_bf16 ? 2 : 4;
+  std::uint32_t const align_b = pointer_alignment(b, batched ? std::size_t(batch.stride_b) * 2 : 0),
+                      align_a = pointer_alignment(a, batched ? std::size_t(batch.stride_a) * 2 : 0),
+                      align_c = pointer_alignment(c, batched ? std::size_t(batch.stride_c) * c_bytes : 0);
   Key const key{trans_a, trans_b, m, n, k, lda, ldb, ldc, c_bf16, workspace_bytes, int(bias_kind),
-                batch.count, batch.stride_a, batch.stride_b, batch.stride_c};
+                batch.count, batch.stride_a, batch.stride_b, batch.stride_c, align_b, align_a, align_c};
   auto it = lib.plans.find(key);
   if (it == lib.plans.end())
     it = lib.plans.emplace(key, make_plan(lib.handle, trans_a, trans_b, m, n, k, lda, ldb, ldc, c_bf16,
-                                          workspace_bytes, bias_kind, batch, shape)).first;
+                                          workspace_bytes, bias_kind, batch, align_b, align_a, align_c, shape)).first;
   Plan const& plan = it->second;
   if (bias)
     check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
           "MatmulDescSetAttribute(BIAS_POINTER)", shape);
+  // `workspace` is shared: a model gives all its GEMMs one (work.gemm in core/model/model.cpp:
+  // every block's, the attention's and the head's). That is safe because they are all queued on one
+  // stream, the compute instance's (Model::forward and backward take one `space`; the optimizer's
+  // other instances only copy and convert, and its host worker queues no GEMM), so stream order
+  // runs each GEMM after the last one has finished with the workspace (the lock above does not:
+  // the call returns before the GEMM runs). A GEMM queued on another stream with the same
+  // workspace, e.g. on an instance overlapping the compute one, would break it: it needs its own.
   check(cublasLtMatmul(lib.handle, plan.desc, &alpha, b, plan.first, a, plan.second, &beta, c, plan.out, c, plan.out,
                        &plan.algo, workspace, workspace_bytes, static_cast<cudaStream_t>(stream)),
         "Matmul", shape);
