@@ -1,11 +1,18 @@
 #include "core/train/host_worker.hpp"
 
+#include <Kokkos_Macros.hpp>
+
+#include <future>
 #include <stdexcept>
 #include <string>
 
 #if defined(__linux__)
 #include <pthread.h>
 #include <sched.h>
+#endif
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime.h>
 #endif
 
 namespace joule {
@@ -33,6 +40,40 @@ int current_cpu() {
 #endif
 }
 
+// The CUDA device of the calling thread (the launching one), which the worker's threads must use
+// too: a thread starts on device 0, whichever device the process was given. -1 without CUDA.
+int launching_device() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  int device = -1;
+  cudaError_t const e = cudaGetDevice(&device);
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("joule: HostWorker could not read the launching thread's CUDA device "
+                                         "(cudaGetDevice: ") + cudaGetErrorString(e) + ")");
+  return device;
+#else
+  return -1;
+#endif
+}
+
+// At the start of each thread the worker starts: takes the launching thread's device, and tells
+// the constructor whether it could (`started`). False: the thread must end at once.
+bool start_on_device(int device, std::promise<void>& started) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  cudaError_t const e = cudaSetDevice(device);
+  if (e != cudaSuccess) {
+    started.set_exception(std::make_exception_ptr(std::runtime_error(
+        "joule: HostWorker could not select CUDA device " + std::to_string(device) +
+        " (the launching thread's) on its thread (cudaSetDevice: " + cudaGetErrorString(e) +
+        "); its jobs' CUDA calls would go to another device")));
+    return false;
+  }
+#else
+  (void)device;
+#endif
+  started.set_value();
+  return true;
+}
+
 }  // namespace
 
 HostWorker::HostWorker(int jobs, int threads, std::vector<int> const& cpus, std::function<void(int)> run)
@@ -45,18 +86,41 @@ HostWorker::HostWorker(int jobs, int threads, std::vector<int> const& cpus, std:
   if (jobs < 1 || threads < 1)
     throw std::invalid_argument("HostWorker: needs at least one job and one thread, got " + std::to_string(jobs) +
                                 " and " + std::to_string(threads));
-  worker_ = std::thread([this, cpus] {
+  // The jobs issue CUDA calls (the optimizer's copies to the device): on the launching thread's
+  // device, like everything else of the process, not on device 0.
+  int const device = launching_device();
+  std::vector<std::future<void>> started;
+  auto const starting = [&started] {
+    std::promise<void> p;
+    started.push_back(p.get_future());
+    return p;
+  };
+  worker_ = std::thread([this, cpus, device, ready = starting()]() mutable {
     pin_current_thread(cpus, 0);
-    worker_loop();
+    if (start_on_device(device, ready)) worker_loop();
   });
   for (int h = 1; h < threads; ++h)
-    helpers_.emplace_back([this, cpus, h] {
+    helpers_.emplace_back([this, cpus, h, device, ready = starting()]() mutable {
       pin_current_thread(cpus, std::size_t(h));
-      helper_loop(h);
+      if (start_on_device(device, ready)) helper_loop(h);
     });
+  std::exception_ptr failed;
+  for (auto& s : started) {
+    try {
+      s.get();
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) {
+    stop();  // no destructor runs for a constructor that throws
+    std::rethrow_exception(failed);
+  }
 }
 
-HostWorker::~HostWorker() {
+HostWorker::~HostWorker() { stop(); }
+
+void HostWorker::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;

@@ -49,6 +49,7 @@ class HostWorker {
   }
 
  private:
+  void stop();  // runs what is queued, then ends the threads
   void worker_loop();
   void helper_loop(int index);
   void parallel_impl(void const* fn, void (*call)(void const*, int));
