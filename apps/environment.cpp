@@ -1,5 +1,6 @@
 #include "environment.hpp"
 
+#include "core/compat.hpp"
 #include "core/environment.hpp"
 #include "energy/source.hpp"
 
@@ -128,18 +129,13 @@ void validate_environment_and_kokkos_flags(int argc, char** args) {
 }
 
 void spell_kokkos_flags_for_this_kokkos(int argc, char** args) {
-#if KOKKOS_VERSION < 30700
   static std::deque<std::string> respelled;  // args point into it until the process ends
-  std::string_view const newer = "--kokkos-num-threads=";
+  std::string_view const other = compat::kKokkosThreadsFlagOther;
   for (int i = 1; i < argc; ++i)
-    if (std::string_view(args[i]).substr(0, newer.size()) == newer) {
-      respelled.push_back("--kokkos-threads=" + std::string(args[i] + newer.size()));
+    if (std::string_view(args[i]).substr(0, other.size()) == other) {
+      respelled.push_back(compat::kKokkosThreadsFlag + std::string(args[i] + other.size()));
       args[i] = respelled.back().data();
     }
-#else
-  (void)argc;
-  (void)args;
-#endif
 }
 
 std::vector<environment::Description> environment_variables() {

@@ -26,8 +26,9 @@ void set_openmp_binding_defaults();
 // KOKKOS_* variable set to "" is unset, so that Kokkos too takes it as not set.
 void validate_environment_and_kokkos_flags(int argc, char** args);
 
-// The numeric --kokkos-* flags' spellings this Kokkos reads: --kokkos-num-threads (Kokkos 3.7 and
-// later) becomes --kokkos-threads before 3.7, so both spellings work with every Kokkos.
+// The thread-count flag in the spelling this Kokkos reads (compat::kKokkosThreadsFlag):
+// --kokkos-num-threads becomes --kokkos-threads before Kokkos 3.7 and --kokkos-threads becomes
+// --kokkos-num-threads from 3.7 on, so both spellings work with every Kokkos.
 void spell_kokkos_flags_for_this_kokkos(int argc, char** args);
 
 // Every environment variable joule reads, in the order of docs/configuration.md's table.

@@ -35,6 +35,18 @@ using Kokkos::Experimental::tanh;
 
 namespace joule::compat {
 
+// Kokkos' thread-count flag as this Kokkos reads it, and the spelling it does not: --kokkos-threads
+// up to 3.6, --kokkos-num-threads from 3.7 (3.4 knows only the first, 4.6 only the second:
+// `--kokkos-threads=1` makes a Kokkos 4.6 program exit with status 109). joule takes both and hands
+// Kokkos the one it reads (apps/environment.cpp).
+#if KOKKOS_VERSION >= 30700
+inline constexpr char const* kKokkosThreadsFlag = "--kokkos-num-threads=";
+inline constexpr char const* kKokkosThreadsFlagOther = "--kokkos-threads=";
+#else
+inline constexpr char const* kKokkosThreadsFlag = "--kokkos-threads=";
+inline constexpr char const* kKokkosThreadsFlagOther = "--kokkos-num-threads=";
+#endif
+
 // View<...>::HostMirror is deprecated in 5.x and View<...>::host_mirror_type is not what
 // create_mirror_view returns in 3.4: name the mirror type by what create_mirror_view returns.
 template <class View>

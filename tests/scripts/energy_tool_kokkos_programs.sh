@@ -25,7 +25,7 @@ check() {
   local name="$1" output="$2" expect="$3" top="$4"; shift 5
   local rc0=0 rc1=0
   "$@" >"$work/$name.plain" 2>"$work/$name.plain.err" || rc0=$?
-  JOULE_ENERGY_OUT="$work/$name.csv" KOKKOS_TOOLS_LIBS="$tool" KOKKOS_PROFILE_LIBRARY="$tool" "$@" \
+  JOULE_ENERGY_OUT="$work/$name.csv" env "${JOULE_TEST_KOKKOS_TOOLS_VARIABLE:-KOKKOS_TOOLS_LIBS}=$tool" "$@" \
     >"$work/$name.tool" 2>"$work/$name.tool.err" || rc1=$?
   sed -n '/^joule energy tool/,$p' "$work/$name.tool.err" | head -12
   [ $rc0 = $rc1 ] || fail "$name: exit status $rc1 with the tool, $rc0 without"
