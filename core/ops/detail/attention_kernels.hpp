@@ -445,9 +445,13 @@ struct AttentionBlockScratch {
 
   template <class ExecutionSpace, class Member>
   KOKKOS_INLINE_FUNCTION static void buffers(Member const& team, T*& staged, T*& accumulators) {
-    staged = ScratchVector<T, ExecutionSpace>(team.team_scratch(kStagedLevel), kFirstBuffer).data();
+    // Copies: Kokkos takes the level and the sizes by reference, and nvcc has no device-side
+    // definition of a static member bound to one.
+    int const staged_level = kStagedLevel, accumulator_level = kAccumulatorLevel;
+    std::size_t const first = kFirstBuffer, second = kAccumulators;
+    staged = ScratchVector<T, ExecutionSpace>(team.team_scratch(staged_level), first).data();
     accumulators = kOneBuffer ? staged + kStaged
-                              : ScratchVector<T, ExecutionSpace>(team.team_scratch(kAccumulatorLevel), kAccumulators).data();
+                              : ScratchVector<T, ExecutionSpace>(team.team_scratch(accumulator_level), second).data();
   }
 };
 
