@@ -8,6 +8,9 @@
 #   make bench-torch   operators and whole training steps next to PyTorch (installs Debian's python3-torch)
 #   make compile-check the GPU build checked without a GPU (nvcc for sm_90 against Kokkos 5.x), and
 #                      the GPU audit's resource gate on its kernels (ptxas: spills, occupancy)
+#   make device-bundle KOKKOS_SRC=... KOKKOS_KERNELS_SRC=...   the device check's bundle: joule and the
+#                      check's tests built here for CUDA sm_90 with the libraries a GPU machine may
+#                      lack (<= 48 MiB, never committed), then rehearsed here up to the first GPU call
 #   make gpu-audit     the compile check with the whole GPU audit: every kernel's registers, spills
 #                      and occupancy on an H200 (ptxas), one training step of medium.json's launches
 #                      recorded on the CPU (threads each kernel exposes); fails on spills, occupancy
@@ -48,7 +51,7 @@ else
   PRESET ?= cpu
 endif
 
-.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize run bench bench-torch compile-check gpu-audit clean
+.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize run bench bench-torch compile-check gpu-audit device-bundle clean
 all: build
 
 deps:
@@ -142,6 +145,18 @@ gpu-audit: configure
 	./$(BUILD)/apps/joule bench --suite launches --config $(GPU_AUDIT_CONFIG) --json $(GPU_AUDIT_DIR)/launches.json
 	JOULE_GPU_AUDIT_DIR=$(GPU_AUDIT_DIR) JOULE_GPU_AUDIT_LAUNCHES=$(GPU_AUDIT_DIR)/launches.json \
 	  JOULE_GPU_AUDIT_WAVE_GATE=1 bash cmake/compile-check/compile_check.sh
+
+# The device check's bundle (docs/gh200.md#the-device-check-one-command-on-a-gpu-machine), in an
+# ignored folder so that the device tool can carry it: `device_check.sh --bundle` runs it there.
+DEVICE_BUNDLE ?= .device/joule-device.tar.gz
+device-bundle:
+	@test -n "$(KOKKOS_SRC)" -a -n "$(KOKKOS_KERNELS_SRC)" || \
+	  { echo "make device-bundle: give KOKKOS_SRC and KOKKOS_KERNELS_SRC (e.g. the 4.6.01 release tags)"; exit 2; }
+	@mkdir -p $(dir $(DEVICE_BUNDLE))
+	@exclude="$$(git rev-parse --git-path info/exclude)"; mkdir -p "$$(dirname "$$exclude")"; \
+	  grep -qx '/.device/' "$$exclude" 2>/dev/null || echo '/.device/' >> "$$exclude"
+	KOKKOS_SRC=$(KOKKOS_SRC) KOKKOS_KERNELS_SRC=$(KOKKOS_KERNELS_SRC) bash apps/scripts/device_bundle.sh $(DEVICE_BUNDLE)
+	bash apps/scripts/device_check.sh --rehearse --bundle $(DEVICE_BUNDLE) .device/rehearsal
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-catch2-v3 $(BUILD)-sanitize

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The check to run on a machine with an NVIDIA GPU (an H100/H200 or a GH200 node), as one command
-# that fits in the nine minutes of a lent GPU machine's ten-minute command, network or not. The most
-# important results come first, and every step has its own time limit; the limits add up to the
-# budget (docs/gh200.md, "The device check", has the table), so nothing late is starved by
-# something early:
-#   build     joule and only the test executables that step 1 runs, against a CUDA build of Kokkos
-#             + Kokkos-Kernels: the one packed by apps/scripts/device_bundle.sh (--deps), or your
-#             own (Kokkos_ROOT); ninja if there is one, on all cores; the build tree is WORK/build
-#   1 tests_gpu        the GPU tests of ordering and of bitwise offload: ctest -R JOULE_DEVICE_TESTS
+# The check to run on a machine with an NVIDIA GPU (an H100/H200 or a GH200 node), as one command,
+# network or not. The most important results come first, and every step has its own time limit;
+# the limits add up to the budget (docs/gh200.md, "The device check", has the table), so nothing
+# late is starved by something early. Two ways to get the binaries:
+#   --bundle B  prebuilt here by apps/scripts/device_bundle.sh (make device-bundle): unpacked, its
+#               libraries checked (ldd), nothing configured or compiled on the device; budget 300 s,
+#               so that a failed try and a fixed one both fit in a lent machine's 15 minutes
+#   Kokkos_ROOT your own CUDA Kokkos (a GH200 node): configure, then build joule and only the test
+#               executables that step 1 runs (ninja if there is one, on all cores, in WORK/build);
+#               budget 540 s
+#   1 tests_gpu        the GPU tests of ordering and of bitwise offload (JOULE_DEVICE_TESTS)
 #   2 step_medium      one whole training step of apps/configs/medium.json's shape, timed
 #                      (joule bench --suite step --step-shapes medium)
 #   2 step_bf16        the same step in bf16 (cuBLASLt), and apps/configs/gh200-350m.json's bf16
@@ -24,18 +26,19 @@
 # still says what it did), logs.tar.gz (every step's log, also re-packed after every step),
 # machine.txt and the benchmarks' JSON. Everything else (the unpacked bundle, the build, logs,
 # data) goes to WORK (default: build-device in the checkout; kept, so a rerun builds incrementally).
-#   apps/scripts/device_check.sh [--deps BUNDLE.tar.gz] [--budget SECONDS] [--work DIR]
+#   apps/scripts/device_check.sh --bundle BUNDLE.tar.gz [--budget SECONDS] [--work DIR]
 #                                [--only STEP,STEP...] [--rehearse] [OUT_DIR]
 #   Kokkos_ROOT=/path/to/cuda-kokkos apps/scripts/device_check.sh [OUT_DIR]
-# --rehearse: everything up to the first command that needs the GPU (unpack, configure, build),
-#   for a machine with nvcc and no GPU; the GPU steps say "not run (rehearsal)".
+# --rehearse: everything up to the first command that needs the GPU (unpack and the libraries, or
+#   configure and build), for a machine without a GPU; the GPU steps say "not run (rehearsal)".
 # --only: run just these of the numbered steps (e.g. --only tests_gpu,tune on a warm machine, whose
 #   WORK is still there); configure and build always run (incremental: seconds when nothing
 #   changed), the bundle is unpacked again only when it changed.
 # Environment:
 #   JOULE_DEVICE_TESTS        ctest regex of step 1 (default: ordering|offload|bitwise|same bits)
 #   JOULE_DEVICE_TEST_TARGETS the test executables to build for it (default: those whose
-#                             tests/*.cpp have a TEST_CASE name matching the regex on its first line)
+#                             tests/*.cpp have a TEST_CASE name matching the regex on its first line;
+#                             apps/scripts/device_tests.sh, which the bundle uses too)
 #   JOULE_DEVICE_MORE_TESTS   ctest regex of tests_more (default: the operator tests); its targets
 #                             likewise (JOULE_DEVICE_MORE_TARGETS)
 #   JOULE_DEVICE_MPI          auto (default: with MPI if mpicxx and mpiexec are there), on, off
@@ -49,21 +52,26 @@ set -uo pipefail
 # it runs (a checkout updated under a long run) cannot change what it does.
 {
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
-deps="" budget=540 out="" work="" rehearse=0 only=""
+bundle="" budget="" out="" work="" rehearse=0 only=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --deps) deps="$2"; shift 2 ;;
+    --bundle) bundle="$2"; shift 2 ;;
+    --deps) echo "device_check.sh: --deps is gone: the bundle holds the built binaries now (apps/scripts/device_bundle.sh); give it with --bundle" >&2; exit 2 ;;
     --budget) budget="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     --only) only=",$2,"; shift 2 ;;
     --rehearse|--dry-run) rehearse=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    -*) echo "device_check.sh: unknown option $1 (allowed: --deps FILE, --budget SECONDS, --work DIR, --only STEPS, --rehearse)" >&2; exit 2 ;;
+    -*) echo "device_check.sh: unknown option $1 (allowed: --bundle FILE, --budget SECONDS, --work DIR, --only STEPS, --rehearse)" >&2; exit 2 ;;
     *) out="$1"; shift ;;
   esac
 done
+budget="${budget:-$([ -n "$bundle" ] && echo 300 || echo 540)}"
 [[ "$budget" =~ ^[0-9]+$ ]] || { echo "device_check.sh: --budget $budget: a number of seconds" >&2; exit 2; }
-[ -z "$deps" ] || deps="$(cd "$(dirname "$deps")" && pwd)/$(basename "$deps")"
+if [ -n "$bundle" ]; then
+  [ -f "$bundle" ] || { echo "device_check.sh: --bundle $bundle: no such file (make it here with apps/scripts/device_bundle.sh)" >&2; exit 2; }
+  bundle="$(cd "$(dirname "$bundle")" && pwd)/$(basename "$bundle")"
+fi
 out="${out:-$repo/device-check}"
 work="${work:-$repo/build-device}"
 mkdir -p "$out" "$work" && out="$(cd "$out" && pwd)" && work="$(cd "$work" && pwd)"
@@ -78,18 +86,10 @@ reserve=5          # kept back for the last summary and log archive
 results=()
 current="" step_pid=""
 
-tests_re="${JOULE_DEVICE_TESTS:-ordering|offload|bitwise|same bits}"
-more_re="${JOULE_DEVICE_MORE_TESTS:-linear|layernorm|gelu|residual|embedding|patch|attention|cross entropy|adamw|block}"
-# The test executables (joule_add_test: their Catch2 test cases become ctest tests) whose sources
-# name a matching test case (on the first line of its name).
-test_targets() {
-  local re="$1" f t found=()
-  for f in $(grep -lE "TEST_CASE\(\"[^\"]*($re)" "$repo"/tests/*.cpp 2>/dev/null); do
-    t="$(sed -n -E "s/^ *joule_add_test\(([A-Za-z0-9_]+) ([^)]* )?$(basename "$f")[ )].*/\1/p" "$repo/tests/CMakeLists.txt" | head -1)"
-    [ -n "$t" ] && found+=("$t")
-  done
-  [ ${#found[@]} = 0 ] || printf '%s\n' "${found[@]}" | sort -u | paste -sd' '
-}
+# shellcheck source=device_tests.sh
+. "$repo/apps/scripts/device_tests.sh"
+tests_re="$device_tests_re" more_re="$device_more_re"
+test_targets() { device_test_targets "$1"; }
 targets="${JOULE_DEVICE_TEST_TARGETS:-$(test_targets "$tests_re")}"
 more_targets="${JOULE_DEVICE_MORE_TARGETS:-$(test_targets "$more_re")}"
 
@@ -98,7 +98,7 @@ publish() {
   {
     echo "joule device check$([ $rehearse = 1 ] && echo " (REHEARSAL: no GPU command run)"): $(sed -n 's/^gpu: //p' "$out/machine.txt" 2>/dev/null), nvcc $(sed -n 's/^nvcc: //p' "$out/machine.txt" 2>/dev/null), $jobs cores"
     echo "joule $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$repo" diff --quiet HEAD 2>/dev/null || echo ' (uncommitted changes)'); Kokkos: $(sed -n 's/.*joule: Kokkos \(.*\)/\1/p' "$logs/configure.log" 2>/dev/null | head -1)"
-    [ -n "$deps" ] && sed -n 1,2p "$work/deps/joule-deps/MANIFEST" 2>/dev/null | sed 's/^/  bundle: /'
+    [ -n "$bundle" ] && sed -n 1,2p "$work/bundle/joule-device/MANIFEST" 2>/dev/null | sed 's/^/  bundle: /'
     echo "  tests of step 1: /$tests_re/ from: ${targets:-none found}"
     for t in tests_gpu tests_more; do
       [ -f "$logs/$t.log" ] && grep -hE "tests passed|^[[:space:]]*[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception|Not Run)" "$logs/$t.log" | head -12 | sed "s/^/  $t: /"
@@ -176,22 +176,48 @@ torch_cuda="$(timeout 15 python3 -c 'import torch; print(torch.__version__, "cud
 cp "$out/machine.txt" "$logs/"
 publish
 
-# --- Dependencies, configure, build -------------------------------------------------------------------
-cmake_args=()
-if [ -n "$deps" ]; then
-  root="$work/deps"
-  stamp="$deps $(stat -c '%s %Y' "$deps" 2>/dev/null)"
+# --- The binaries: a prebuilt bundle, or configure and build against Kokkos_ROOT ----------------------
+joule_cmd=()   # how joule is started (with the bundle's libraries)
+test_exes=()   # the bundle's test executables, run without ctest
+if [ -n "$bundle" ]; then
+  root="$work/bundle"
+  stamp="$bundle $(stat -c '%s %Y' "$bundle" 2>/dev/null)"
   if [ "$(cat "$root/.unpacked-from" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$root"; mkdir -p "$root"
-    step unpack 20 host tar -xf "$deps" -C "$root" && echo "$stamp" >"$root/.unpacked-from"
+    step unpack 10 host tar -xzf "$bundle" -C "$root" && echo "$stamp" >"$root/.unpacked-from"
   else
     note unpack "already unpacked in $root" "-"
   fi
-  root="$root/joule-deps"
-  export Kokkos_ROOT="$root/kokkos"
-  cmake_args+=(-DCMAKE_PREFIX_PATH="$root/usr;$root/hdf5" -DHDF5_ROOT="$root/hdf5" -DHDF5_USE_STATIC_LIBRARIES=ON)
-fi
-: "${Kokkos_ROOT:?give --deps BUNDLE (apps/scripts/device_bundle.sh) or Kokkos_ROOT (a CUDA + OpenMP Kokkos 4.x/5.x with Kokkos-Kernels)}"
+  p="$root/joule-device"
+  # Only joule's binaries see the bundle's libraries (python3 and PyTorch keep their own).
+  cuda_lib="${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")}/lib64"
+  bundle_ld="$p/lib:$cuda_lib:/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # A rehearsal on a machine without the driver loads the toolkit's stub libcuda (every call fails
+  # with CUDA_ERROR_STUB_LIBRARY): the binaries start, and stop at their first GPU call.
+  if [ $rehearse = 1 ] && ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' && [ -f "$cuda_lib/stubs/libcuda.so" ]; then
+    mkdir -p "$work/rehearsal-driver" && ln -sf "$cuda_lib/stubs/libcuda.so" "$work/rehearsal-driver/libcuda.so.1"
+    bundle_ld+=":$work/rehearsal-driver"
+  fi
+  joule_cmd=(env "LD_LIBRARY_PATH=$bundle_ld" "$p/bin/joule")
+  for t in $(sed -n 's/^tests: //p' "$p/MANIFEST" 2>/dev/null); do test_exes+=("$p/tests/$t"); done
+  targets="${test_exes[*]##*/}"
+  # Every library every binary needs, found (a rehearsal has no driver: libcuda is left out there).
+  step libraries 10 host bash -c 'rc=0; for b in "${@:3}"; do m="$(env -i LD_LIBRARY_PATH="$1" ldd "$b" | grep "not found" | grep -vE "$2")"; [ -z "$m" ] || { echo "$b: $m"; rc=1; }; done; [ $rc = 1 ] || echo "every library of $(( $# - 2 )) binaries found"; exit $rc' \
+    _ "$bundle_ld" "$([ $rehearse = 1 ] && echo '^[[:space:]]*libcuda\.so' || echo '^$')" "$p/bin/joule" "$p/lib/libjoule_energy_tool.so" "${test_exes[@]}"
+  # Every binary starts: joule --help, each test executable lists its tests. Both initialise Kokkos,
+  # the first GPU call: in a rehearsal the stub driver refuses it, which is as far as one can go.
+  built=1
+  # (Catch2 v2 exits with the number of tests it lists: listing any is success.)
+  step starts 10 host env "LD_LIBRARY_PATH=$bundle_ld" bash -c 'rc=0; for b in "${@:2}"; do
+      a=--list-test-names-only; [ "${b##*/}" = joule ] && a=--help
+      n="$("$b" "$a" 2>"$b.err" | wc -l)"
+      if [ "$n" -gt 0 ]; then echo "${b##*/} $a: ok ($n lines)"
+      elif [ "$1" = 1 ] && grep -q cudaErrorStubLibrary "$b.err"; then echo "${b##*/} $a: reached the first GPU call (Kokkos::initialize; the stub driver refuses it)"
+      else echo "${b##*/} $a: FAILED"; cat "$b.err"; rc=1; fi; rm -f "$b.err"; done; exit $rc' \
+    _ "$rehearse" "$p/bin/joule" "${test_exes[@]}" || built=0
+else
+: "${Kokkos_ROOT:?give --bundle BUNDLE (apps/scripts/device_bundle.sh) or Kokkos_ROOT (a CUDA + OpenMP Kokkos 4.x/5.x with Kokkos-Kernels)}"
+cmake_args=()
 # MPI if the machine has it (JOULE_DEVICE_MPI=auto), else one process per job. With one GPU the
 # mpirun tests' ranks share it, and joule then runs their collectives on MPI, saying so.
 mpi="${JOULE_DEVICE_MPI:-auto}"
@@ -226,9 +252,14 @@ else
   note build "not run (configure failed)" "-"; built=0
 fi
 [ -x "$joule" ] || built=0
+joule_cmd=("$joule")
+fi
 
 # --- 1. The GPU tests of ordering and of bitwise offload -------------------------------------------
-if [ $built = 1 ] && [ -n "$targets" ]; then
+if [ $built = 1 ] && [ -n "$bundle" ] && [ ${#test_exes[@]} -gt 0 ]; then
+  step tests_gpu 60 gpu env "LD_LIBRARY_PATH=$bundle_ld" bash -c '. "$1"; device_run_tests "$2" "" "${@:3}"' _ \
+    "$repo/apps/scripts/device_tests.sh" "$tests_re" "${test_exes[@]}"
+elif [ $built = 1 ] && [ -z "$bundle" ] && [ -n "$targets" ]; then
   step tests_gpu 60 gpu ctest --test-dir "$build" -R "$tests_re" --output-on-failure --no-tests=error -j 4 --timeout 75
 else
   note tests_gpu "not run (no build, or no test matches /$tests_re/)" "-"
@@ -236,15 +267,15 @@ fi
 
 # --- 2. One training step of medium.json's shape (6 layers, width 384, 128 tokens a sample) ----------
 if [ $built = 1 ]; then
-  step step_medium 40 gpu "$joule" bench --suite step --step-shapes medium --repeats 10 --json "$out/step.json"
+  step step_medium 40 gpu "${joule_cmd[@]}" bench --suite step --step-shapes medium --repeats 10 --json "$out/step.json"
 else
   note step_medium "not run (no joule)" "-"
 fi
 
 # --- 2b. bf16: the medium step and the GH200 configuration's step on tensor cores; the cast placement ---
 if [ $built = 1 ]; then
-  step step_bf16 35 gpu "$joule" bench --suite step --step-shapes medium,gh200 --precision bf16 --repeats 5 --json "$out/step_bf16.json"
-  step offload_cast 20 gpu "$joule" tune --config "$repo/apps/configs/tiny-bf16-cast.json" --make-data --data "$work/shapes.h5" \
+  step step_bf16 35 gpu "${joule_cmd[@]}" bench --suite step --step-shapes medium,gh200 --precision bf16 --repeats 5 --json "$out/step_bf16.json"
+  step offload_cast 20 gpu "${joule_cmd[@]}" tune --config "$repo/apps/configs/tiny-bf16-cast.json" --make-data --data "$work/shapes.h5" \
     --out "$work/cast-$(date +%Y%m%d-%H%M%S).h5" --no-train
 else
   note step_bf16 "not run (no joule)" "-"
@@ -252,7 +283,7 @@ fi
 
 # --- 3. Energy: NVML must be found --------------------------------------------------------------------
 if [ $built = 1 ]; then
-  if step energy_probe 15 gpu "$joule" energy probe; then
+  if step energy_probe 15 gpu "${joule_cmd[@]}" energy probe; then
     grep -q "^source nvml" "$logs/energy_probe.log" || note nvml_found "FAILED: joule energy probe found no NVML" "-"
   fi
 else
@@ -261,7 +292,7 @@ fi
 
 # --- 4. Operators at GPU size, and next to PyTorch ----------------------------------------------------
 if [ $built = 1 ]; then
-  step bench_ops 30 gpu "$joule" bench --preset vit-large --repeats 5 --json "$out/bench.json"
+  step bench_ops 30 gpu "${joule_cmd[@]}" bench --preset vit-large --repeats 5 --json "$out/bench.json"
   if [ $rehearse = 1 ]; then
     note bench_torch "not run (rehearsal: needs the GPU)" "-"
   elif [[ "$torch_cuda" != *" cuda" ]]; then
@@ -279,14 +310,24 @@ fi
 
 # --- 5. A short tune, measured with NVML ---------------------------------------------------------------
 if [ $built = 1 ]; then
-  step tune 20 gpu "$joule" tune --make-data --data "$work/shapes.h5" --out "$work/tune-$(date +%Y%m%d-%H%M%S).h5" \
+  step tune 20 gpu "${joule_cmd[@]}" tune --make-data --data "$work/shapes.h5" --out "$work/tune-$(date +%Y%m%d-%H%M%S).h5" \
     --no-train --warmup-steps 1 --measured-steps 2 --max-repeats 1
 else
   note tune "not run (no joule)" "-"
 fi
 
 # --- With the time left: the operator tests ------------------------------------------------------------
-if [ $built = 1 ] && [ -n "$more_targets" ] && [ "$(left)" -ge 60 ]; then
+if [ -n "$bundle" ]; then
+  # The operator tests run where the bundle holds them (JOULE_BUNDLE_MORE_TESTS=1 when it was made).
+  more_exes=()
+  for t in $more_targets; do [ -x "$p/tests/$t" ] && more_exes+=("$p/tests/$t"); done
+  if [ $built = 1 ] && [ ${#more_exes[@]} -gt 0 ] && [ "$(left)" -ge 30 ]; then
+    step tests_more "$(left)" gpu env "LD_LIBRARY_PATH=$bundle_ld" bash -c '. "$1"; device_run_tests "$2" "$3" "${@:4}"' _ \
+      "$repo/apps/scripts/device_tests.sh" "$more_re" "$tests_re" "${more_exes[@]}"
+  else
+    note tests_more "not run ($([ ${#more_exes[@]} = 0 ] && echo "not in the bundle" || echo "under 30 s left"))" "-"
+  fi
+elif [ $built = 1 ] && [ -n "$more_targets" ] && [ "$(left)" -ge 60 ]; then
   read -r -a more_build <<<"$more_targets"
   if step build_more "$(( $(left) - 30 ))" any cmake --build "$build" -j "$jobs" --target "${more_build[@]}"; then
     step tests_more "$(left)" gpu ctest --test-dir "$build" -R "$more_re" -E "$tests_re" --output-on-failure --no-tests=error -j 4 --timeout 60
