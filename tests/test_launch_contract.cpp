@@ -7,7 +7,7 @@
 // kept. A launch's scratch depends on the kernel, its precision and the head size, not on the depth
 // or the batch: each step runs one layer at one sample.
 #include "bench/bench_step.hpp"
-#include "core/detail/launch_shape.hpp"
+#include "core/detail/launch_log.hpp"
 #include "core/ops/attention.hpp"
 #include "core/model/config.hpp"
 
@@ -15,9 +15,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <map>
-#include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,49 +24,27 @@ using namespace joule;
 
 namespace {
 
-struct Recorded {
-  std::mutex mutex;
-  std::map<std::string, detail::LaunchShape> worst;  // per label: the launch with the most scratch
-};
-
-Recorded& recorded() {
-  static Recorded r;
-  return r;
-}
-
-void record(char const* name, detail::LaunchShape shape) {
-  auto& r = recorded();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  auto const [it, first] = r.worst.emplace(name, shape);
-  if (!first && shape.block > 0 &&
-      (it->second.block == 0 || shape.shared + detail::cuda_team_reserved_shared(shape.team_size) >
-                                    it->second.shared + detail::cuda_team_reserved_shared(it->second.team_size)))
-    it->second = shape;
-}
-
 // The team launches of one training step of `model` (one layer, one sample) that break the
 // contract, one line each: "label: N B of level-0 scratch + M B Kokkos' team buffer > 49152 B".
 std::vector<std::string> broken_launches(ModelConfig model, Precision precision, int recompute_depth,
                                          int* team_launches) {
   model.layers = 1;
-  {
-    std::lock_guard<std::mutex> lock(recorded().mutex);
-    recorded().worst.clear();
-  }
-  detail::launch_recorder().store(&record);
+  detail::LaunchLog log;
   apps::run_training_steps(model, /*batch=*/1, recompute_depth, /*steps=*/1, {}, precision);
-  detail::launch_recorder().store(nullptr);
   std::vector<std::string> broken;
   *team_launches = 0;
-  for (auto const& [label, shape] : recorded().worst) {
-    if (shape.block == 0) continue;
+  for (auto const& [label, shapes] : log.by_label()) {
+    if (shapes.front().block == 0) continue;  // a RangePolicy: no team scratch
     ++*team_launches;
-    if (shape.fits_cuda()) continue;
-    std::ostringstream line;
-    line << label << ": " << shape.shared << " B of level-0 scratch + "
-         << detail::cuda_team_reserved_shared(shape.team_size) << " B Kokkos' team buffer (team size "
-         << shape.team_size << ") > " << detail::kCudaSharedMemPerBlock << " B";
-    broken.push_back(line.str());
+    for (auto const& shape : shapes) {
+      if (shape.fits_cuda()) continue;
+      std::ostringstream line;
+      line << label << ": " << shape.shared << " B of level-0 scratch + "
+           << detail::cuda_team_reserved_shared(shape.team_size) << " B Kokkos' team buffer (team size "
+           << shape.team_size << ") > " << detail::kCudaSharedMemPerBlock << " B";
+      broken.push_back(line.str());
+      break;  // one line a kernel
+    }
   }
   return broken;
 }
@@ -125,4 +102,26 @@ TEST_CASE("launch contract: every head size with a kernel fits on CUDA", "[launc
     model.heads = model.d_model / hd;
     check_every_variant("tiny.json", model);
   }
+}
+
+TEST_CASE("launch contract: the launch log keeps what is noted while it records", "[launch][contract]") {
+  {
+    detail::LaunchLog log(/*recording=*/false);
+    detail::note_launch("k", 1024, 256, 4096, 8);
+    CHECK(log.by_label().empty());
+    CHECK_THROWS_AS(detail::LaunchLog(), std::logic_error);  // one log at a time
+    log.set_recording(true);
+    detail::note_launch("k", 2048, 256, 8192, 8);
+    detail::note_launch("r", 77);
+    auto const seen = log.by_label();
+    REQUIRE(seen.size() == 2);
+    REQUIRE(seen.at("k").size() == 1);
+    CHECK(seen.at("k")[0].threads == 2048);
+    CHECK(seen.at("k")[0].shared == 8192);
+    CHECK(seen.at("k")[0].team_size == 8);
+    CHECK(seen.at("r")[0].block == 0);
+  }
+  detail::note_launch("k", 1, 256);  // no log: nowhere
+  detail::LaunchLog again;           // the first one is gone
+  CHECK(again.by_label().empty());
 }

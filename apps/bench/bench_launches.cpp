@@ -4,7 +4,7 @@
 #include "bench/bench_launches.hpp"
 
 #include "bench/bench_step.hpp"
-#include "core/detail/launch_shape.hpp"
+#include "core/detail/launch_log.hpp"
 #include "run_config.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -26,6 +25,7 @@ namespace {
 // A full wave of an H200: 132 SMs x 2048 resident threads (the same figure gpu_audit.py gates on).
 constexpr long kH200Sms = 132, kThreadsPerSm = 2048, kWaveThreads = kH200Sms * kThreadsPerSm;
 
+// One label's launches in the step: the extremes of their threads, the most scratch any asked for.
 struct Launches {
   long count = 0, threads_min = 0, threads_max = 0;
   int block = 0, team_size = 0;
@@ -34,30 +34,19 @@ struct Launches {
   bool fits_cuda = true;           // every launch within what Kokkos grants a team on CUDA
 };
 
-struct Recorded {
-  std::mutex mutex;
-  bool on = false;
-  std::map<std::string, Launches> by_label;
-};
-
-Recorded& recorded() {
-  static Recorded r;
-  return r;
-}
-
-void record(char const* name, detail::LaunchShape shape) {
-  auto& r = recorded();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  if (!r.on) return;
-  auto& l = r.by_label[name];
-  l.threads_min = l.count ? std::min(l.threads_min, shape.threads) : shape.threads;
-  l.threads_max = l.count ? std::max(l.threads_max, shape.threads) : shape.threads;
-  l.block = std::max(l.block, shape.block);
-  l.team_size = std::max(l.team_size, shape.team_size);
-  l.shared = std::max(l.shared, shape.shared);
-  l.global_scratch = std::max(l.global_scratch, shape.global_scratch);
-  l.fits_cuda = l.fits_cuda && shape.fits_cuda();
-  ++l.count;
+Launches summarise(std::vector<detail::LaunchShape> const& shapes) {
+  Launches l;
+  for (auto const& shape : shapes) {
+    l.threads_min = l.count ? std::min(l.threads_min, shape.threads) : shape.threads;
+    l.threads_max = l.count ? std::max(l.threads_max, shape.threads) : shape.threads;
+    l.block = std::max(l.block, shape.block);
+    l.team_size = std::max(l.team_size, shape.team_size);
+    l.shared = std::max(l.shared, shape.shared);
+    l.global_scratch = std::max(l.global_scratch, shape.global_scratch);
+    l.fits_cuda = l.fits_cuda && shape.fits_cuda();
+    ++l.count;
+  }
+  return l;
 }
 
 }  // namespace
@@ -72,21 +61,13 @@ int run_launch_bench(LaunchBenchOptions const& options) {
   fmt::print("joule bench --suite launches: the kernel launches of one training step of {} ({}), as CUDA would "
              "run them (recorded on {})\n",
              source, shape, Kokkos::DefaultExecutionSpace::name());
-  auto& rec = recorded();
-  detail::launch_recorder().store(&record);
+  detail::LaunchLog log(/*recording=*/false);  // the step's launches, not the set-up's
   Kokkos::Timer timer;
-  StepRuns const runs = run_training_steps(cfg.model, micro, cfg.train.recompute_depth, 1, [&](int) {
-    std::lock_guard<std::mutex> lock(rec.mutex);
-    rec.on = true;
-  });
+  StepRuns const runs =
+      run_training_steps(cfg.model, micro, cfg.train.recompute_depth, 1, [&](int) { log.set_recording(true); });
   double const seconds = timer.seconds();
-  detail::launch_recorder().store(nullptr);
   std::vector<std::pair<std::string, Launches>> rows;
-  {
-    std::lock_guard<std::mutex> lock(rec.mutex);
-    rec.on = false;
-    rows.assign(rec.by_label.begin(), rec.by_label.end());
-  }
+  for (auto const& [label, shapes] : log.by_label()) rows.emplace_back(label, summarise(shapes));
   if (rows.empty()) throw std::runtime_error("no kernel launch was recorded");
   std::sort(rows.begin(), rows.end(), [](auto const& a, auto const& b) { return a.second.threads_min < b.second.threads_min; });
   fmt::print("{:<32} {:>8} {:>12} {:>12} {:>6} {:>9}\n", "kernel label", "launches", "threads min", "threads max",
