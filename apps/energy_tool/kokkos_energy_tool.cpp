@@ -162,8 +162,19 @@ thread_local Stamp t_outer_begin;
 
 bool active() { return g_state && g_state->pid == ::getpid(); }
 
+// Set while this thread runs the tool's own fence. From Kokkos 4.0 the tool interface's fence is a
+// named Kokkos::fence, which calls the tool's begin_fence and end_fence: with fenced edges, whose
+// stamps fence, that recursed until the stack ran out (a segfault with JOULE_ENERGY_FENCE=1 under
+// Kokkos 4.6). The tool's own fence is not the program's: it is neither stamped nor attributed.
+thread_local bool t_in_tool_fence = false;
+
 void fence_all() {
-  if (g_fence) g_fence(0);
+  if (!g_fence || t_in_tool_fence) return;
+  struct Inside {
+    Inside() { t_in_tool_fence = true; }
+    ~Inside() { t_in_tool_fence = false; }
+  } inside;
+  g_fence(0);
 }
 
 using scheduler::Operation;
@@ -172,7 +183,7 @@ using scheduler::Operation;
 // thread until its end.
 void begin_op(Operation kind, char const* name, uint64_t* id) {
   std::string_view const prefix = scheduler::operation_kind(kind).prefix;
-  if (!active() || !g_state->kernels) {
+  if (!active() || !g_state->kernels || t_in_tool_fence) {
     if (id) *id = 0;
     return;
   }
