@@ -87,7 +87,9 @@ test-catch2-v3: deps
 SANITIZE_EXCLUDE_LABELS ?= mpirun|long
 # The attention cases run on Serial only here: on OpenMP they run the same host kernels (a team is
 # one thread) and the naive references, so the sanitizers learn nothing new, at 11-17 s a case.
-SANITIZE_EXCLUDE_TESTS ?= ^attention: .* - Kokkos::OpenMP$$
+# The launch contract over the shipped configurations checks shapes the kernels state, not memory:
+# under the sanitizers its gh200-350m steps took 27 s and found nothing the other tests do not.
+SANITIZE_EXCLUDE_TESTS ?= ^attention: .* - Kokkos::OpenMP$$|^launch contract: every team launch of a training step
 build-sanitize: deps
 	catch2_dir="$$(bash tests/scripts/fetch_catch2_v3.sh)" && \
 	  Kokkos_ROOT=$(KOKKOS) cmake --preset sanitize -S . -B $(BUILD)-sanitize -DKokkos_ROOT=$(KOKKOS) \
