@@ -1,6 +1,8 @@
-// Cross-entropy with an ignore index (against a naive log-softmax and finite differences) and
-// AdamW (against a plain host loop over several steps).
+// Cross-entropy with an ignore index (against a naive log-softmax and finite differences), with
+// padding columns (against the unpadded logits), argmax over padded rows, and AdamW (against a
+// plain host loop over several steps).
 #include "core/ops/adamw.hpp"
+#include "core/ops/argmax.hpp"
 #include "core/ops/cross_entropy.hpp"
 #include "support/test_support.hpp"
 
@@ -50,6 +52,57 @@ TEMPLATE_TEST_CASE("cross entropy: ignored rows count for nothing; backward matc
   set_element(targets, 3, vocab);
   REQUIRE_THROWS_WITH(cross_entropy_forward(space, lse, losses, logits, targets),
                       Contains("neither ignore_index"));
+}
+
+TEMPLATE_TEST_CASE("cross entropy and argmax: columns past `classes` are padding, never read, their gradient 0",
+                   "[ops][cross_entropy]", JOULE_TEST_SPACES) {
+  using Mem = typename TestType::memory_space;
+  TestType space;
+  Rng rng(33);
+  int const n = 23, vocab = 37, padded = 40;  // as the model's 259 classes in rows of 264
+  Tensor2<double, Mem> logits("logits", n, vocab), d_logits("d_logits", n, vocab);
+  Tensor2<double, Mem> wide("wide", n, padded), d_wide("d_wide", n, padded);
+  Tensor1<double, Mem> lse("lse", n), losses("losses", n), wide_lse("wide_lse", n), wide_losses("wide_losses", n);
+  Kokkos::View<int*, Mem> targets("targets", n), picks("picks", n), wide_picks("wide_picks", n);
+  fill_uniform(logits, rng, -6, 6);
+  {
+    auto const h = to_vector(logits);
+    std::vector<double> w(std::size_t(n) * padded);
+    for (int i = 0; i < n; ++i)
+      for (int v = 0; v < padded; ++v)  // padding that would win every max and every sum if it were read
+        w[std::size_t(i) * padded + v] = v < vocab ? h[std::size_t(i) * vocab + v] : (v % 2 ? 1e3 : std::nan(""));
+    from_vector(wide, w);
+    auto t = Kokkos::create_mirror_view(targets);
+    std::uniform_int_distribution<int> pick(0, vocab - 1);
+    for (int i = 0; i < n; ++i) t(i) = (i % 5 == 2) ? kIgnoreIndex : pick(rng);
+    Kokkos::deep_copy(targets, t);
+  }
+  auto const want = cross_entropy_forward(space, lse, losses, logits, targets);
+  auto const got = cross_entropy_forward(space, wide_lse, wide_losses, wide, targets, kIgnoreIndex, vocab);
+  REQUIRE(got.counted_rows == want.counted_rows);
+  REQUIRE(got.loss == want.loss);  // the same columns in the same order: the same bits
+  REQUIRE(to_vector(wide_lse) == to_vector(lse));
+  REQUIRE(to_vector(wide_losses) == to_vector(losses));
+
+  cross_entropy_backward(space, d_logits, logits, lse, targets, want.counted_rows, 0.7);
+  Kokkos::deep_copy(d_wide, std::nan(""));
+  cross_entropy_backward(space, d_wide, wide, wide_lse, targets, got.counted_rows, 0.7, kIgnoreIndex, vocab);
+  auto const g = to_vector(d_logits), gw = to_vector(d_wide);
+  for (int i = 0; i < n; ++i)
+    for (int v = 0; v < padded; ++v) {
+      CAPTURE(i, v);
+      REQUIRE(gw[std::size_t(i) * padded + v] == (v < vocab ? g[std::size_t(i) * vocab + v] : 0.0));
+    }
+
+  row_argmax(space, picks, logits);
+  row_argmax(space, wide_picks, wide, vocab);
+  REQUIRE(to_vector(wide_picks) == to_vector(picks));
+  row_argmax(space, wide_picks, wide);  // every column: the padding's 1e3 wins
+  for (double p : to_vector(wide_picks)) REQUIRE(p >= vocab);
+
+  REQUIRE_THROWS_WITH(cross_entropy_forward(space, wide_lse, wide_losses, wide, targets, kIgnoreIndex, padded + 1),
+                      Contains("41 classes in logits of 40 columns"));
+  REQUIRE_THROWS_WITH(row_argmax(space, picks, wide, 0), Contains("classes 0"));
 }
 
 TEMPLATE_TEST_CASE("adamw: matches a plain loop over several steps, in float and double",

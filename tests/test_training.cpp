@@ -269,6 +269,49 @@ TEST_CASE("optimizer: weight decay goes by role: every matrix, the untied LM hea
   }
 }
 
+TEST_CASE("training: the LM head's padding rows stay zero in the weights, their bf16 copy and the gradients",
+          "[train][offload]") {
+  // The LM head's GEMMs run over ModelConfig::vocab_padded() rows (aligned logits); the rows past
+  // the vocabulary lie outside every group's storage, so no optimizer, offload copy or cast may
+  // write them, and the loss must give them a zero gradient.
+  TempFile data(".h5");
+  auto const base = write_data_and_config(data.path());
+  int const V = base.model.vocab(), Vp = base.model.vocab_padded(), C = base.model.d_model;
+  REQUIRE(Vp % kVocabRowAlignment == 0);
+  REQUIRE((Vp > V && Vp - V < kVocabRowAlignment));
+  REQUIRE(std::size_t(Vp) * sizeof(bf16) % 16 == 0);  // a row of bf16 logit gradients: a 16-byte leading dimension
+  auto padding_of = [&](auto const& padded) {  // rows V..V_pad-1, widened
+    auto const h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), padded);
+    REQUIRE(h.span() == std::size_t(Vp) * C);
+    std::vector<double> out;
+    for (std::size_t i = std::size_t(V) * C; i < h.span(); ++i) out.push_back(double(widen(h.data()[i])));
+    return out;
+  };
+  std::vector<double> const zeros(std::size_t(Vp - V) * C, 0.0);
+  for (bool const tied : {true, false})
+    for (Precision const precision : {Precision::fp32, Precision::bf16})
+      for (double const ratio : {0.0, 1.0}) {
+        INFO("tie_embeddings " << tied << ", " << precision_name(precision) << ", offload ratio " << ratio);
+        Config cfg = base;
+        cfg.model.tie_embeddings = tied;
+        cfg.train.precision = precision;
+        cfg.train.offload_ratio = ratio;
+        cfg.train.steps = 3;
+        Trainer t(cfg, nullptr);
+        auto const& m = t.model();
+        REQUIRE(m.params.lm_head_padded.data() == m.params.head.lm_head.data());
+        REQUIRE(m.params.lm_head_padded.extent(0) == std::size_t(Vp));
+        auto const before = parameters_of(t);
+        t.run();
+        auto const after = parameters_of(t);
+        REQUIRE(after.size() == before.size());
+        REQUIRE(after != before);  // it trained
+        REQUIRE(padding_of(m.params.lm_head_padded) == zeros);
+        REQUIRE(padding_of(m.grads.lm_head_padded) == zeros);
+        if (precision == Precision::bf16) REQUIRE(padding_of(m.kernel_weights.lm_head_padded) == zeros);
+      }
+}
+
 namespace {
 std::vector<std::string>* g_step_allocations = nullptr;
 void record_allocation(Kokkos::Profiling::SpaceHandle space, char const* name, void const*, std::uint64_t bytes) {

@@ -24,6 +24,11 @@ inline constexpr int kTokenBos = 256;
 inline constexpr int kTokenEos = 257;
 inline constexpr int kTokenPad = 258;
 inline constexpr int kVocabSize = 259;
+// The LM head's rows and the logits' columns are padded to a multiple of this (259 -> 264): a row
+// of 259 bf16 logit gradients is 518 bytes, which no 16-byte-aligned tensor-core GEMM (cuBLASLt)
+// takes as a leading dimension. The padding is zero weights, masked out of the loss and of argmax.
+inline constexpr int kVocabRowAlignment = 8;
+inline constexpr int kVocabPadded = (kVocabSize + kVocabRowAlignment - 1) / kVocabRowAlignment * kVocabRowAlignment;
 
 struct ModelConfig {
   int layers = 2;
@@ -38,6 +43,7 @@ struct ModelConfig {
   bool tie_embeddings = true;
 
   int vocab() const { return kVocabSize; }
+  int vocab_padded() const { return kVocabPadded; }
   int head_dim() const { return d_model / heads; }
   int mlp_hidden() const { return mlp_ratio * d_model; }
   int patches_per_frame() const { return (image_size / patch_size) * (image_size / patch_size); }

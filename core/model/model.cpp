@@ -43,13 +43,13 @@ std::size_t model_column_sum_scratch(ModelConfig const& m, int batch, int seq_sh
                    column_sum_scratch(batch * m.image_tokens(), C)});
 }
 // The bf16 GEMM scratch of every linear layer of the model: the blocks', the patch embedding's
-// (B * n_img rows of C_in*P*P to C) and the LM head's (N rows of C to V).
+// (B * n_img rows of C_in*P*P to C) and the LM head's (N rows of C to V_pad).
 LinearGemmScratch model_gemm_scratch(ModelConfig const& m, int batch, int seq_shards) {
   BlockShape s = block_shape(m, batch);
   s.shards = seq_shards;
   return max_scratch({BlockWorkspace<bf16, DeviceMemory>::gemm_scratch_for(s),
                       linear_gemm_scratch(batch * m.image_tokens(), m.patch_features(), m.d_model),
-                      linear_gemm_scratch(s.tokens(), m.d_model, m.vocab())});
+                      linear_gemm_scratch(s.tokens(), m.d_model, m.vocab_padded())});
 }
 }  // namespace
 
@@ -59,12 +59,12 @@ MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_de
   std::size_t const f = sizeof(float), i32 = sizeof(int), a = held_bytes(precision, Held::activations);
   std::size_t const w = held_in_bf16(precision, Held::kernel_weights) ? sizeof(bf16) : 0;  // the kernels' copy
   std::size_t const P = seq_shards, B = batch, S = m.seq_len(), C = m.d_model, M = m.mlp_hidden(),
-                    V = m.vocab(), H = m.heads / P, L = m.layers, Ni = B * m.image_tokens(),
+                    V = m.vocab(), Vp = m.vocab_padded(), H = m.heads / P, L = m.layers, Ni = B * m.image_tokens(),
                     Nt = B * m.text_len, N = B * S / P, Fp = m.patch_features();
   bool const sharded = P > 1;  // H: heads per rank; N: tokens held
   std::size_t const block_params = 4 * C + 3 * C * C + 3 * C + C * C + C + M * C + M + C * M + C;
   std::size_t const params = C * Fp + C + S * C + V * C + L * block_params + 2 * C +
-                             (m.tie_embeddings ? 0 : V * C);
+                             (m.tie_embeddings ? 0 : V * C) + (Vp - V) * C;  // + the LM head's padding rows
   std::size_t const kept_blocks = (L - recompute_depth) + (recompute_depth > 0 ? 1 : 0);
   BlockShape sharded_shape = block_shape(m, batch);
   sharded_shape.shards = seq_shards;
@@ -78,7 +78,7 @@ MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_de
   std::size_t const l = held_bytes(precision, Held::logits);
   e.activations = a * (Ni * Fp + Ni * C + Nt * C + (L + 1) * N * C + kept_blocks * per_block_a + N * C +
                        (sharded ? B * S * C : 0)) +
-                  l * N * V + f * (kept_blocks * per_block_f + 4 * N);
+                  l * N * Vp + f * (kept_blocks * per_block_f + 4 * N);
   std::size_t const stat = BlockWorkspace<float, DeviceMemory>::column_sum_scratch_for(sharded_shape);
   e.workspace = f * (B * m.frames * m.channels * m.image_size * m.image_size) + i32 * (Nt + N) +
                 i32 * (std::size_t(detail::embedding_rank_blocks(int(Nt))) * V + 1 + 2 * Nt + V + 1) +
@@ -88,7 +88,7 @@ MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_de
                 a * (N * (6 * C + M) + 2 * N * C + N * C + Ni * C + Nt * C) + f * (B * H * S);  // backward scratch, delta
   if (sharded)  // d_qkv_heads, d_att_heads, d_x0, the all-to-all send and receive buffers
     e.workspace += a * (B * S * 4 * C / P + B * S * C + 2 * N * 3 * C);
-  if (l != a) e.workspace += a * N * V;  // d_logits of their own (the same buffer when they are one type)
+  if (l != a) e.workspace += a * N * Vp;  // d_logits of their own (the same buffer when they are one type)
   if (held_in_bf16(precision, Held::activations)) {  // the bf16 GEMMs' scratch
     auto const g = model_gemm_scratch(m, batch, seq_shards);
     e.workspace += bf16_gemm_on_cublaslt<ExecSpace>() ? detail::kCublasLtWorkspaceBytes : f * (g.a + g.b + g.c);
@@ -128,8 +128,8 @@ struct ModelPass {
   std::vector<BlockActivations<A, DeviceMemory>> block_acts;  // blocks k..L-1 (+ one shared for 0..k-1)
   Tensor2<A, DeviceMemory> lnf;                           // [B*S/P, C]
   Tensor1<R, DeviceMemory> lnf_mean, lnf_rstd, ce_lse, ce_losses;  // [B*S/P]
-  Tensor2<L, DeviceMemory> logits;                        // [B*S/P, V]
-  Tensor2<A, DeviceMemory> d_logits;                      // [B*S/P, V]; logits themselves when L is A (in place)
+  Tensor2<L, DeviceMemory> logits;    // [B*S/P, V_pad]: V classes, then padding (ModelConfig::vocab_padded)
+  Tensor2<A, DeviceMemory> d_logits;  // [B*S/P, V_pad]; logits themselves when L is A (in place)
   // Backward workspace (block_work.gemm: the bf16 GEMMs' scratch, shared by every linear layer).
   BlockWorkspace<A, DeviceMemory> block_work;
   Tensor2<A, DeviceMemory> d_residual[2], d_lnf, d_image_emb, d_text_emb;
@@ -155,11 +155,11 @@ struct ModelPass {
     lnf_rstd = alloc<Tensor1<R, DeviceMemory>>("act.lnf_rstd", N);
     ce_lse = alloc<Tensor1<R, DeviceMemory>>("act.ce_lse", N);
     ce_losses = alloc<Tensor1<R, DeviceMemory>>("act.ce_losses", N);
-    logits = alloc<Tensor2<L, DeviceMemory>>("act.logits", N, cfg.vocab());
+    logits = alloc<Tensor2<L, DeviceMemory>>("act.logits", N, cfg.vocab_padded());
     if constexpr (std::is_same_v<L, A>)
       d_logits = logits;
     else
-      d_logits = alloc<Tensor2<A, DeviceMemory>>("work.d_logits", N, cfg.vocab());
+      d_logits = alloc<Tensor2<A, DeviceMemory>>("work.d_logits", N, cfg.vocab_padded());
     Bf16GemmWorkspace<DeviceMemory> gemm;
     if constexpr (std::is_same_v<A, bf16>) {
       auto const g = model_gemm_scratch(cfg, B, shards);
@@ -211,7 +211,6 @@ Model::Model(ModelConfig const& config, int batch, int recompute_depth, Sequence
   require(recompute_depth >= 0 && recompute_depth <= config.layers, "Model",
           "recompute_depth " + std::to_string(recompute_depth) + " outside [0, " +
               std::to_string(config.layers) + "]");
-  if (config.tie_embeddings) grads.head.lm_head = grads.embed.wte;
   int const B = batch, Nt = B * cfg_.text_len, N = B * cfg_.seq_len() / P;
   images_ = Tensor4<T, DeviceMemory>(label("work.images"), B * cfg_.frames, cfg_.channels,
                                      cfg_.image_size, cfg_.image_size);
@@ -250,7 +249,7 @@ Tensor2<float, DeviceMemory> const& Model::logits_view() const {
 
 Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> Model::logits_to_host(ExecSpace const& space) const {
   auto const& logits = logits_view();
-  Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> out("logits_host", logits.extent(0), logits.extent(1));
+  Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> out("logits_host", logits.extent(0), cfg_.vocab());
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), logits);
   space.fence();
   for (std::size_t r = 0; r < out.extent(0); ++r)
@@ -347,7 +346,7 @@ void Model::set_tokens(ExecSpace const& space, std::int32_t const* tokens) {
 }
 
 Model::HostInts const& Model::caption_misses(ExecSpace const& space) {
-  row_argmax(space, picks_, logits_view());
+  row_argmax(space, picks_, logits_view(), cfg_.vocab());
   Kokkos::deep_copy(space, sample_result_, 0);
   auto const picks = picks_, targets = targets_, misses = sample_result_;  // by value into the kernel
   int const held = cfg_.seq_len() / shards_.size;
@@ -369,9 +368,10 @@ Model::HostInts const& Model::next_tokens(ExecSpace const& space, int position) 
   auto const picks = sample_result_;
   detail::note_launch("next_tokens", batch_);
   auto const logits = logits_view();  // (no device lambda inside a generic one: nvcc allows none)
+  int const classes = cfg_.vocab();
   Kokkos::parallel_for(
       label("next_tokens"), Kokkos::RangePolicy<ExecSpace>(space, 0, batch_),
-      KOKKOS_LAMBDA(int b) { picks(b) = here ? argmax_of_row(logits, b * held + at % held) : 0; });
+      KOKKOS_LAMBDA(int b) { picks(b) = here ? argmax_of_row(logits, b * held + at % held, classes) : 0; });
   return sample_result_to_host(space);
 }
 
@@ -456,16 +456,16 @@ CrossEntropyResult Model::forward_pass(detail::ModelPass<P>& pass, ExecSpace con
   before(cfg_.layers + 1);
   auto const& h = weights.head;
   layernorm_forward(space, pass.lnf, pass.lnf_mean, pass.lnf_rstd, pass.residual[cfg_.layers], h.lnf_weight, h.lnf_bias);
-  linear_forward(space, pass.logits, pass.lnf, h.lm_head, Tensor1<A, DeviceMemory>(), gemm);
+  linear_forward(space, pass.logits, pass.lnf, weights.lm_head_padded, Tensor1<A, DeviceMemory>(), gemm);
   if (deferred.sums.data() != nullptr && shards_.size == 1) {
     // The loss stays on the device: no wait for the launching thread here (Trainer reads the
     // step's sums with the gradient norm, its one wait per step).
-    cross_entropy_rows(space, pass.ce_lse, pass.ce_losses, pass.logits, targets_);
+    cross_entropy_rows(space, pass.ce_lse, pass.ce_losses, pass.logits, targets_, kIgnoreIndex, cfg_.vocab());
     cross_entropy_forward_sum(space, Kokkos::subview(deferred.sums, deferred.index), pass.ce_losses);
     counted_rows_ = batch_counted_rows_;
     return {std::numeric_limits<double>::quiet_NaN(), counted_rows_};
   }
-  auto result = cross_entropy_forward(space, pass.ce_lse, pass.ce_losses, pass.logits, targets_);
+  auto result = cross_entropy_forward(space, pass.ce_lse, pass.ce_losses, pass.logits, targets_, kIgnoreIndex, cfg_.vocab());
   if (shards_.size > 1) {  // the mean over every shard's text positions
     double sums[2] = {result.loss * result.counted_rows, double(result.counted_rows)};
     shards_.allreduce_sum(sums, 2);
@@ -488,8 +488,9 @@ void Model::backward_pass(detail::ModelPass<P>& pass, ExecSpace const& space, do
   auto const& gemm = pass.gemm();
   int const L = cfg_.layers, n_img = cfg_.image_tokens();
   Tensor1<T, DeviceMemory> const no_bias;
-  cross_entropy_backward(space, pass.d_logits, pass.logits, pass.ce_lse, targets_, counted_rows_, d_loss);
-  linear_backward(space, pass.d_lnf, grads.head.lm_head, no_bias, pass.d_logits, pass.lnf, weights.head.lm_head, gemm);
+  cross_entropy_backward(space, pass.d_logits, pass.logits, pass.ce_lse, targets_, counted_rows_, d_loss, kIgnoreIndex,
+                         cfg_.vocab());  // the padding columns' gradient is 0: their weights' stays 0
+  linear_backward(space, pass.d_lnf, grads.lm_head_padded, no_bias, pass.d_logits, pass.lnf, weights.lm_head_padded, gemm);
   layernorm_backward(space, pass.d_residual[L % 2], grads.head.lnf_weight, grads.head.lnf_bias, pass.d_lnf,
                      pass.residual[L], weights.head.lnf_weight, pass.lnf_mean, pass.lnf_rstd, pass.column_sum_work);
   ready(L + 1);  // head (with tied embeddings its LM-head gradient goes to embed, finished last)

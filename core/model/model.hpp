@@ -85,16 +85,25 @@ struct ModelParameters {
   EmbeddingParameters<T, MemorySpace> embed;
   std::vector<BlockParameters<T, MemorySpace>> blocks;
   HeadParameters<T, MemorySpace> head;
+  // [V_pad, C] (ModelConfig::vocab_padded): head.lm_head, then V_pad - V rows of zeros past its
+  // group's storage. The LM head's GEMMs use it, so that the logits' rows are aligned. Only the
+  // gradients' padding is ever written: += the zero gradient of the padding logits.
+  Tensor2<T, MemorySpace> lm_head_padded;
 
   ModelParameters() = default;
   ModelParameters(std::string const& prefix, ModelConfig const& m) {
+    std::size_t const padding = std::size_t(m.vocab_padded() - m.vocab()) * std::size_t(m.d_model);
     embed.shape = m;
-    allocate_group(embed, prefix + "embed");
+    allocate_group(embed, prefix + "embed", m.tie_embeddings ? padding : 0);
     for (int l = 0; l < m.layers; ++l)
       blocks.emplace_back(prefix + "block." + std::to_string(l), block_shape(m, 1));
     head.shape = m;
-    allocate_group(head, prefix + "head");
+    allocate_group(head, prefix + "head", m.tie_embeddings ? 0 : padding);
     if (m.tie_embeddings) head.lm_head = embed.wte;
+    auto const& group = m.tie_embeddings ? embed.storage : head.storage;
+    require(head.lm_head.data() + head.lm_head.span() == group.data() + group.extent(0), "ModelParameters",
+            "the LM head must be the last tensor of its group: its padding rows follow the group's storage");
+    lm_head_padded = Tensor2<T, MemorySpace>(head.lm_head.data(), std::size_t(m.vocab_padded()), std::size_t(m.d_model));
   }
 
   // f(group_name, storage) for every group, in order.
@@ -260,7 +269,7 @@ class Model {
   HostInts const& sample_result_to_host(ExecSpace const& space);
   void require_tokens_in_vocabulary(char const* op, std::int32_t const* tokens, std::size_t n) const;
 
-  Tensor2<float, DeviceMemory> const& logits_view() const;  // fp32 in every precision
+  Tensor2<float, DeviceMemory> const& logits_view() const;  // [B*S/P, V_pad], fp32 in every precision
   template <Precision P>
   CrossEntropyResult forward_pass(detail::ModelPass<P>& pass, ExecSpace const& space,
                                   std::function<void(int group)> const& before_group, LossSlot const& deferred);

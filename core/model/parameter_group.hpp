@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace joule {
 
@@ -51,10 +52,14 @@ void bind_group(Group& g, T* base) {
 }
 
 // Allocates the group's storage (zero-initialised) under `name` and binds its tensors to it.
+// `spare` more zeros follow the storage in the same allocation, outside it: padding that a GEMM
+// may read past the group's last tensor (the LM head's rows) and that nothing else sees (the
+// optimizer, checkpoints and parameter counts work on `storage`).
 template <class Group>
-void allocate_group(Group& g, std::string const& name) {
+void allocate_group(Group& g, std::string const& name, std::size_t spare = 0) {
   using Storage = std::decay_t<decltype(g.storage)>;
-  g.storage = Storage(label(name.c_str()), group_size(g));
+  std::size_t const n = group_size(g);
+  g.storage = Kokkos::subview(Storage(label(name.c_str()), n + spare), std::make_pair(std::size_t(0), n));
   bind_group(g, g.storage.data());
 }
 

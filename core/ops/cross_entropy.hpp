@@ -3,7 +3,9 @@
 // ignore_index (image positions, padding) contribute nothing; the loss is the mean over the rest,
 // as PyTorch's F.cross_entropy(reduction="mean", ignore_index=...). Logits and their gradient
 // may be bf16: the softmax, lse, losses and sums are in the compute type (fp32), each logit
-// widened as read, each gradient rounded once as stored.
+// widened as read, each gradient rounded once as stored. `classes` < V: only the first `classes`
+// columns are classes, the rest pad the rows to an aligned width (ModelConfig::vocab_padded):
+// they are never read, and their gradient is 0.
 #include "core/detail/launch_shape.hpp"
 #include "core/ops/cross_entropy_result.hpp"
 #include "core/ops/detail/row_kernels.hpp"
@@ -15,15 +17,22 @@
 
 namespace joule {
 
+namespace detail {
+inline int class_count(int columns, int classes, char const* op) {
+  require(classes == kEveryColumn || (classes >= 1 && classes <= columns), op,
+          std::to_string(classes) + " classes in logits of " + std::to_string(columns) + " columns");
+  return classes == kEveryColumn ? columns : classes;
+}
+}  // namespace detail
 
 // Writes lse[r] = log(sum_v exp(logits[r, v])) for every row (the backward pass needs it) and
 // losses[r] = lse[r] - logits[r, target] (0 for ignored rows and for out-of-range targets, which
 // cross_entropy_forward reports). Queued on `space`; nothing comes back to the host.
 template <class ExecutionSpace, class Lse, class Losses, class Logits, class Targets>
 void cross_entropy_rows(ExecutionSpace const& space, Lse const& lse, Losses const& losses, Logits const& logits,
-                        Targets const& targets, int ignore_index = kIgnoreIndex) {
+                        Targets const& targets, int ignore_index = kIgnoreIndex, int classes = kEveryColumn) {
   using T = typename Lse::non_const_value_type;
-  int const n = logits.extent(0), vocab = logits.extent(1);
+  int const n = logits.extent(0), vocab = detail::class_count(int(logits.extent(1)), classes, "cross_entropy_forward");
   require(int(targets.extent(0)) == n && int(lse.extent(0)) == n && int(losses.extent(0)) == n,
           "cross_entropy_forward", "logits " + shape_of(logits) + ", targets " +
                                        shape_of(targets) + ", lse " + shape_of(lse));
@@ -57,9 +66,10 @@ void cross_entropy_forward_sum(ExecutionSpace const& space, Out const& out, Loss
 template <class ExecutionSpace, class Lse, class Losses, class Logits, class Targets>
 CrossEntropyResult cross_entropy_forward(ExecutionSpace const& space, Lse const& lse,
                                          Losses const& losses, Logits const& logits,
-                                         Targets const& targets, int ignore_index = kIgnoreIndex) {
-  int const n = logits.extent(0), vocab = logits.extent(1);
-  cross_entropy_rows(space, lse, losses, logits, targets, ignore_index);
+                                         Targets const& targets, int ignore_index = kIgnoreIndex,
+                                         int classes = kEveryColumn) {
+  int const n = logits.extent(0), vocab = detail::class_count(int(logits.extent(1)), classes, "cross_entropy_forward");
+  cross_entropy_rows(space, lse, losses, logits, targets, ignore_index, classes);
   CrossEntropyResult result;
   double total = 0;
   int bad = 0;
@@ -81,15 +91,16 @@ CrossEntropyResult cross_entropy_forward(ExecutionSpace const& space, Lse const&
 }
 
 // d_logits[r, v] = d_loss / counted_rows * (softmax(logits)[r, v] - [v == target[r]])
-// (overwritten; zero for ignored rows)
+// (overwritten; zero for ignored rows and for the columns past `classes`)
 template <class ExecutionSpace, class DLogits, class Logits, class Lse, class Targets>
 void cross_entropy_backward(ExecutionSpace const& space, DLogits const& d_logits,
                             Logits const& logits, Lse const& lse, Targets const& targets,
                             int counted_rows, double d_loss = 1.0,
-                            int ignore_index = kIgnoreIndex) {
+                            int ignore_index = kIgnoreIndex, int classes = kEveryColumn) {
   using S = typename DLogits::non_const_value_type;
   using T = compute_t<S>;
-  int const n = logits.extent(0), vocab = logits.extent(1);
+  int const n = logits.extent(0), columns = logits.extent(1),
+            vocab = detail::class_count(columns, classes, "cross_entropy_backward");
   require(d_logits.extent(0) == logits.extent(0) && d_logits.extent(1) == logits.extent(1),
           "cross_entropy_backward", "d_logits " + shape_of(d_logits) + ", logits " + shape_of(logits));
   T const scale = counted_rows ? T(d_loss / counted_rows) : T(0);
@@ -97,9 +108,9 @@ void cross_entropy_backward(ExecutionSpace const& space, DLogits const& d_logits
                        KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     int const t = targets(r);
     T const row_scale = t == ignore_index ? T(0) : scale, row_lse = lse(r);
-    detail::vector_for(team, vocab, [&](int v) {
-      T const p = detail::exp_of<ExecutionSpace>(T(widen(logits(r, v)) - row_lse));
-      d_logits(r, v) = narrow<S>(row_scale * (p - (v == t ? T(1) : T(0))));
+    detail::vector_for(team, columns, [&](int v) {
+      T const p = v < vocab ? detail::exp_of<ExecutionSpace>(T(widen(logits(r, v)) - row_lse)) : T(0);
+      d_logits(r, v) = narrow<S>(v < vocab ? row_scale * (p - (v == t ? T(1) : T(0))) : T(0));
     });
   });
 }
