@@ -51,8 +51,8 @@ bool ends_with(std::string const& s, std::string const& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// Through PATH.tmp, synced and renamed (io::commit_file): an interrupted run or a full disk never
-// leaves half a table under PATH, nor a PATH.tmp behind.
+// Through an io::Temporary, synced and renamed (io::commit_file): an interrupted run or a full disk
+// never leaves half a table under PATH, nor a temporary behind.
 void write_rows(std::string const& path, std::string const& checkpoint, std::vector<CaptionRow> const& rows) {
   bool const csv = ends_with(path, ".csv");
   io::CommitChecks checks;
@@ -129,9 +129,7 @@ int run_caption(CaptionOptions const& o) {
   FilePlan plan;
   plan.input("--checkpoint", o.checkpoint);
   plan.input("--data", o.data);
-  OutputOptions renamed;
-  renamed.through_tmp = true;
-  plan.output("--out", o.out, renamed);
+  plan.output("--out", o.out);
   if (auto const problem = plan.check(); !problem.empty()) throw ConfigError(problem);
   std::vector<io::OutputLock> locks;  // one job at a time writes --out
   if (auto const problem = plan.lock(locks); !problem.empty()) throw ConfigError(problem);

@@ -84,16 +84,12 @@ bool FilePlan::allowed(Use const& out, Use const& in) const {
 std::string FilePlan::clash() const {
   for (std::size_t k = 0; k < outputs_.size(); ++k) {
     auto const& out = outputs_[k];
-    std::string const tmp = out.path + ".tmp";
     for (auto const& in : inputs_) {
       if (same_file(out.path, in.path)) {
         if (allowed(out, in)) continue;
         return fmt::format("{} {} and {} {} are the same file: the output would overwrite the input it reads "
                            "(give {} another path)", out.role, out.path, in.role, in.path, short_role(out.role));
       }
-      if (out.options.through_tmp && same_file(tmp, in.path))
-        return fmt::format("{} {} is written as {} first, which is {} {}: the output would overwrite the input it "
-                           "reads (give {} another path)", out.role, out.path, tmp, in.role, in.path, short_role(out.role));
     }
     for (std::size_t m = k + 1; m < outputs_.size(); ++m)
       if (same_file(out.path, outputs_[m].path))
@@ -109,6 +105,8 @@ std::string FilePlan::probe() const {
     fs::path const path(out.path);
     if (fs::is_directory(path, ec))
       return fmt::format("{} {}: is a folder; give the path of a file to write", out.role, out.path);
+    if (auto const why = io::output_target_problem(out.path); !why.empty())
+      return fmt::format("{} {}: it {}", out.role, out.path, why);
     fs::path folder = path.parent_path();
     if (!folder.empty() && !fs::exists(folder, ec)) {
       if (!out.options.creates_folder)

@@ -5,8 +5,10 @@
 //    `joule train --checkpoint data.h5 --data data.h5` no longer replaces the dataset;
 //  - every output's folder exists (or, for outputs whose command makes it, the nearest existing
 //    folder above it) and is writable, proven by creating and removing a probe file there, and the
-//    output path is not a folder; so a bad destination is found at once, not at the first
-//    checkpoint (with checkpoint_every 0: after the whole run).
+//    output path is not a folder, a device, a FIFO, a socket or a symbolic link to one (every
+//    output is written through an io::Temporary and renamed, which replaces only a regular file);
+//    so a bad destination is found at once, not at the first checkpoint (with checkpoint_every 0:
+//    after the whole run).
 // Messages name the flag (or configuration field) and the path: "--checkpoint data.h5 and --data
 // data.h5 are the same file: ...", "--checkpoint out/ckpt.h5: the folder out does not exist".
 #include "core/io/commit.hpp"
@@ -20,7 +22,6 @@
 namespace joule::apps {
 
 struct OutputOptions {
-  bool through_tmp = false;     // written to PATH.tmp first, then renamed: PATH.tmp must be no input either
   bool creates_folder = false;  // the command creates a missing folder (create_directories)
 };
 

@@ -80,9 +80,7 @@ FilePlan files(TrainOptions const& o, Config const& cfg) {
   }
   plan.input("--resume", o.resume);
   std::string const checkpoint = role("--checkpoint", "train.checkpoint", o.checkpoint.has_value());
-  OutputOptions renamed;
-  renamed.through_tmp = true;  // FILE.tmp, then renamed over FILE
-  plan.output(checkpoint, cfg.train.checkpoint, renamed);
+  plan.output(checkpoint, cfg.train.checkpoint);
   // Resuming from the checkpoint the run goes on writing: read whole before the first write.
   plan.allow_same(checkpoint, "--resume");
   return plan;

@@ -50,7 +50,6 @@ FilePlan files(TuneJob const& job, Config const& cfg, scheduler::TuneSettings co
     plan.input(job.data_role, cfg.data.path);
   }
   OutputOptions log;
-  log.through_tmp = true;
   if (job.continue_log) {
     plan.input(job.log_role, job.log_path);
     plan.output(job.log_role, job.log_path, log);
@@ -60,9 +59,7 @@ FilePlan files(TuneJob const& job, Config const& cfg, scheduler::TuneSettings co
     plan.output(job.log_role, job.log_path, log);
   }
   if (settings.train_after || job.in_flight) {  // the training run writes the configuration's checkpoint
-    OutputOptions renamed;
-    renamed.through_tmp = true;
-    plan.output(job.checkpoint_role, cfg.train.checkpoint, renamed);
+    plan.output(job.checkpoint_role, cfg.train.checkpoint);
   }
   if (job.in_flight) {  // resuming from the checkpoint the run goes on writing: read whole first
     plan.input("--resume", job.resume_checkpoint);

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <random>
 
 namespace joule::scheduler {
@@ -605,16 +606,23 @@ void (*run_log_before_commit)(std::string const& temporary_path) = nullptr;
 }
 
 template <class Change>
-void RunLogWriter::commit(std::string const& what, Start start, Change const& change) {
-  std::string const temporary = path_ + ".tmp";
-  auto const problem = [&](std::string const& why) {
-    std::remove(temporary.c_str());
-    fail(path_, "cannot " + what + ": " + why);
-  };
+void RunLogWriter::commit(std::string const& what, Start start, Change const& change, bool replace) {
+  if (std::string const problem = io::output_target_problem(path_); !problem.empty())
+    fail(path_, "cannot " + what + ": it " + problem);
+  if (struct stat st; !replace && ::lstat(path_.c_str(), &st) == 0)
+    fail(path_, "cannot " + what + ": a file is already there, and this log replaces none");
+  std::unique_ptr<io::Temporary> made;
+  try {
+    made = std::make_unique<io::Temporary>(path_);  // removed, with what is in it, on any error
+  } catch (io::WriteError const& e) {
+    fail(path_, "cannot " + what + ": " + e.what() + "; " + io::free_space_text(path_));
+  }
+  std::string const temporary = made->path();
+  auto const problem = [&](std::string const& why) { fail(path_, "cannot " + what + ": " + why); };
   try {
     if (start == Start::from_log) {
       std::error_code error;
-      std::filesystem::copy_file(path_, temporary, std::filesystem::copy_options::overwrite_existing, error);
+      std::filesystem::copy_file(path_, temporary, error);
       if (error) problem("cannot copy the log to " + temporary + " (" + error.message() + ")");
     }
     H5File f(temporary, start == Start::from_log ? H5File::Mode::read_write : H5File::Mode::truncate);
@@ -628,19 +636,18 @@ void RunLogWriter::commit(std::string const& what, Start start, Change const& ch
     f.close();  // throws if it fails (a full disk), where the destructor would only fail silently
   } catch (io::H5Error const& e) {  // the file is closed here: everything written is in it
     problem(without_path(e.what(), temporary) + "; " + io::free_space_text(path_));
-  } catch (RunLogError const&) {
-    std::remove(temporary.c_str());
-    throw;
   }
   // A kill cannot undo a rename, but a power cut could without the syncs.
   if (!io::sync_path(temporary, false))
     problem(fmt::format("cannot sync {} to the disk ({}); {}", temporary, std::strerror(errno), io::free_space_text(path_)));
-  if (std::rename(temporary.c_str(), path_.c_str()) != 0)
-    problem(fmt::format("cannot rename {} to it ({})", temporary, std::strerror(errno)));
-  io::sync_path(io::folder_of(path_), true);
+  try {
+    made->commit_to(path_, replace);
+  } catch (io::WriteError const& e) {
+    problem(e.what());
+  }
 }
 
-RunLogWriter RunLogWriter::create(std::string const& path, RunHeader const& header) {
+RunLogWriter RunLogWriter::create(std::string const& path, RunHeader const& header, bool replace) {
   check_header(path, header);
   RunHeader h = header;
   h.resumed.clear();
@@ -649,7 +656,7 @@ RunLogWriter RunLogWriter::create(std::string const& path, RunHeader const& head
   writer.commit("create the run log", Start::empty, [&](H5File& f) {
     write_header(f, h, run_id);
     f.create_group("/trials");
-  });
+  }, replace);
   return writer;
 }
 

@@ -5,10 +5,11 @@
 // docs/run-log.md documents it.
 //
 // Crash safety: every change (create, each trial, best, Pareto front, train, a resume) is one
-// commit: the log is copied to PATH.tmp, changed there, flushed, closed, synced and renamed over
-// PATH. rename() is atomic, so a run killed at any moment (SIGKILL included) leaves the log as it
-// was before or after the change, never a mix, and every finished trial is in it; a leftover
-// PATH.tmp is overwritten by the next commit. The log itself is never open for writing, so
+// commit: the log is copied into an io::Temporary beside PATH, changed there, flushed, closed,
+// synced and renamed over PATH. rename() is atomic, so a run killed at any moment (SIGKILL
+// included) leaves the log as it was before or after the change, never a mix, and every finished
+// trial is in it; the temporary such a kill leaves is removed by the next job that locks the
+// output (io::OutputLock). Creating a log replaces no file. The log itself is never open for writing, so
 // `joule inspect` can read it while `joule tune` runs (HDF5 would lock a file open for writing).
 // Each group also gets a `complete` attribute, written last; readers ignore trials without it.
 //
@@ -99,8 +100,9 @@ bool is_run_log(std::string const& path);
 // is one commit (see above). Moving is allowed; after close() (or a move) further writes throw.
 class RunLogWriter {
  public:
-  // Creates (truncates) the log and writes the header.
-  static RunLogWriter create(std::string const& path, RunHeader const& header);
+  // Creates the log and writes the header; replace = false: only where no file is (the energy
+  // tool's profiles, which never replace a file).
+  static RunLogWriter create(std::string const& path, RunHeader const& header, bool replace = true);
   // Opens an existing log to append to it. Checks that it was made with the same configuration
   // (compared as JSON values, not text), objective, world size and energy kind as `expected`,
   // else throws a RunLogError naming the difference. Trials without `complete` are removed; the
@@ -135,10 +137,11 @@ class RunLogWriter {
   enum class Start { empty, from_log };
   RunLogWriter(std::string path, std::string run_id) : path_(std::move(path)), run_id_(std::move(run_id)) {}
   void require_open(char const* what) const;
-  // One atomic change: change(H5File&) is applied to PATH.tmp (empty, or a copy of the log),
-  // which then replaces the log. On any error the log is left as it was.
+  // One atomic change: change(H5File&) is applied to a temporary (empty, or a copy of the log),
+  // which then replaces the log (or, Start::empty, takes its path where nothing is). On any
+  // error the log is left as it was.
   template <class Change>
-  void commit(std::string const& what, Start start, Change const& change);
+  void commit(std::string const& what, Start start, Change const& change, bool replace = true);
 
   std::string path_;
   std::string run_id_;  // the root `run_id`, checked by every commit: a log replaced by another run is noticed

@@ -16,6 +16,7 @@
 // global fencing, so on a GPU a kernel's edges are its launch and the return of its launch, not
 // its execution (the table says so). JOULE_ENERGY_FENCE=1 asks Kokkos to fence around every
 // kernel and fences at every region edge: exact edges, a serialised device.
+#include "core/io/commit.hpp"
 #include "energy/edge_clock.hpp"
 #include "energy/monitor.hpp"
 #include "energy/regions.hpp"
@@ -27,6 +28,7 @@
 #include <hdf5.h>
 #include <impl/Kokkos_Profiling_C_Interface.h>  // C declarations only: no Kokkos symbol is linked
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -221,7 +223,7 @@ void write_output(std::string const& path, scheduler::RunHeader const& header, s
     void* data = nullptr;
     H5Eget_auto2(H5E_DEFAULT, &handler, &data);
     try {
-      auto log = scheduler::RunLogWriter::create(path, header);
+      auto log = scheduler::RunLogWriter::create(path, header, /*replace=*/false);
       log.write_profile(profile);
       log.close();
     } catch (std::exception const& e) {
@@ -231,20 +233,29 @@ void write_output(std::string const& path, scheduler::RunHeader const& header, s
     H5Eset_auto2(H5E_DEFAULT, handler, data);
     return;
   }
-  std::string const tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
+  io::CommitChecks no_replace;
+  no_replace.replace = false;
+  io::commit_file(path, "energy profile", [&](std::string const& temporary) {
+    std::ofstream f(temporary);
     f << scheduler::format_profile_csv(header, profile);
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error("cannot write " + tmp + " (" + std::strerror(errno) + ")");
-    }
+    f.close();
+    if (!f) throw std::runtime_error(std::string("cannot write it (") + std::strerror(errno) + ")");
+  }, no_replace);
+}
+
+// JOULE_ENERGY_OUT never replaces a file (a user's, or an earlier run's log: joule never overwrites
+// one): where one is, the profile goes beside it, NAME.1.EXT, NAME.2.EXT, ... (the first free).
+std::string free_path_beside(std::string const& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) return path;
+  std::size_t const slash = path.find_last_of('/'), dot = path.find_last_of('.');
+  bool const has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  std::string const stem = has_ext ? path.substr(0, dot) : path, ext = has_ext ? path.substr(dot) : "";
+  for (int n = 1; n < 10000; ++n) {
+    std::string const candidate = stem + "." + std::to_string(n) + ext;
+    if (::lstat(candidate.c_str(), &st) != 0 && errno == ENOENT) return candidate;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot rename " + tmp + " to " + path + " (" + std::strerror(errno) + ")");
-  }
+  throw std::runtime_error(path + " and its 9,999 numbered neighbours are all taken");
 }
 
 void report(State& s) {
@@ -302,10 +313,15 @@ void report(State& s) {
     std::fputs(text.c_str(), stderr);
   }
   if (!s.options.out.empty()) {
-    std::string const path = file_for_rank(s.options.out, s.rank);
+    std::string const named = file_for_rank(s.options.out, s.rank);
     try {
+      std::string const path = free_path_beside(named);
       write_output(path, h, p);
-      if (!s.options.quiet) std::fprintf(stderr, "  written: %s\n", path.c_str());
+      if (path != named)
+        std::fprintf(stderr, "joule energy tool: %s is already there and is never replaced; written beside it: %s\n",
+                     named.c_str(), path.c_str());
+      else if (!s.options.quiet)
+        std::fprintf(stderr, "  written: %s\n", path.c_str());
     } catch (std::exception const& e) {
       std::fprintf(stderr, "joule energy tool: no file written: %s\n", e.what());
     }

@@ -259,6 +259,15 @@ def same_file(a, b):
     return os.path.realpath(a) == os.path.realpath(b)
 
 
+def file_kind(mode):
+    """What a non-regular file is, for messages."""
+    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def check_output(out, inputs):
     """Refuses an OUT that is one of the inputs [(role, path)] or a folder, or whose folder is not
     there; returns the folder the file goes to (the symlink OUT resolved: the file it names is
@@ -271,6 +280,11 @@ def check_output(out, inputs):
                  f"(choose another output)")
     if os.path.isdir(out):
         fail(f"the output {out} is a folder; give the path of the .h5 file to write")
+    if os.path.lexists(out) and os.path.exists(out) and not stat.S_ISREG(os.stat(out).st_mode):
+        kind = file_kind(os.stat(out).st_mode)
+        via = " is a symbolic link to" if os.path.islink(out) else " is"
+        fail(f"the output {out}{via} {kind}, not a regular file; the converter writes regular files only and "
+             f"replaces nothing else (give the path of a file)")
     folder = os.path.dirname(os.path.realpath(out))
     if not os.path.isdir(folder):
         fail(f"cannot write {out}: its folder {folder} does not exist")

@@ -455,7 +455,7 @@ TrainSummary Trainer::run(int max_steps, TrainObserver* observer) {
 
 void Trainer::save_checkpoint(std::string const& path) {
   optimizer_->wait_all();
-  // Through path.tmp, synced, read back and renamed (io::commit_file): a crash or a full disk
+  // Through an io::Temporary, synced, read back and renamed (io::commit_file): a crash or a full disk
   // mid-write never costs the last good checkpoint.
   io::CommitChecks checks;
   checks.expected_bytes = checkpoint_bytes(cfg_);
@@ -508,8 +508,8 @@ std::map<std::string, std::string> Trainer::checkpoint_notes(std::string const& 
 
 void Trainer::save_checkpoint_once(std::string const& path) {
   // Every process holds the same parameters (data parallel) or a whole copy of them (sequence
-  // shards), so one writer suffices; two writers would race on path.tmp and could leave the
-  // previous checkpoint damaged.
+  // shards), so one writer suffices (two would write the file twice, and the
+  // second rename would replace the first's).
   auto const& shards = model_->shards();
   bool const writer = dp_.rank == 0 && shards.rank == 0;
   std::string error;

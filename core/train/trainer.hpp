@@ -104,7 +104,7 @@ class Trainer {
 
   // Continues from a checkpoint written by save_checkpoint (same model configuration).
   void resume(std::string const& checkpoint_path);
-  // Writes a checkpoint from this process alone (io::commit_file: to path.tmp, synced, read back,
+  // Writes a checkpoint from this process alone (io::commit_file: to a temporary, synced, read back,
   // renamed over path); throws io::WriteError, the previous checkpoint unchanged.
   void save_checkpoint(std::string const& path);
   // Collective over every process of the job: one process writes (replica 0's shard 0), the

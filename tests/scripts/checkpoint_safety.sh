@@ -2,7 +2,7 @@
 # Checkpoints are never left damaged.
 #   checkpoint_safety.sh shards CKPT mpirun... joule train ... --checkpoint CKPT
 #       runs the sequence-shard job several times: one process writes, so every run ends with a
-#       complete checkpoint and no leftover CKPT.tmp (two writers used to race on CKPT.tmp).
+#       complete checkpoint and no leftover temporary (two writers used to race on CKPT.tmp).
 #   checkpoint_safety.sh kill JOULE WORKDIR CONFIG
 #       kills a training run that checkpoints every step (SIGKILL, at several moments): after each
 #       kill the checkpoint on disk is complete and resumable, never a half-written file.
@@ -32,9 +32,10 @@ case "$1" in
 shards)
   ckpt=$2; shift 2
   for i in 1 2 3 4; do
-    rm -f "$ckpt" "$ckpt.tmp"
+    rm -f "$ckpt"
     "$@" > /tmp/joule-ckpt-shards.$$ 2>&1 || { cat /tmp/joule-ckpt-shards.$$; fail "run $i failed"; }
-    [ -e "$ckpt.tmp" ] && fail "run $i left $ckpt.tmp behind"
+    left="$(ls -A "$(dirname "$ckpt")" | grep -c "^\.$(basename "$ckpt")\.joule-" || true)"
+    [ "$left" = 0 ] || fail "run $i left a temporary of $ckpt behind"
     step=$(check "$ckpt") || fail "run $i: $ckpt is not a complete checkpoint"
     echo "run $i: complete checkpoint at step $step"
   done

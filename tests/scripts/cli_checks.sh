@@ -80,8 +80,6 @@ refused '^joule: error: --checkpoint data\.h5 and --data data\.h5 are the same f
 refused '^joule: error: --checkpoint link\.h5 and --data data\.h5 are the same file' train --data data.h5 --checkpoint link.h5 --steps 1
 refused '^joule: error: --checkpoint hard\.h5 and --data data\.h5 are the same file' train --data data.h5 --checkpoint hard.h5 --steps 1
 refused '^joule: error: --checkpoint cfg\.json and --config cfg\.json are the same file' train --config cfg.json --data data.h5 --checkpoint cfg.json
-refused '^joule: error: --checkpoint data\.h5 is written as data\.h5\.tmp first, which is --data' \
-  train --data data.h5.tmp --checkpoint data.h5 --steps 1
 # The checkpoint named by the configuration (field and file named).
 "$py" - <<'PY'
 import json

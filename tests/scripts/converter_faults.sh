@@ -70,6 +70,14 @@ expect_refusal "is the same file as the image folder" "$img" "$work/caps.tsv" "$
 cmp "$work/caps.tsv" "$work/caps.copy" && cmp "$img/p1.png" "$work/p1.copy" && cmp "$img/p2.png" "$work/p2.copy" &&
   cmp "$img/p3.png" "$work/p3.copy" || fail "an input changed"
 [ -L "$work/link.h5" ] || fail "the symlink output was replaced"
+# An output that is not a regular file (a FIFO; a link to a device) is refused before any work and left as it is.
+mkfifo "$work/pipe.h5"; ln -s /dev/null "$work/null.h5"
+expect_refusal "the output $work/pipe.h5 is a FIFO (named pipe), not a regular file" \
+  "$img" "$work/caps.tsv" "$work/pipe.h5" "${opts[@]}"
+expect_refusal "the output $work/null.h5 is a symbolic link to a character device, not a regular file" \
+  "$img" "$work/caps.tsv" "$work/null.h5" "${opts[@]}"
+[ -p "$work/pipe.h5" ] && [ "$(readlink "$work/null.h5")" = /dev/null ] || fail "a non-regular output was replaced"
+rm -f "$work/pipe.h5" "$work/null.h5"
 [ "$(ls -A "$img" | grep -c tmp || true)" -eq 0 ] && [ "$(ls -A "$work" | grep -c '\.tmp$' || true)" -eq 0 ] ||
   fail "a temporary was left"
 

@@ -16,7 +16,9 @@ reason() {
   case "$1" in ENOSPC) echo "No space left on device" ;; EDQUOT) echo "Disk quota exceeded" ;; EIO) echo "Input/output error" ;; esac
 }
 
-# faulted NAME FILE BYTES ERRNO joule-args...: the command, with writes to FILE (or FILE.tmp)
+# temporaries FILE: the temporaries of FILE in its folder (io::Temporary: .FILE.joule-XXXXXX/).
+temporaries() { ls -A "$(dirname "$1")" | grep -c "^\.$(basename "$1")\.joule-" || true; }
+# faulted NAME FILE BYTES ERRNO joule-args...: the command, with writes to FILE (or its temporary)
 # failing after BYTES bytes, must fail cleanly and leave FILE as it was.
 faulted() {
   local name="$1" file="$2" bytes="$3" errno="$4" rc=0
@@ -29,11 +31,11 @@ faulted() {
   grep -q "$file" out.txt || fail "$name, $errno after $bytes bytes: the file is not named: $(tail -3 out.txt)"
   grep -q " free in " out.txt || fail "$name, $errno after $bytes bytes: the free space is not said: $(tail -3 out.txt)"
   cmp -s "$file" "$file.before" || fail "$name, $errno after $bytes bytes: the previous $file was changed"
-  [ ! -e "$file.tmp" ] || fail "$name, $errno after $bytes bytes: $file.tmp was left behind"
+  [ "$(temporaries "$file")" = 0 ] || fail "$name, $errno after $bytes bytes: a temporary of $file was left behind"
   echo "ok: $name, $errno after $bytes bytes: exit 1, $file unchanged: $(grep -m1 "$(reason "$errno")" out.txt)"
   rm -f "$file.before"
 }
-# written FILE joule-args...: the bytes the command writes to FILE (and FILE.tmp), counted by the
+# written FILE joule-args...: the bytes the command writes to FILE (and its temporary), counted by the
 # injector on a run where nothing fails; the moments to fail at are chosen from it.
 written() {
   local file="$1"
@@ -77,9 +79,9 @@ done
 rc=0
 LD_PRELOAD="$injector" JOULE_FAULT_PATH=made.h5 JOULE_FAULT_AFTER_BYTES=1000 \
   "$joule" train --config "$config" --data made.h5 --make-data --steps 1 --no-energy --no-memory-check >out.txt 2>&1 || rc=$?
-[ $rc = 1 ] && grep -q "No space left on device" out.txt && [ ! -e made.h5 ] && [ ! -e made.h5.tmp ] ||
+[ $rc = 1 ] && grep -q "No space left on device" out.txt && [ ! -e made.h5 ] && [ "$(temporaries made.h5)" = 0 ] ||
   fail "train --make-data on a full disk: status $rc, files: $(ls made.h5* 2>/dev/null): $(tail -3 out.txt)"
-echo "ok: train --make-data on a full disk: exit 1, no made.h5 and no made.h5.tmp"
+echo "ok: train --make-data on a full disk: exit 1, no made.h5 and no temporary of it"
 
 for out in table.csv table.h5; do
   n=$(written $out "$joule" caption --checkpoint ckpt.h5 --data data.h5 --limit 4 --out $out)

@@ -38,7 +38,6 @@ class TempFile {
   }
   ~TempFile() {
     std::remove(path_.c_str());
-    std::remove((path_ + ".tmp").c_str());
   }
   std::string const& path() const { return path_; }
 
