@@ -128,6 +128,15 @@ rc=0; JOULE_ENERGY_OUT="$work/no-such-folder/x.h5" with_tool "$program" >"$work/
 [ $rc = 0 ] || fail "an unwritable output changed the program's status ($rc)"
 cmp -s "$work/plain.out" "$work/nf.out" || fail "an unwritable output changed the program's output"
 grep -q "^joule energy tool: no file written: .*no-such-folder/x.h5" "$work/nf.err" || fail "unwritable output not said: $(cat "$work/nf.err")"
+# An existing output is never replaced (a user's file, an earlier run's table): the profile goes beside it.
+echo "the user's own notes" >"$work/mine.csv"
+JOULE_ENERGY_OUT="$work/mine.csv" with_tool "$program" >/dev/null 2>"$work/mine.err"
+[ "$(cat "$work/mine.csv")" = "the user's own notes" ] || fail "JOULE_ENERGY_OUT replaced an existing file"
+grep -q "^region,solve," "$work/mine.1.csv" || fail "the profile was not written beside the existing file"
+grep -q "mine.csv is already there and is never replaced; written beside it: .*mine.1.csv" "$work/mine.err" ||
+  fail "writing beside was not said: $(cat "$work/mine.err")"
+JOULE_ENERGY_OUT="$work/mine.csv" with_tool "$program" >/dev/null 2>/dev/null
+[ -s "$work/mine.2.csv" ] || fail "a second run did not take the next free name"
 # Bad options: said, and the program runs as without the tool.
 for bad in "JOULE_ENERGY_RATE_HZ=fast" "JOULE_ENERGY_OUT=$work/x.txt" "JOULE_ENERGY_FENCE=maybe"; do
   rc=0; env "$bad" "$tools_variable=$tool" "$program" >"$work/b.out" 2>"$work/b.err" || rc=$?
