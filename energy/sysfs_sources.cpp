@@ -74,6 +74,10 @@ class HwmonSource final : public Source {
         auto const info = detail::read_file(dir + "/power1_oem_info");
         if (!info.ok) {
           if (info.error == EACCES) diagnosis_.denied.push_back(dir + "/power1_oem_info");
+          if (info.error == ETIMEDOUT) {
+            notes_.push_back("hwmon: " + dir + "/power1_oem_info " + detail::describe_error(info.error));
+            diagnosis_.broken.push_back(dir + "/power1_oem_info " + detail::describe_error(info.error));
+          }
           continue;
         }
         meter = true;

@@ -3,6 +3,7 @@
 // and what discovery says it looked for when a source is not usable. The selection rule is tested
 // as a pure function, then through the fake NVML library (4 fake GPUs with distinct UUIDs and bus
 // ids) loaded by joule's real dlopen path.
+#include "energy/detail/bounded_read.hpp"
 #include "energy/detail/nvml_select.hpp"
 #include "energy/power_limit.hpp"
 #include "energy/probe.hpp"
@@ -13,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -505,4 +507,50 @@ TEST_CASE("energy sources: RAPL readable only by root is reported as permission 
   waitpid(child, &status, 0);
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("energy sources: a sensor file that blocks is dropped after the read deadline, with a note naming it",
+          "[energy][hwmon][hostile]") {
+  // A FIFO with no writer blocks its reader in open(), as a stalled BMC-backed sensor blocks read().
+  TempDir t;
+  t.write("hwmon/hwmon3/device/power1_oem_info", "Module Power Socket 0");
+  REQUIRE(mkfifo(t.str("hwmon/hwmon3/device/power1_average").c_str(), 0600) == 0);
+  t.write("hwmon/hwmon4/power1_oem_info", "CPU Power Socket 0");
+  t.write("hwmon/hwmon4/power1_average", "80000000");
+  fs::create_directories(t.root / "powercap");
+  SourceOptions o;
+  o.nvml_library = "none";
+  o.hwmon_root = t.str("hwmon");
+  o.powercap_root = t.str("powercap");
+  o.local_rank = 0;
+  o.local_size = 1;
+  std::vector<std::string> notes;
+  auto sources = discover_sources(o, &notes);  // returns: the stalled file cost one deadline
+  std::string const stalled = t.str("hwmon/hwmon3/device/power1_average");
+  CHECK(detail::read_stalled(stalled));
+  CHECK(any_contains(notes, stalled + " did not answer within 2 s (a stalled sensor: no longer read)"));
+  std::vector<std::string> sensors;
+  for (auto const& s : sources)
+    for (auto const& c : s->channels()) sensors.push_back(c.sensor);
+  CHECK(any_contains(sensors, "CPU Power Socket 0"));
+  CHECK_FALSE(any_contains(sensors, "Module Power Socket 0"));
+
+  // A sensor that stalls during the run: its channel reads NaN from then on, said once.
+  std::string const cpu = t.str("hwmon/hwmon4/power1_average");
+  Sampler sampler(std::move(sources), 100);
+  std::size_t channel = 0;
+  for (std::size_t i = 0; i < sampler.channels().size(); ++i)
+    if (sampler.channels()[i].channel.sensor.find("CPU Power Socket 0") != std::string::npos) channel = i;
+  sampler.snapshot();
+  REQUIRE(mkfifo(t.str("fifo").c_str(), 0600) == 0);
+  fs::rename(t.root / "fifo", cpu);
+  sampler.snapshot();
+  sampler.snapshot();  // at once: the stalled file is not read again
+  CHECK(detail::read_stalled(cpu));
+  auto const trace = sampler.trace();
+  REQUIRE(trace.size() == 3);
+  CHECK(trace[0].values.at(channel) == 80.0);
+  CHECK(std::isnan(trace[1].values.at(channel)));
+  CHECK(std::isnan(trace[2].values.at(channel)));
+  CHECK(any_contains(sampler.notes(), cpu + " did not answer within 2 s"));
 }

@@ -78,3 +78,12 @@ probe="$(FAKE_NVML_DEVICES=4 CUDA_VISIBLE_DEVICES=2,0 JOULE_LOCAL_RANK=1 "$joule
 expect "  nvml: $fake_nvml — found: gpu 0, local rank 1 mod 2 visible device(s): CUDA device 1 = entry '0' of CUDA_VISIBLE_DEVICES=2,0" "$probe"
 if grep -q "nvml gpu [123]" <<<"$probe"; then echo "FAIL: another GPU than NVML GPU 0 was read"; exit 1; fi
 echo "energy probe says what it looked for: ok"
+
+# A meter that blocks (a FIFO nobody writes, as a hung BMC-backed sensor): the probe ends, naming it.
+mkdir -p "$work/stalled-hwmon/hwmon3/device"
+echo "Module Power Socket 0" > "$work/stalled-hwmon/hwmon3/device/power1_oem_info"
+mkfifo "$work/stalled-hwmon/hwmon3/device/power1_average"
+rc=0; probe="$(JOULE_HWMON_ROOT="$work/stalled-hwmon" timeout 60 "$joule" energy probe)" || rc=$?
+[ $rc = 0 ] || { echo "FAIL: the probe with a blocking sensor ended with $rc (124: it hung)"; exit 1; }
+expect "power1_average did not answer within 2 s (a stalled sensor: no longer read)" "$probe"
+echo "energy probe with a blocking sensor: ok"

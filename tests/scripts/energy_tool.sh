@@ -144,6 +144,17 @@ for bad in "JOULE_ENERGY_RATE_HZ=fast" "JOULE_ENERGY_OUT=$work/x.txt" "JOULE_ENE
   grep -q "joule energy tool: not attributing energy: ${bad%%=*}=" "$work/b.err" || fail "$bad: not said: $(cat "$work/b.err")"
   echo "ok: $bad: $(grep -m1 'not attributing' "$work/b.err")"
 done
+# A sensor that blocks (a FIFO no one writes, as a hung BMC-backed meter): the program still ends on
+# its own, with its output and status, the sensor dropped after its read deadline and named.
+stalled="$work/stalled-hwmon/hwmon3/device"
+mkdir -p "$stalled" && echo "Module Power Socket 0" >"$stalled/power1_oem_info" && mkfifo "$stalled/power1_average"
+rc=0; JOULE_HWMON_ROOT="$work/stalled-hwmon" timeout 120 env "$tools_variable=$tool" "$program" >"$work/st.out" \
+  2>"$work/st.err" || rc=$?
+[ $rc = 0 ] || fail "a blocking sensor: the program ended with $rc (124: it hung): $(tail -3 "$work/st.err")"
+cmp -s "$work/plain.out" "$work/st.out" || fail "a blocking sensor changed the program's output"
+grep -q "power1_average did not answer within 2 s (a stalled sensor: no longer read)" "$work/st.err" ||
+  fail "a blocking sensor was not named: $(cat "$work/st.err")"
+echo "ok: a blocking sensor: dropped after its deadline, the program ended on its own"
 # No sensor: the model, labelled.
 JOULE_HWMON_ROOT="$work/none" JOULE_ENERGY_OUT="$work/m.csv" with_tool "$program" >/dev/null 2>"$work/m.err"
 grep -q "MODEL ESTIMATE" "$work/m.err" || fail "no sensor: not labelled a model: $(cat "$work/m.err")"
