@@ -1,4 +1,5 @@
 // The joule command. Subcommands live in their own files; this file parses and dispatches.
+#include "stop_signals.hpp"
 #include "bench/bench_energy.hpp"
 #include "bench/bench_launches.hpp"
 #include "bench/bench_offload.hpp"
@@ -68,6 +69,7 @@ class UsageFirst : public CLI::Formatter {
 
 int main(int argc, char** argv) {
   joule::apps::set_openmp_binding_defaults();  // bind unless the user chose otherwise
+  joule::apps::ignore_file_size_signal();       // a write past ulimit -f is an error the writer reports
   try {
     // Every variable and numeric --kokkos-* flag, like configuration values, before Kokkos (or
     // OpenMP, at its first parallel region) can abort or crash on one (apps/environment.hpp).

@@ -7,6 +7,7 @@
 #include "energy/report.hpp"
 #include "processes.hpp"
 #include "run_config.hpp"
+#include "stop_signals.hpp"
 #include "scheduler/statistics.hpp"
 #include "scheduler/tune_settings.hpp"
 #include "tune_job.hpp"
@@ -87,6 +88,22 @@ FilePlan files(TrainOptions const& o, Config const& cfg) {
 }
 
 int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o);
+
+// SIGINT, SIGTERM, SIGHUP (stop_signals.hpp): the run stops before its next step, every process at
+// the same one (they agree through an all-reduce of the flag).
+struct StopRequested {};
+class StopBetweenSteps final : public TrainObserver {
+ public:
+  explicit StopBetweenSteps(parallel::Communicator* world) : world_(world) {}
+  void before_step(Trainer&, int) override {
+    double stop = stop_requested() ? 1.0 : 0.0;
+    if (world_) world_->allreduce_sum(&stop, 1);
+    if (stop > 0) throw StopRequested{};
+  }
+
+ private:
+  parallel::Communicator* world_;
+};
 int tune_in_flight(Processes& procs, Config const& cfg, scheduler::TuneSettings const& settings,
                    TrainOptions const& o);
 
@@ -237,7 +254,23 @@ int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o) {
     sampler->start();
     monitor->begin("run");
   }
-  auto const summary = trainer.run();
+  catch_stop_signals();
+  StopBetweenSteps stopper(world);
+  TrainSummary summary;
+  try {
+    summary = trainer.run(-1, &stopper);
+  } catch (StopRequested const&) {
+    if (sampler) sampler->stop();
+    // Between steps on every process: the state is whole, so it is kept where a checkpoint is configured.
+    if (!cfg.train.checkpoint.empty()) trainer.save_checkpoint_once(cfg.train.checkpoint);
+    if (root)
+      fmt::print("\ninterrupted by {} after step {}: {}\n", stop_signal_text(), trainer.step(),
+                 cfg.train.checkpoint.empty()
+                     ? std::string("without train.checkpoint the training state is not kept")
+                     : fmt::format("the training state is in {}; continue with joule train --resume {} (and this "
+                                   "run's other options)", cfg.train.checkpoint, cfg.train.checkpoint));
+    return interrupted_status();
+  }
   std::string energy_report;
   if (sampler) {
     auto const run = monitor->end("run");

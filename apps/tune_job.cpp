@@ -6,6 +6,7 @@
 #include "energy_setup.hpp"
 #include "output_paths.hpp"
 #include "run_config.hpp"
+#include "stop_signals.hpp"
 
 #include "core/train/trainer.hpp"
 #include "energy/monitor.hpp"
@@ -34,8 +35,6 @@ namespace joule::apps {
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-extern "C" void on_sigint(int) { g_stop = true; }
 
 // What the job reads and writes. A continued log is read and written by design (the finished
 // trials are read first; every change is a copy renamed over it).
@@ -124,8 +123,8 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
     par.first_error = [world](std::string const& mine) { return parallel::first_error(*world, mine); };
   }
   if (settings.device_memory_budget_mib <= 0) par.device_memory_bytes = procs.device_memory_per_process(&par.device_memory_source);
-  std::signal(SIGINT, on_sigint);
-  scheduler::TrialRunner runner(cfg, settings, monitor, *regions, par, [] { return g_stop.load(); });
+  catch_stop_signals();  // SIGINT, SIGTERM, SIGHUP: stop between steps, keep what is due
+  scheduler::TrialRunner runner(cfg, settings, monitor, *regions, par, [] { return stop_requested(); });
   // GPU power limits only when the configuration asks; restored when `limiter` dies (any exit
   // but SIGKILL) and explicitly at the end.
   std::unique_ptr<energy::PowerLimiter> limiter;
@@ -190,18 +189,19 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
   }
   auto interrupted = [&](char const* during) {
     if (!live) {
-      say(fmt::format("\ninterrupted: {} trials are in {}; continue with joule tune --resume {}\n",
-                      session.finished_trials(), out, out));
+      say(fmt::format("\ninterrupted by {}: {} trials are in {}; continue with joule tune --resume {}\n",
+                      stop_signal_text(), session.finished_trials(), out, out));
     } else if (cfg.train.checkpoint.empty()) {
-      say(fmt::format("\ninterrupted {} at step {}: {} trials are in {}; without train.checkpoint the training "
-                      "state is not kept\n", during, live->step(), session.finished_trials(), out));
+      say(fmt::format("\ninterrupted by {} {} at step {}: {} trials are in {}; without train.checkpoint the "
+                      "training state is not kept\n", stop_signal_text(), during, live->step(),
+                      session.finished_trials(), out));
     } else {  // between steps on every rank: the state is whole, so it is kept
       live->save_checkpoint_once(cfg.train.checkpoint);
-      say(fmt::format("\ninterrupted {} at step {}: {} trials are in {}, the training state in {}; continue with "
-                      "joule train --tune --resume {}\n", during, live->step(), session.finished_trials(), out,
-                      cfg.train.checkpoint, cfg.train.checkpoint));
+      say(fmt::format("\ninterrupted by {} {} at step {}: {} trials are in {}, the training state in {}; continue "
+                      "with joule train --tune --resume {}\n", stop_signal_text(), during, live->step(),
+                      session.finished_trials(), out, cfg.train.checkpoint, cfg.train.checkpoint));
     }
-    return 130;
+    return interrupted_status();
   };
 
   session.record_infeasible();
@@ -230,9 +230,9 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
     try {
       session.train(nullptr, root ? &std::cout : nullptr);
     } catch (scheduler::Interrupted const&) {
-      say(fmt::format("\ninterrupted during training: the search is complete in {}; the training run is not "
-                      "(run joule train with the chosen configuration)\n", out));
-      return 130;
+      say(fmt::format("\ninterrupted by {} during training: the search is complete in {}; the training run is "
+                      "not (run joule train with the chosen configuration)\n", stop_signal_text(), out));
+      return interrupted_status();
     }
   }
   if (limiter) {

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -136,12 +137,24 @@ bool sync_path(std::string const& path, bool folder) {
   return ok;
 }
 
+namespace {
+// A write past `ulimit -f` fails with EFBIG (SIGXFSZ is ignored, apps/stop_signals.hpp): say the limit.
+std::string file_size_limit_note(std::string const& why) {
+  struct rlimit limit;
+  if (why.find(std::strerror(EFBIG)) == std::string::npos || ::getrlimit(RLIMIT_FSIZE, &limit) != 0 ||
+      limit.rlim_cur == RLIM_INFINITY)
+    return "";
+  return "; this process's file-size limit (ulimit -f) is " + detail::bytes_text(double(limit.rlim_cur));
+}
+}  // namespace
+
 void commit_file(std::string const& path, std::string const& what,
                  std::function<void(std::string const& temporary)> const& write, CommitChecks const& checks) {
   struct stat st;
   bool const had_one = ::lstat(path.c_str(), &st) == 0;
   auto const fail = [&](std::string const& why) {
-    throw WriteError("cannot write the " + what + " " + path + ": " + why + "; " + free_space_text(path) + "; " +
+    throw WriteError("cannot write the " + what + " " + path + ": " + why + file_size_limit_note(why) + "; " +
+                     free_space_text(path) + "; " +
                      (had_one ? "the previous " + what + " there is unchanged" : "nothing was written there"));
   };
   if (std::string const problem = output_target_problem(path); !problem.empty())

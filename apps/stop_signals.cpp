@@ -1,0 +1,54 @@
+#include "stop_signals.hpp"
+
+#include <signal.h>
+
+#include <atomic>
+
+namespace joule::apps {
+
+namespace {
+
+std::atomic<int> g_signal{0};
+
+extern "C" void on_stop_signal(int sig) {
+  int expected = 0;
+  if (g_signal.compare_exchange_strong(expected, sig)) return;
+  // The second one: the user means it (async-signal-safe: sigaction and raise).
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, nullptr);
+  raise(sig);
+}
+
+}  // namespace
+
+void catch_stop_signals() {
+  struct sigaction act {};
+  act.sa_handler = on_stop_signal;
+  sigemptyset(&act.sa_mask);
+  act.sa_flags = SA_RESTART;  // reads and writes in progress go on; the run stops between steps
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &act, nullptr);
+}
+
+void ignore_file_size_signal() {
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGXFSZ, &ignore, nullptr);
+}
+
+int stop_signal() { return g_signal.load(); }
+
+int interrupted_status() { return 128 + stop_signal(); }
+
+std::string stop_signal_text() {
+  switch (stop_signal()) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM (a batch system's time limit, or kill)";
+    case SIGHUP: return "SIGHUP (its terminal or launcher went away)";
+    default: return "no signal";
+  }
+}
+
+}  // namespace joule::apps
