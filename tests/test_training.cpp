@@ -634,6 +634,26 @@ TEST_CASE("memory check: the host memory free is MemAvailable, lowered by a cgro
   REQUIRE_FALSE(here.host_identity.empty());
 }
 
+TEST_CASE("memory check: an address-space limit (ulimit -v) leaves what is not mapped yet, less the BLAS's buffers",
+          "[train][memory]") {
+  namespace fs = std::filesystem;
+  TempFile dir("");
+  fs::path const root(dir.path());
+  fs::create_directories(root);
+  write_text(root / "status", "Name:\tjoule\nVmPeak:\t  999999 kB\nVmSize:\t  409600 kB\nVmRSS:\t  1000 kB\n");
+  std::string why;
+  double const limit = 1024.0 * 1048576;
+  double const room = address_space_room(limit, (root / "status").string(), 2, &why);
+  double const blas = kDeviceIsHost ? 2 * kBlasBufferBytesPerThread + kMallocArenaBytes : 0;
+  REQUIRE(room > 0);
+  CHECK(room == limit - 400.0 * 1048576 - blas);
+  CHECK_THAT(why, Contains("address-space limit (ulimit -v 1.0 GiB: 400.0 MiB mapped now"));
+  // A limit that what is mapped and the buffers already exceed leaves nothing, not a negative figure.
+  CHECK(address_space_room(450.0 * 1048576, (root / "status").string(), 2, &why) == (kDeviceIsHost ? 0.0 : 50.0 * 1048576));
+  CHECK(std::isinf(address_space_room(-1, (root / "status").string(), 2, &why)));
+  fs::remove_all(root);
+}
+
 TEST_CASE("memory check: a configuration that does not fit is refused with the figures and the nearest that fits",
           "[train][memory]") {
   auto cfg = parse_config(tiny_config_json("unused.h5").dump(), "test config");

@@ -3,9 +3,12 @@
 #include "core/detail/bytes_text.hpp"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <limits>
 #include <fstream>
 #include <sstream>
 
@@ -34,6 +37,12 @@ std::string host_name() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   return host;
+}
+
+// The host threads that will run GEMMs (Kokkos' host space, which the BLAS follows); 1 before
+// Kokkos starts.
+int host_threads() {
+  return Kokkos::is_initialized() ? std::max(1, int(Kokkos::DefaultHostExecutionSpace().concurrency())) : 1;
 }
 
 // The first whole number in `path` (a cgroup file holds one number, or "max"); -1 if none.
@@ -75,8 +84,23 @@ double cgroup_room(std::string const& root, std::string const& self_cgroup, std:
 
 }  // namespace
 
+double address_space_room(double limit_bytes, std::string const& self_status, int threads, std::string* why) {
+  if (limit_bytes < 0) return std::numeric_limits<double>::infinity();
+  double mapped = 0;
+  std::ifstream in(self_status);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmSize:", 0) == 0) mapped = std::atof(line.c_str() + 7) * 1024.0;
+  // The first thread allocates from the main arena; each other one opens an arena of its own.
+  double const reserved = kDeviceIsHost ? threads * kBlasBufferBytesPerThread + (threads - 1) * kMallocArenaBytes : 0;
+  if (why)
+    *why = fmt::format("the room left under this process's address-space limit (ulimit -v {}: {} mapped now, {} "
+                       "kept for the BLAS's buffers of {} threads)", detail::bytes_text(limit_bytes),
+                       detail::bytes_text(mapped), detail::bytes_text(reserved), kDeviceIsHost ? threads : 0);
+  return std::max(0.0, limit_bytes - mapped - reserved);
+}
+
 double available_host_memory(std::string* source, std::string const& meminfo, std::string const& cgroup_root,
-                             std::string const& self_cgroup) {
+                             std::string const& self_cgroup, std::string const& self_status) {
   double bytes = -1;
   std::string what;
   std::ifstream in(meminfo);
@@ -99,6 +123,12 @@ double available_host_memory(std::string* source, std::string const& meminfo, st
   if (double const room = cgroup_room(cgroup_root, self_cgroup, &limit_file); room >= 0 && room < bytes) {
     bytes = room;
     what = "the room left under the limit in " + limit_file;
+  }
+  struct rlimit as_limit;
+  if (::getrlimit(RLIMIT_AS, &as_limit) == 0 && as_limit.rlim_cur != RLIM_INFINITY) {
+    std::string why;
+    double const room = address_space_room(double(as_limit.rlim_cur), self_status, host_threads(), &why);
+    if (room < bytes) bytes = room, what = why;
   }
   if (source) *source = what;
   return bytes;

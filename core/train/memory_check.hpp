@@ -38,11 +38,25 @@ struct MemoryAvailable {
   std::string device_identity, host_identity;
 };
 MemoryAvailable available_memory();
-// Host memory free now: MemAvailable, lowered to what the cgroup's limit leaves (v2 or v1).
-// `source` says which. The files are parameters for the tests.
+// Host memory free now: MemAvailable, lowered to what the cgroup's limit leaves (v2 or v1) and to
+// what this process's address-space limit leaves (address_space_room). `source` says which. The
+// files are parameters for the tests.
 double available_host_memory(std::string* source, std::string const& meminfo = "/proc/meminfo",
                              std::string const& cgroup_root = "/sys/fs/cgroup",
-                             std::string const& self_cgroup = "/proc/self/cgroup");
+                             std::string const& self_cgroup = "/proc/self/cgroup",
+                             std::string const& self_status = "/proc/self/status");
+
+// Address space the libraries take on first use, beside joule's own allocations, per host thread:
+// OpenBLAS's GEMM buffer (Debian 12's OpenBLAS 0.3.21 mallocs 128 MiB + 4 KiB per thread at its
+// first threaded GEMM, measured) and the glibc malloc arena each thread but the first opens for
+// it (a 64 MiB reservation). Under `ulimit -v` these count; when OpenBLAS cannot get its buffer it retries
+// forever, so a run they do not fit in is refused before it starts instead.
+inline constexpr double kBlasBufferBytesPerThread = 128.0 * 1048576 + 4096;
+inline constexpr double kMallocArenaBytes = 64.0 * 1048576;
+// Bytes left under an address-space limit of `limit_bytes` (RLIMIT_AS) once what the process maps
+// now (VmSize in `self_status`) and the libraries' per-thread reservations for `threads` host
+// threads are taken; `why` says so in words. A negative limit (none) gives +infinity.
+double address_space_room(double limit_bytes, std::string const& self_status, int threads, std::string* why);
 
 // How many processes of the job (this one included) share this process's device / host memory.
 struct MemorySharing {

@@ -89,4 +89,15 @@ grep -q "big.h5" "$work/fsize.out" && grep -q "File too large" "$work/fsize.out"
 left="$(ls -A "$work" | grep -c "^\.big\.h5\.joule-\|^big\.h5" || true)"
 [ "$left" = 0 ] || fail "ulimit -f: left behind: $(ls -A "$work")"
 echo "ok: ulimit -f: exit 1, the file and the limit named, nothing left"
+
+# 5. An address-space limit (ulimit -v) that the run and the BLAS's buffers do not fit in: refused
+# before the first step, naming the limit (OpenBLAS retried its buffer allocation forever: a hang).
+# Not under AddressSanitizer, whose shadow memory needs an unlimited address space.
+if ! ldd "$joule" | grep -q libasan; then
+  rc=0; (ulimit -v 450000; OMP_NUM_THREADS=2 exec timeout 120 "$joule" train --config "$work/small.json" --no-energy \
+    --steps 3) >"$work/vlimit.out" 2>&1 || rc=$?
+  [ $rc = 1 ] || fail "ulimit -v: exit $rc, expected 1 (124: it hung): $(tail -3 "$work/vlimit.out")"
+  grep -q "address-space limit (ulimit -v 439.5 MiB" "$work/vlimit.out" || fail "ulimit -v: the limit not named: $(cat "$work/vlimit.out")"
+  echo "ok: ulimit -v: refused before the first step, the limit named"
+fi
 echo "PASS"
