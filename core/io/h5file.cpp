@@ -105,7 +105,35 @@ void require_stored(H5File const& f, hid_t file, hid_t dataset, std::string cons
   if (layout == H5D_VIRTUAL) problem("is a virtual dataset; joule reads only data stored in the file itself");
   if (H5Pget_external_count(dcpl.id) > 0)
     problem("keeps its data in external files; joule reads only data stored in the file itself");
-  if (layout != H5D_COMPACT) {
+  // Filters (gzip, shuffle, fletcher32, szip: what h5py users write) are read by HDF5 itself; one
+  // this library lacks (h5py's LZF, Blosc, ... are plugins) is named, not taken for damage.
+  int const filters = H5Pget_nfilters(dcpl.id);
+  for (int i = 0; i < filters; ++i) {
+    unsigned flags = 0, config = 0;
+    std::size_t values = 0;
+    char name[128] = {};
+    H5Z_filter_t const id = H5Pget_filter2(dcpl.id, unsigned(i), &flags, &values, nullptr, sizeof name, name, &config);
+    if (id < 0) problem("has a filter pipeline HDF5 cannot read");
+    if (H5Zfilter_avail(id) <= 0)
+      problem("is stored through HDF5 filter " + std::to_string(id) + (name[0] ? std::string(" (\"") + name + "\")" : "") +
+              ", which this HDF5 library does not have (h5py's LZF is filter 32000, a plugin); write it again "
+              "with gzip (h5py: compression=\"gzip\") or without compression");
+  }
+  if (layout == H5D_CHUNKED && filters > 0) {
+    // HDF5 calls compressed chunks "partly allocated" (they take less than the data): count them.
+    int const rank = int(dims.size());
+    std::vector<hsize_t> chunk(std::size_t(std::max(rank, 1)), 0);
+    if (H5Pget_chunk(dcpl.id, rank, chunk.data()) != rank) problem("has a chunk shape HDF5 cannot read");
+    double expected = 1;
+    for (int d = 0; d < rank; ++d) expected *= chunk[d] ? double((dims[d] + chunk[d] - 1) / chunk[d]) : 0.0;
+    hsize_t stored = 0;
+    Handle space{H5Dget_space(dataset), H5Sclose};
+    if (space.id < 0 || H5Dget_num_chunks(dataset, space.id, &stored) < 0) problem("has a chunk index HDF5 cannot read");
+    if (stored == 0) problem(claims + " but stores none of them (a sparse or forged file)");
+    if (double(stored) < expected)
+      problem(claims + " but stores only " + std::to_string(stored) + " of its " + std::to_string((long long)expected) +
+              " chunks (a sparse or forged file)");
+  } else if (layout != H5D_COMPACT) {
     H5D_space_status_t status;
     if (H5Dget_space_status(dataset, &status) < 0) problem("has a storage index HDF5 cannot read");
     if (status == H5D_SPACE_STATUS_NOT_ALLOCATED)
@@ -115,7 +143,6 @@ void require_stored(H5File const& f, hid_t file, hid_t dataset, std::string cons
   }
   hsize_t file_size = 0;
   if (H5Fget_filesize(file, &file_size) < 0) problem("is in a file whose size HDF5 cannot tell");
-  int const filters = H5Pget_nfilters(dcpl.id);
   if (filters <= 0) {
     if (logical > file_size) problem(claims + ", more than the whole file (" + bytes_text(double(file_size)) + ")");
     return;

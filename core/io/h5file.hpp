@@ -41,9 +41,11 @@ class H5File {
   std::string dtype(std::string const& dataset) const;
   Dims dims(std::string const& dataset) const;
   // Throws unless the file really holds the data the dataset claims, so that nothing is allocated
-  // or read for a size a sparse or forged file only declares: every chunk must be stored; without
+  // or read for a size a sparse or forged file only declares: every chunk must be stored (for a
+  // compressed dataset, counted: HDF5 calls compressed chunks "partly allocated"); without
   // compression the data cannot be larger than the file, with it not larger than 4096 x the
-  // stored bytes (+ 64 MiB); data in external files or virtual datasets is refused. read() and
+  // stored bytes (+ 64 MiB); data in external files or virtual datasets is refused, and so is a
+  // filter this HDF5 library lacks (named). read() and
   // read_strings() check this themselves; callers of read_rows() check it once beforehand.
   void check_stored(std::string const& dataset) const;
 
