@@ -92,7 +92,12 @@ void check_kokkos_flag(std::string_view arg) {
                                f.range.allowed() + ")");
     if (arg.size() > flag.size() && arg.substr(0, flag.size()) == flag && arg[flag.size()] == '=') {
       std::string const label(flag);
-      f.range.check(arg.substr(flag.size() + 1), label.c_str());
+      long long const value = f.range.check(arg.substr(flag.size() + 1), label.c_str());
+      // Kokkos throws (an uncaught "expecting a match") when a flag and its variable disagree.
+      if (auto const variable = f.range.read(); variable && *variable != value)
+        throw environment::Error(std::string(f.range.name) + "=" + std::to_string(*variable) + " and " + label + "=" +
+                                 std::to_string(value) + " disagree: Kokkos takes both only when they match; set one "
+                                 "of them (or the same value in both)");
     }
   }
   for (std::string_view const ndevices : kNdevicesFlags) {

@@ -59,6 +59,9 @@ refused "$e --kokkos-threads is '0'; allowed: $threads" -- --kokkos-threads=0
 refused "$e --kokkos-num-threads is '0'; allowed: $threads" -- --kokkos-num-threads=0
 refused "$e --kokkos-threads is '99999'; allowed: $threads" -- --kokkos-threads=99999
 refused "$e --kokkos-threads needs its value after '=' (--kokkos-threads=N, N an integer in [1, 512])" -- --kokkos-threads
+# A variable and its flag that disagree: Kokkos threw an uncaught "expecting a match" (terminate).
+refused "$e KOKKOS_NUM_THREADS=3 and --kokkos-threads=2 disagree: Kokkos takes both only when they match; set one of them (or the same value in both)" KOKKOS_NUM_THREADS=3 -- --kokkos-threads=2
+accepted "\(2 threads/concurrency\)" KOKKOS_NUM_THREADS=2 -- --kokkos-threads=2
 refused "$e --kokkos-device-id is '-1'; allowed: an integer in [0, 1023]" -- --kokkos-device-id=-1
 refused "$e --kokkos-numa is 'abc'; allowed: an integer in [1, 512]" -- --kokkos-numa=abc
 refused "$e --kokkos-ndevices is 'abc'; allowed: N or N,S: N GPUs an integer in [1, 1024], S the one skipped an integer in [0, 1023]" -- --kokkos-ndevices=abc
