@@ -114,7 +114,11 @@ Config load_config_with(std::string const& path, std::function<void(nlohmann::js
   }
   // Depth and size first: nlohmann's parser, dump() and destructor recurse (a few hundred KB of
   // '[' overflowed the stack before any check ran).
-  check_json_limits(text, source);
+  try {  // a problem of the file's text (its size, nesting, a key given twice), never of a flag
+    check_json_limits(text, source);
+  } catch (ConfigError const& e) {
+    throw FileTextError(e.what());
+  }
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

@@ -9,6 +9,7 @@
 #include "support/test_support.hpp"
 #include "support/tiny_config.hpp"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -247,7 +248,8 @@ TEST_CASE("config: numbers beyond a field's range name the field, whatever their
       {"model.layers", "18446744073709551615", "cfg.json: model.layers is 18446744073709551615; allowed: [1, 256]"},
       {"model.layers", "-9223372036854775808", "cfg.json: model.layers is -9223372036854775808; allowed: [1, 256]"},
       {"model.layers", "99999999999999999999999", "cfg.json: model.layers is 1e+23, out of range [1, 256]"},
-      {"model.layers", "2.5", "cfg.json: model.layers is 2.5, not an integer; allowed: integers in [1, 256]"},
+      {"model.layers", "2.5", "cfg.json: model.layers is 2.5, not a whole number; allowed: integers in [1, 256]"},
+      {"train.seed", "2.5", "cfg.json: train.seed is 2.5, not a whole number"},
       {"train.batch", long_number.c_str(), "cfg.json: train.batch is 7777777777777777777777777777777777777..., out of range"},
       {"train.seed", "-1", "cfg.json: train.seed is -1, out of range [0, 18446744073709551615]"},
       {"train.seed", "1e30", "cfg.json: train.seed is 1e+30, out of range [0, 18446744073709551615]"},
@@ -256,6 +258,10 @@ TEST_CASE("config: numbers beyond a field's range name the field, whatever their
     INFO(c.field << " = " << c.raw);
     REQUIRE_THROWS_WITH(parse_config(with_raw_value(c.field, c.raw), "cfg.json"), Contains(c.message));
   }
+  // JSON has one kind of number: 2e0 and 2.0 are the integer 2 (they were refused as "2, not an integer").
+  REQUIRE(parse_config(with_raw_value("model.layers", "2e0"), "cfg.json").model.layers == 2);
+  REQUIRE(parse_config(with_raw_value("train.steps", "3.0"), "cfg.json").train.steps == 3);
+  REQUIRE(parse_config(with_raw_value("train.seed", "1e3"), "cfg.json").train.seed == 1000u);
   // The largest seed is a valid seed.
   REQUIRE(parse_config(with_raw_value("train.seed", "18446744073709551615"), "cfg.json").train.seed ==
           18446744073709551615ull);
@@ -267,6 +273,30 @@ TEST_CASE("config: numbers beyond a field's range name the field, whatever their
   // Only ConfigError escapes: other nlohmann errors (invalid UTF-8, bad escapes) are wrapped.
   REQUIRE_THROWS_AS(parse_config("{\"model\": \"\xff\"}", "cfg.json"), ConfigError);
   REQUIRE_THROWS_AS(parse_config("{\"model\": \"\\ud800\"}", "cfg.json"), ConfigError);
+}
+
+TEST_CASE("config: a key given twice is refused with its lines; control characters in keys are printed escaped",
+          "[config][hostile]") {
+  // JSON does not say which of two equal keys counts; nlohmann kept the last one without a word.
+  std::string const base = tiny_config_json("d.h5").dump(1);
+  std::string twice = base;
+  twice.insert(twice.find("\"steps\""), "\"steps\": 7,\n ");
+  auto const line_of = [&](std::size_t at) { return 1 + std::count(twice.begin(), twice.begin() + std::ptrdiff_t(at), '\n'); };
+  std::size_t const first = twice.find("\"steps\""), second = twice.find("\"steps\"", first + 1);
+  REQUIRE_THROWS_WITH(parse_config(twice, "cfg.json"),
+                      Contains("cfg.json: train.steps is given more than once (lines " + std::to_string(line_of(first)) +
+                               " and " + std::to_string(line_of(second)) + "); JSON does not say which one counts"));
+  std::string section = base;
+  section.insert(section.size() - 1, ",\"train\": {\"steps\": 5}");
+  REQUIRE_THROWS_WITH(parse_config(section, "cfg.json"), Contains("cfg.json: train is given more than once"));
+  // Keys inside arrays of objects are their own objects: equal keys in two elements are fine.
+  std::string arrays = base;
+  arrays.insert(arrays.size() - 1, ",\"parallel\": {\"x\": [{\"a\": 1}, {\"a\": 2}]}");
+  REQUIRE_NOTHROW(parse_config(arrays, "cfg.json"));  // (parallel is read by the process set-up, not here)
+  // A NUL in a key no longer cuts the message short.
+  std::string nul = base;
+  nul.insert(nul.find("\"steps\""), "\"st\\u0000x\": 1, ");
+  REQUIRE_THROWS_WITH(parse_config(nul, "cfg.json"), Contains("train.st\\u0000x unknown field (allowed in train: "));
 }
 
 namespace {

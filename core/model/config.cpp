@@ -3,7 +3,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -90,6 +93,94 @@ class NumberPaths : public nlohmann::json_sax<json> {
   std::size_t count_ = 0;
 };
 
+// A key as it can be printed: control characters (a NUL would cut the message) as \u00XX.
+std::string printable(std::string const& key) {
+  std::string out;
+  for (unsigned char c : key) {
+    if (c < 0x20 || c == 0x7f) {
+      char code[8];
+      std::snprintf(code, sizeof code, "\\u%04x", unsigned(c));
+      out += code;
+    } else {
+      out += char(c);
+    }
+  }
+  return out;
+}
+
+// Finds the first key given twice in one object ("train.steps"): JSON leaves which one counts to
+// the reader (nlohmann keeps the last), so joule refuses the document instead of guessing.
+class DuplicateKeys : public nlohmann::json_sax<json> {
+ public:
+  std::string found;  // the path of the first duplicate, "" if none
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, string_t const&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    frames_.push_back({false, {}, {}, 0});
+    return true;
+  }
+  bool key(string_t& k) override {
+    auto& f = frames_.back();
+    f.key = k;
+    if (!f.keys.insert(k).second && found.empty()) found = path();
+    return found.empty();  // stop at the first
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override {
+    frames_.push_back({true, {}, {}, 0});
+    return true;
+  }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, std::string const&, nlohmann::detail::exception const&) override { return false; }
+
+ private:
+  struct Frame {
+    bool array = false;
+    std::string key;
+    std::set<std::string> keys;
+    std::size_t index = 0;
+  };
+  bool close() {
+    frames_.pop_back();
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    return true;
+  }
+  std::string path() const {
+    std::string p;
+    for (auto const& f : frames_)
+      p += f.array ? "[" + std::to_string(f.index) + "]" : (p.empty() ? "" : ".") + printable(f.key);
+    return p;
+  }
+  std::vector<Frame> frames_;
+};
+
+void reject_duplicate_keys(std::string const& text, std::string const& source) {
+  DuplicateKeys keys;
+  json::sax_parse(text, &keys, json::input_format_t::json, /*strict=*/false);
+  if (keys.found.empty()) return;
+  // The lines where the key's text appears (the same name elsewhere in the file is listed too).
+  std::string const last = keys.found.substr(keys.found.find_last_of('.') + 1);
+  std::string const token = "\"" + last + "\"";
+  std::vector<int> lines;
+  for (std::size_t at = text.find(token); at != std::string::npos; at = text.find(token, at + 1)) {
+    std::size_t after = at + token.size();
+    while (after < text.size() && std::isspace(static_cast<unsigned char>(text[after]))) ++after;
+    if (after < text.size() && text[after] == ':') lines.push_back(1 + int(std::count(text.begin(), text.begin() + at, '\n')));
+  }
+  std::string where;
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    where += (i == 0 ? " (lines " : i + 1 == lines.size() ? " and " : ", ") + std::to_string(lines[i]);
+  if (!where.empty()) where += ")";
+  throw ConfigError(source + ": " + keys.found + " is given more than once" + where +
+                    "; JSON does not say which one counts, so joule takes neither: keep one");
+}
+
 // nlohmann-json refuses a number beyond the range of a double ("1e999") without saying where it
 // is. This finds every such number token (outside strings), parses the text with each replaced by
 // a finite stand-in, and records where each was given, so the field that reads it can say so.
@@ -168,10 +259,11 @@ class Section {
       if (x < lo || x > hi) fail(key, "is " + std::to_string(x) + "; allowed: " + range);
       return int(x);
     }
-    if (v.is_number_float()) {
+    if (v.is_number_float()) {  // 2e0 and 2.0 are the number 2 (JSON has one kind of number); 2.5 is not whole
       double const x = v.get<double>();
       if (x < double(lo) || x > double(hi)) fail(key, "is " + number_text(x) + ", out of range " + range);
-      fail(key, "is " + number_text(x) + ", not an integer; allowed: integers in " + range);
+      if (x != std::floor(x)) fail(key, "is " + number_text(x) + ", not a whole number; allowed: integers in " + range);
+      return int(x);
     }
     fail(key, "must be an integer in " + range);
   }
@@ -184,7 +276,8 @@ class Section {
     if (v.is_number_float()) {
       double const x = v.get<double>();
       if (x < 0 || x >= 18446744073709551616.0) fail(key, "is " + number_text(x) + ", out of range " + range);
-      fail(key, "is " + number_text(x) + ", not an integer; allowed: integers in " + range);
+      if (x != std::floor(x)) fail(key, "is " + number_text(x) + ", not a whole number; allowed: integers in " + range);
+      return std::uint64_t(x);
     }
     fail(key, "must be an integer >= 0");
   }
@@ -220,7 +313,7 @@ class Section {
       if (!seen_.count(item.key())) {
         std::string allowed;
         for (auto const& k : seen_) allowed += (allowed.empty() ? "" : ", ") + k;
-        fail_at(name_ + "." + item.key(), "unknown field (allowed in " + name_ + ": " + allowed + ")");
+        fail_at(name_ + "." + printable(item.key()), "unknown field (allowed in " + name_ + ": " + allowed + ")");
       }
   }
   void mark_known(char const* key) { seen_.insert(key); }
@@ -274,6 +367,7 @@ void check_json_limits(std::string const& text, std::string const& source) {
       --depth;  // unbalanced text is left to the parser to report
     }
   }
+  reject_duplicate_keys(text, source);  // within the depth limit now; invalid text is the parser's to report
 }
 
 Config parse_config(std::string const& json_text, std::string const& source) {
@@ -294,7 +388,8 @@ Config parse_config(std::string const& json_text, std::string const& source) {
     // process set-up (parallel/backend_choice.hpp); training ignores them.
     if (item.key() != "model" && item.key() != "data" && item.key() != "train" && item.key() != "tune" &&
         item.key() != "parallel")
-      throw ConfigError(source + ": unknown section '" + item.key() + "' (allowed: model, data, train, tune, parallel)");
+      throw ConfigError(source + ": unknown section '" + printable(item.key()) +
+                        "' (allowed: model, data, train, tune, parallel)");
 
   Config cfg;
   {

@@ -103,7 +103,8 @@ struct Config {
 inline constexpr std::size_t kConfigMaxBytes = std::size_t(16) << 20;  // 16 MiB
 inline constexpr int kConfigMaxDepth = 64;
 // Throws ConfigError "SOURCE: ..." naming the limit when `text` is larger than kConfigMaxBytes or
-// nests arrays/objects deeper than kConfigMaxDepth (brackets inside strings do not count).
+// nests arrays/objects deeper than kConfigMaxDepth (brackets inside strings do not count), and
+// naming the key and its lines when an object gives a key twice (JSON does not say which counts).
 void check_json_limits(std::string const& text, std::string const& source);
 
 // Checks the limits above, parses (a number beyond the range of a double, e.g. 1e999, is reported
