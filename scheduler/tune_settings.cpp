@@ -1,5 +1,6 @@
 #include "scheduler/tune_settings.hpp"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -25,6 +26,7 @@ namespace {
 template <class T>
 bool within(nlohmann::json const& v, T lo, T hi) {
   if constexpr (std::is_integral_v<T>) {
+    if (v.is_number_float()) return v.get<double>() >= double(lo) && v.get<double>() <= double(hi);
     if (v.is_number_unsigned()) {
       auto const u = v.get<std::uint64_t>();
       return hi >= 0 && u <= std::uint64_t(hi) && (lo <= 0 || u >= std::uint64_t(lo));
@@ -37,6 +39,12 @@ bool within(nlohmann::json const& v, T lo, T hi) {
   }
 }
 
+// An integer field: a JSON integer, or a number with no fraction (2e0 and 2.0 are the number 2:
+// JSON has one kind of number).
+bool whole(nlohmann::json const& v) {
+  return v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
+}
+
 template <class T>
 std::vector<T> list(nlohmann::json const& j, char const* field, T lo, T hi) {
   if (!j.contains(field)) return {};
@@ -45,8 +53,8 @@ std::vector<T> list(nlohmann::json const& j, char const* field, T lo, T hi) {
   if (!v.is_array() || v.empty()) fail_field(field, "must be a non-empty list of numbers (or \"all\")");
   std::vector<T> out;
   for (std::size_t i = 0; i < v.size(); ++i) {
-    bool const ok = std::is_integral_v<T> ? v[i].is_number_integer() : v[i].is_number();
-    if (!ok) fail_field(std::string(field) + "[" + std::to_string(i) + "]", std::is_integral_v<T> ? "must be an integer" : "must be a number");
+    bool const ok = std::is_integral_v<T> ? whole(v[i]) : v[i].is_number();
+    if (!ok) fail_field(std::string(field) + "[" + std::to_string(i) + "]", std::is_integral_v<T> ? "must be a whole number" : "must be a number");
     if (!within(v[i], lo, hi))
       fail_field(std::string(field) + "[" + std::to_string(i) + "]",
            "= " + v[i].dump() + " is outside [" + nlohmann::json(lo).dump() + ", " + nlohmann::json(hi).dump() + "]");
@@ -59,7 +67,7 @@ template <class T>
 T number(nlohmann::json const& j, char const* field, T fallback, T lo, T hi) {
   if (!j.contains(field)) return fallback;
   auto const& v = j.at(field);
-  if (!(std::is_integral_v<T> ? v.is_number_integer() : v.is_number())) fail_field(field, std::is_integral_v<T> ? "must be an integer" : "must be a number");
+  if (!(std::is_integral_v<T> ? whole(v) : v.is_number())) fail_field(field, std::is_integral_v<T> ? "must be a whole number" : "must be a number");
   if (!within(v, lo, hi)) fail_field(field, "= " + v.dump() + " is outside [" + nlohmann::json(lo).dump() + ", " + nlohmann::json(hi).dump() + "]");
   return v.get<T>();
 }

@@ -68,6 +68,11 @@ TEST_CASE("tune settings: defaults, values, and clear errors", "[tune]") {
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"offload", {0}}})),
                       Contains("unknown field tune.offload") && Contains("offload_ratios"));
   REQUIRE(parse_tune_settings(with_tune(j, {{"power_limits_w", {300, 450}}})).power_limits_w == std::vector<int>{300, 450});
+  // 2.0 is the number 2 (JSON has one kind of number); 2.5 is not whole.
+  REQUIRE(parse_tune_settings(with_tune(j, {{"measured_steps", 3.0}, {"micro_batches", {1.0, 3}}})).micro_batches ==
+          std::vector<int>{1, 3});
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"measured_steps", 2.5}})),
+                      Contains("tune.measured_steps must be a whole number"));
   // Cast placements: names, each once, and only for bf16 runs (an fp32 run has no cast to place).
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"offload_casts", {"host"}}})), Contains("is for bf16 runs"));
   {
