@@ -7,7 +7,19 @@
 
 CAPTIONS.tsv: one sample per line, "file<TAB>caption". With --frames F > 1 a sample is a video
 clip: "file1,file2,...,fileF<TAB>caption" (exactly F frames). Captions are UTF-8 bytes; each
-must fit in text-len - 2 bytes (BOS and EOS are added, PAD fills the rest).
+must fit in text-len - 2 bytes (BOS and EOS are added, PAD fills the rest) and hold no control
+character but tab (none of U+0000-U+001F and U+007F: no NUL byte, no escape sequence).
+
+Every listed image must be a regular file (or a symlink to one): a FIFO, a device, a socket or a
+folder is refused before any image is read (a FIFO would hang the converter). PIL reads the
+image whole: a file it cannot identify, a truncated file (rows missing) or a damaged one (for PNG:
+a chunk whose CRC is wrong, no IEND chunk) stops the converter naming the file. 16-bit images are
+brought to 8 bits by their high byte (v >> 8, as PIL does for 16-bit RGB and stb_image, joule's
+reader, for all; a grey value of 32896 = 0x8080 becomes 128); greyscale integer images (PIL modes
+I and I;16*, e.g. 16-bit PNG and TIFF) must hold values in 0..65535, else they are refused naming
+the range found. Floating-point images (PIL mode F, e.g. 32-bit float TIFF) must hold values in
+[0, 1], which are scaled by 255 and rounded half up (0.5 becomes 128); other values (or NaN) are
+refused naming the range found.
 
 Images are converted to --channels (1: grayscale, PIL mode "L"; 3: RGB, the default; 4: RGBA;
 set the model's model.channels to the same number) and then brought to image-size x image-size
@@ -30,8 +42,9 @@ reader checks (docs/datasets.md describes the format). Needs Debian's python3-h5
 
 Refused before any image is read or anything written: values joule would refuse (--image-size, --frames,
 --text-len, --channels, --eval-fraction outside the ranges of core/model/limits.json, the file
-joule's configuration parser reads them from), an empty caption or one too long for --text-len
-(naming its line), an OUT that is one of the inputs (the captions file, the image folder or an
+joule's configuration parser reads them from), an empty caption, one too long for --text-len
+or one holding a control character (naming its line), a listed image that is missing or not a
+regular file (naming it), an OUT that is one of the inputs (the captions file, the image folder or an
 image it lists, also through a symlink or hard link) or a folder, and an OUT whose folder has less
 free space than the file needs.
 
@@ -50,6 +63,7 @@ import re
 import shutil
 import signal
 import stat
+import struct
 import sys
 import tempfile
 
@@ -75,6 +89,10 @@ def import_libraries():
     import h5py as h5py_module
     import numpy as numpy_module
     from PIL import Image as image_module
+    from PIL import ImageFile
+    # Never decode a truncated file as an image with its missing rows filled in (the default, set
+    # here in case anything imported before changed it): PIL raises instead, and the file is named.
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
     h5py, np, Image = h5py_module, numpy_module, image_module
 
 
@@ -118,11 +136,33 @@ def in_range(option, key, lo, hi):
     return parse
 
 
+# The C0 control characters' names, for messages.
+CONTROL_NAMES = ("NUL SOH STX ETX EOT ENQ ACK BEL BS HT LF VT FF CR SO SI DLE DC1 DC2 DC3 DC4 NAK SYN ETB CAN EM SUB "
+                 "ESC FS GS RS US").split()
+
+
+def control_character(caption):
+    """The first control character other than tab in caption, as (its position from 1, its
+    description), or None. (Line ends never reach a caption: the file is read in universal
+    newlines mode, which ends a line at LF, CR LF and CR.)"""
+    for i, c in enumerate(caption):
+        code = ord(c)
+        if (code < 0x20 and c != "\t") or code == 0x7F:
+            name = "DEL" if code == 0x7F else CONTROL_NAMES[code]
+            return i + 1, f"U+{code:04X} ({name}{' byte' if code == 0 else ''})"
+    return None
+
+
 def encode(caption, text_len, where):
     data = caption.encode("utf-8")
     if not caption.strip():
         fail(f"{where}: empty caption ({caption!r}); a caption holds 1 to {text_len - 2} bytes "
              f"(--text-len {text_len} less BOS and EOS) and not only spaces")
+    control = control_character(caption)
+    if control:
+        shown = caption if len(caption) <= 60 else caption[:57] + "..."
+        fail(f"{where}: the caption {shown!r} holds the control character {control[1]} at character "
+             f"{control[0]}; a caption is text, and the only control character it may hold is tab")
     if len(data) + 2 > text_len:
         fail(f"{where}: caption needs {len(data) + 2} tokens with BOS/EOS, more than --text-len {text_len} "
              f"(at most {text_len - 2} bytes)")
@@ -193,13 +233,99 @@ def read_lines(f, path):
         fail(f"{path}: not UTF-8 text ({e})")
 
 
+def not_regular(path, mode, where):
+    """The refusal of a listed image that is not a regular file (mode: its target's st_mode)."""
+    via = " is a symbolic link to" if os.path.islink(path) else " is"
+    why = (" (reading a FIFO waits for a writer, forever if there is none)" if stat.S_ISFIFO(mode) else
+           " (a device can be read without end)" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "")
+    fail(f"{where}: the image {path}{via} {file_kind(mode)}, not a regular file; list image files only{why}")
+
+
+def check_images(samples):
+    """Every listed image is there and a regular file, before any image is read: a FIFO would
+    block the converter (opening it waits for a writer), a device could be read without end."""
+    seen = set()
+    for where, paths, _ in samples:
+        for path in paths:
+            if path in seen:
+                continue
+            seen.add(path)
+            try:
+                mode = os.stat(path).st_mode  # follows symlinks
+            except ValueError as e:  # a NUL byte in the name
+                fail(f"{where}: cannot read image {path!r}: {e}")
+            except OSError as e:
+                fail(f"{where}: cannot read image {path}: {e.strerror or e}")
+            if not stat.S_ISREG(mode):
+                not_regular(path, mode, where)
+
+
+def open_image_file(path, where):
+    """The image file, opened for reading. O_NONBLOCK: should the path have become a FIFO since
+    check_images, the open returns at once instead of waiting for a writer, and fstat refuses it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        fail(f"{where}: cannot read image {path}: {e.strerror or e}")
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        not_regular(path, mode, where)
+    return os.fdopen(fd, "rb")
+
+
+def damaged(e):
+    """Whether PIL's exception while decoding says the file's data is cut short or corrupt."""
+    return (isinstance(e, (SyntaxError, EOFError, struct.error)) or
+            re.search(r"truncat|broken|corrupt|damaged|premature|incomplete", str(e), re.IGNORECASE) is not None)
+
+
+def to_8_bits(img, path, where):
+    """PIL converts integer (modes I, I;16...) and floating-point (mode F) images to 8 bits by
+    clipping: 16-bit grey 32896 becomes 255 and a float 0.5 becomes 0. They are scaled here to an
+    8-bit greyscale image; other modes are returned as they are."""
+    if img.mode == "F":
+        a = np.asarray(img, dtype=np.float64)
+        if np.isnan(a).any():
+            fail(f"{where}: {path} is a floating-point image (PIL mode F) holding NaN (not a number) values; "
+                 f"floating-point pixels must lie in [0, 1] (they are scaled by 255)")
+        lo, hi = float(a.min()), float(a.max())
+        if lo < 0 or hi > 1:
+            fail(f"{where}: {path} is a floating-point image (PIL mode F) with values in [{lo:g}, {hi:g}]; "
+                 f"floating-point pixels must lie in [0, 1] (they are scaled by 255): rescale the image to "
+                 f"[0, 1] or save it with 8 or 16 bits per channel")
+        return Image.fromarray(np.floor(a * 255 + 0.5).astype(np.uint8), "L")  # rounded half up: 0.5 -> 128
+    if img.mode == "I" or img.mode.startswith("I;"):
+        a = np.asarray(img if img.mode == "I" else img.convert("I")).astype(np.int64)
+        lo, hi = int(a.min()), int(a.max())
+        if lo < 0 or hi > 65535:
+            fail(f"{where}: {path} is an integer image (PIL mode {img.mode}) with values in [{lo}, {hi}]; integer "
+                 f"greyscale pixels must lie in 0..65535 (16 bits, brought to 8 by their high byte)")
+        return Image.fromarray((a >> 8).astype(np.uint8), "L")  # the high byte: 32896 = 0x8080 -> 128
+    return img
+
+
 def load_image(path, mode, size, resize, where):
     """One frame as uint8 [C, H, W]."""
-    try:
-        with Image.open(path) as img:
-            img = img.convert(mode)  # reads the whole file: a damaged one fails here
-    except (OSError, ValueError, Image.DecompressionBombError) as e:
-        fail(f"{where}: cannot read image {path}: {e}")
+    with open_image_file(path, where) as f:
+        try:
+            with Image.open(f) as img:
+                img.verify()  # PNG: every chunk whole with its CRC right, up to IEND (other formats: nothing)
+            f.seek(0)
+            with Image.open(f) as img:
+                img.load()  # decodes the whole file: a truncated one raises here (LOAD_TRUNCATED_IMAGES is off)
+                img = to_8_bits(img, path, where)
+                img = img.convert(mode)
+        except Image.UnidentifiedImageError:
+            fail(f"{where}: cannot read image {path}: PIL cannot identify it as an image (not an image file, a "
+                 f"format PIL lacks, or a damaged header)")
+        except Image.DecompressionBombError as e:
+            fail(f"{where}: cannot read image {path}: {e}")
+        except (OSError, ValueError, SyntaxError, EOFError, struct.error, IndexError, KeyError) as e:
+            detail = " ".join(str(e).split()) or type(e).__name__
+            if damaged(e):
+                fail(f"{where}: cannot read image {path}: the file is truncated or damaged (PIL: {detail})")
+            fail(f"{where}: cannot read image {path}: {detail}")
     if resize == "none":
         if img.size != (size, size):
             fail(f"{where}: {path} is {img.size[0]}x{img.size[1]} pixels (width x height); "
@@ -486,6 +612,7 @@ def main():
             captions.append(caption)
     if not samples:
         fail(f"{args.captions}: no samples")
+    check_images(samples)
 
     inputs = [("the captions file", args.captions), ("the image folder", args.image_dir)]
     inputs += [(f"the image of {where}", path) for where, paths, _ in samples for path in paths]

@@ -8,6 +8,14 @@
 #                                the same value in a configuration (core/model/limits.json is the one
 #                                source of both); an empty caption is refused naming its line; a
 #                                dataset larger than the free space is refused before any work;
+#   images and captions          16-bit grey PNGs are brought to 8 bits by the high byte (32896 ->
+#                                128) and float TIFFs in [0, 1] scaled by 255 (0.5 -> 128), read back
+#                                from /images (PIL alone clips them: 255 and 0); floats outside [0, 1]
+#                                and integer images outside 0..65535 are refused naming the range; a
+#                                PNG cut to 60 % of its bytes, or without its IEND, is refused as
+#                                truncated or damaged; a caption holding NUL or ESC is refused naming
+#                                its line; a listed FIFO (under a 60 s timeout: it used to hang), a
+#                                symlink to /dev/zero and a folder are refused as not regular files;
 #   failing writes               a full disk (ENOSPC), an exceeded quota (EDQUOT) and an I/O error
 #                                (EIO) injected (tests/support/fault_writes.c) at the first byte, a
 #                                few KiB in and at the last byte of the write, over an existing good
@@ -44,11 +52,11 @@ with open(f"{work}/huge.tsv", "w") as f:
 PY
 opts=(--image-size 4 --text-len 12)
 
-# expect_refusal 'MESSAGE' ARGS...: exit status 1 or 2 (argparse), MESSAGE on stderr, no traceback.
+# expect_refusal 'MESSAGE' ARGS...: exit status 1 or 2 (argparse) within 60 s, MESSAGE on stderr, no traceback.
 expect_refusal() {
   local want="$1"; shift
   local rc=0
-  $py "$conv" "$@" >"$work/out" 2>"$work/err" || rc=$?
+  timeout 60 $py "$conv" "$@" >"$work/out" 2>"$work/err" || rc=$?  # a hang fails (exit 124)
   [ "$rc" -eq 1 ] || [ "$rc" -eq 2 ] || { cat "$work/out" "$work/err"; fail "exit $rc (want 1 or 2): $*"; }
   grep -qF -- "$want" "$work/err" || { cat "$work/err"; fail "expected '$want' for: $*"; }
   if grep -q Traceback "$work/err"; then cat "$work/err"; fail "a traceback for: $*"; fi
@@ -131,6 +139,85 @@ grep -qF "cannot write $work/huge.h5: 64 samples of 256 frame(s) of 4x4096x4096 
 # The boundary values themselves are accepted (the cheap ones).
 $py "$conv" "$img" "$work/caps.tsv" "$work/edge.h5" --image-size 4 --text-len "$(limit model text_len max)" \
   --eval-fraction "$(limit data eval_fraction max)" >/dev/null
+
+# --- Images PIL misreads or hangs on, damaged images, control characters in captions ------------
+$py - "$img" "$work" <<'PY'
+import sys
+import numpy as np
+from PIL import Image
+img, work = sys.argv[1:]
+rng = np.random.RandomState(5)
+# PIL brings these to 8 bits by clipping: the 16-bit grey 32896 (0x8080) became 255, the float 0.5 became 0.
+Image.fromarray(np.full((4, 4), 32896, dtype=np.uint16)).save(f"{img}/grey16.png")
+ramp16 = np.array([0, 255, 256, 257, 32767, 32768, 32896, 65535,
+                   65280, 65279, 51400, 1000, 12345, 40000, 60000, 65534], dtype=np.uint16).reshape(4, 4)
+Image.fromarray(ramp16).save(f"{img}/ramp16.png")
+np.save(f"{work}/ramp16.npy", ramp16)
+Image.fromarray(np.full((4, 4), 0.5, dtype=np.float32)).save(f"{img}/half.tiff")
+Image.fromarray(np.tile(np.array([0, 0.25, 0.5, 0.75], dtype=np.float32), (4, 1))).save(f"{img}/ramp.tiff")
+far = np.full((4, 4), 0.5, dtype=np.float32)
+far[0, 0], far[1, 2] = -0.25, 255.0
+Image.fromarray(far).save(f"{img}/far.tiff")
+Image.fromarray(np.full((4, 4), -5, dtype=np.int32)).save(f"{img}/negative.tiff")  # PIL mode I
+# 64x64 noise (it does not compress), then cut to 60 % of its bytes: most rows missing; and the
+# same file with only its IEND chunk cut off.
+Image.fromarray(rng.randint(0, 256, size=(64, 64, 3), dtype=np.uint8), "RGB").save(f"{img}/whole.png")
+data = open(f"{img}/whole.png", "rb").read()
+open(f"{img}/cut.png", "wb").write(data[:len(data) * 6 // 10])
+open(f"{img}/no_iend.png", "wb").write(data[:-12])
+tsv = {"deep": "grey16.png\t16 bits\nhalf.tiff\tfloat half\nramp16.png\tramp 16\nramp.tiff\tramp float\n",
+       "far": "p0.png\tfine\nfar.tiff\tfar\n", "negative": "p0.png\tfine\nnegative.tiff\tnegative\n",
+       "whole": "whole.png\twhole\n", "cut": "p0.png\tfine\ncut.png\tcut\n", "no_iend": "no_iend.png\tno end\n",
+       "nul": "p0.png\tfine\np1.png\tnul\0byte\n", "esc": "p0.png\t\x1b[1mbold\n",
+       "pipe": "p0.png\tfine\npipe.png\tpipe\n", "zero": "zero.png\tzero\n", "folder": "p0.png,folder\tclip\n"}
+for name, text in tsv.items():
+    with open(f"{work}/{name}.tsv", "w") as f:
+        f.write(text)
+PY
+# 16-bit: the high byte (32896 -> 128; v >> 8 for every v); float in [0, 1]: times 255, rounded half up.
+$py "$conv" "$img" "$work/deep.tsv" "$work/deep.h5" "${opts[@]}" --resize none >/dev/null
+$py - "$work/deep.h5" "$work/ramp16.npy" <<'PY' || fail "16-bit or float images were not scaled to 8 bits"
+import sys
+import h5py
+import numpy as np
+with h5py.File(sys.argv[1], "r") as f:
+    images = f["images"][...]
+assert images.shape == (4, 1, 3, 4, 4), images.shape
+want = {"grey16.png (16-bit 32896)": np.full((4, 4), 128),
+        "half.tiff (float 0.5)": np.full((4, 4), 128),
+        "ramp16.png (16-bit, v >> 8)": np.load(sys.argv[2]).astype(np.int64) >> 8,
+        "ramp.tiff (float 0, .25, .5, .75)": np.tile([0, 64, 128, 191], (4, 1))}
+bad = [f"{name}: {images[i, 0, 0].tolist()}, want {w.tolist()}" for i, (name, w) in enumerate(want.items())
+       if not all(np.array_equal(images[i, 0, c], w) for c in range(3))]
+print("\n".join(bad), file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+expect_refusal "$work/far.tsv:2: $img/far.tiff is a floating-point image (PIL mode F) with values in [-0.25, 255]; floating-point pixels must lie in [0, 1]" \
+  "$img" "$work/far.tsv" "$work/x.h5" "${opts[@]}"
+expect_refusal "$work/negative.tsv:2: $img/negative.tiff is an integer image (PIL mode I) with values in [-5, -5]; integer greyscale pixels must lie in 0..65535" \
+  "$img" "$work/negative.tsv" "$work/x.h5" "${opts[@]}"
+# A truncated PNG: refused, not decoded with its missing rows black (the whole file is accepted).
+$py "$conv" "$img" "$work/whole.tsv" "$work/whole.h5" "${opts[@]}" >/dev/null || fail "the whole PNG was refused"
+expect_refusal "$work/cut.tsv:2: cannot read image $img/cut.png: the file is truncated or damaged" \
+  "$img" "$work/cut.tsv" "$work/x.h5" "${opts[@]}"
+expect_refusal "$work/no_iend.tsv:1: cannot read image $img/no_iend.png: the file is truncated or damaged" \
+  "$img" "$work/no_iend.tsv" "$work/x.h5" "${opts[@]}"
+# Control characters in a caption: refused naming the line (a NUL byte would end the caption in C).
+expect_refusal "$work/nul.tsv:2: the caption 'nul\\x00byte' holds the control character U+0000 (NUL byte) at character 4" \
+  "$img" "$work/nul.tsv" "$work/x.h5" "${opts[@]}"
+expect_refusal "$work/esc.tsv:1: the caption '\\x1b[1mbold' holds the control character U+001B (ESC) at character 1" \
+  "$img" "$work/esc.tsv" "$work/x.h5" "${opts[@]}"
+# A listed image that is not a regular file: refused before it is opened (a FIFO that nobody writes
+# hung the converter in open(); expect_refusal's timeout turns a hang into a failure).
+mkfifo "$img/pipe.png"; ln -s /dev/zero "$img/zero.png"; mkdir "$img/folder"
+expect_refusal "$work/pipe.tsv:2: the image $img/pipe.png is a FIFO (named pipe), not a regular file" \
+  "$img" "$work/pipe.tsv" "$work/x.h5" "${opts[@]}"
+expect_refusal "$work/zero.tsv:1: the image $img/zero.png is a symbolic link to a character device, not a regular file" \
+  "$img" "$work/zero.tsv" "$work/x.h5" "${opts[@]}"
+expect_refusal "$work/folder.tsv:1: the image $img/folder is a folder, not a regular file" \
+  "$img" "$work/folder.tsv" "$work/x.h5" "${opts[@]}" --frames 2
+[ ! -e "$work/x.h5" ] || fail "a refused conversion wrote $work/x.h5"
+rm -f "$img/pipe.png" "$img/zero.png"; rmdir "$img/folder"
 
 # --- Failing writes over a good output ----------------------------------------------------------
 out="$work/good.h5"
