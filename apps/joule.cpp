@@ -15,7 +15,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <iostream>
 #include <exception>
 #include <string>
 #include <vector>
@@ -170,7 +174,18 @@ int main(int argc, char** argv) {
       }
     return app.exit(e);
   }
+  // What a command printed must reach standard output whole: a full disk or a closed pipe there is
+  // an error (a short report written to /dev/full used to be lost with exit status 0).
+  auto const output_written = [](int rc) {
+    std::cout.flush();
+    if (std::fflush(stdout) == 0 && !std::ferror(stdout) && std::cout.good()) return rc;
+    int const error = errno;
+    fmt::print(stderr, "joule: error: cannot write to standard output ({}): what it printed is incomplete\n",
+               error ? std::strerror(error) : "a write failed");
+    return rc == 0 ? 1 : rc;
+  };
   try {
+    return output_written([&]() -> int {
     if (*bench_cmd) {
       joule::apps::OffloadBenchOptions offload;
       offload.repeats = bench.repeats;
@@ -193,6 +208,8 @@ int main(int argc, char** argv) {
     if (*info_cmd) print_version();
     for (auto const& run : {run_train, run_data, run_energy, run_tune, run_inspect, run_caption})
       if (int const rc = run(); rc >= 0) return rc;
+    return 0;
+    }());
   } catch (std::exception const& e) {
     fmt::print(stderr, "joule: error: {}\n", e.what());
     return 1;

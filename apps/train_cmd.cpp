@@ -8,6 +8,7 @@
 #include "processes.hpp"
 #include "run_config.hpp"
 #include "stop_signals.hpp"
+#include "scheduler/run_log.hpp"
 #include "scheduler/statistics.hpp"
 #include "scheduler/tune_settings.hpp"
 #include "tune_job.hpp"
@@ -111,6 +112,13 @@ int run_train(TrainOptions const& o) {
   if (!o.tune && (o.objective || o.strategy || !o.tune_log.empty()))
     throw ConfigError(std::string(o.objective ? "--objective" : o.strategy ? "--strategy" : "--tune-log") +
                       " applies to a tuned run: add --tune");
+  // A tuning log is the file people reach for to continue a tuned run: say what to do with it.
+  if (!o.resume.empty() && scheduler::is_run_log(o.resume))
+    throw ConfigError("--resume " + o.resume + " is a tuning run log, not a checkpoint: " +
+                      (o.tune ? "joule train --tune --resume takes the checkpoint the tuned run wrote (its "
+                                "train.checkpoint), which names this log; "
+                              : "joule train --resume takes a checkpoint (train.checkpoint); ") +
+                      "to continue the search alone, joule tune --resume " + o.resume);
   auto const ov = overrides(o);
   Config cfg = load_config_with(o.config_path, ov);
   ov.attribute([&] {

@@ -323,7 +323,31 @@ TEST_CASE("data: opening checks every sample before any batch is read", "[data][
   d.tokens[250 * 34 + 7] = -1;
   write_dataset(file.path(), d.shape, d.images, d.tokens);
   REQUIRE_THROWS_WITH(Dataset::open(file.path()), Contains("/tokens[250][7]") && Contains("holds id -1"));
-  d.tokens[250 * 34 + 7] = kTokenPad;
+  // Every id in the vocabulary, but rows that are not captions (they trained without a word):
+  // [BOS, bytes..., EOS, PAD...] is the only shape a row may have.
+  auto const good = tiny_data(300).tokens;
+  struct Row {
+    std::size_t position;
+    std::int32_t id;
+    char const* says;
+  };
+  std::size_t eos = 1;
+  while (good[250 * 34 + eos] != kTokenEos) ++eos;
+  for (auto const& r : {Row{7, kTokenPad, "holds PAD before its EOS at position 7"},
+                        Row{0, 'a', "does not start with BOS (256): id 97 at position 0"},
+                        Row{eos, 'a', "has no EOS (257): the caption fills the row"},
+                        Row{33, 'z', "holds id 122 at position 33 after its EOS, where only PAD (258) may follow"}}) {
+    INFO(r.says);
+    d.tokens = good;
+    d.tokens[250 * 34 + r.position] = r.id;
+    if (r.position == eos)  // no EOS: bytes to the end of the row
+      for (std::size_t q = eos; q < 34; ++q) d.tokens[250 * 34 + q] = 'a';
+    write_dataset(file.path(), d.shape, d.images, d.tokens);
+    REQUIRE_THROWS_WITH(Dataset::open(file.path(), &cfg.model),
+                        StartsWith(file.path() + ": /tokens[250] (sample 250) " + r.says) &&
+                            Contains("a caption is [BOS, bytes..., EOS, PAD...]"));
+  }
+  d.tokens = good;
   write_dataset(file.path(), d.shape, d.images, d.tokens);
   REQUIRE(Dataset::open(file.path(), &cfg.model).shape().count == 300);
   // Root attributes that contradict the datasets.

@@ -41,6 +41,21 @@ struct Extent {
 };
 
 std::string token_rule() { return "allowed: 0..255 bytes, 256 BOS, 257 EOS, 258 PAD"; }
+
+// "" when a row of ids (each already in the vocabulary) is a caption as the model learns it:
+// BOS, bytes, EOS, then only PAD; else what is wrong with it. Training on rows without BOS or EOS
+// teaches the model to caption without them (greedy decoding never stops).
+std::string caption_row_problem(std::int32_t const* row, std::size_t T) {
+  auto const at = [](std::size_t p) { return " at position " + std::to_string(p); };
+  if (row[0] != kTokenBos) return "does not start with BOS (256): id " + std::to_string(row[0]) + at(0);
+  std::size_t p = 1;
+  while (p < T && row[p] < 256) ++p;
+  if (p == T) return "has no EOS (257): the caption fills the row (make text_len larger, or the caption shorter)";
+  if (row[p] != kTokenEos) return "holds " + std::string(row[p] == kTokenBos ? "BOS" : "PAD") + " before its EOS" + at(p);
+  for (std::size_t q = p + 1; q < T; ++q)
+    if (row[q] != kTokenPad) return "holds id " + std::to_string(row[q]) + at(q) + " after its EOS, where only PAD (258) may follow";
+  return "";
+}
 }  // namespace
 
 Dataset Dataset::open(std::string const& path, ModelConfig const* model) {
@@ -169,6 +184,10 @@ void Dataset::check_contents() const {
           fail(path_, "/tokens[" + std::to_string(first + i / T) + "][" + std::to_string(i % T) + "] (sample " +
                           std::to_string(first + i / T) + ", position " + std::to_string(i % T) + ") holds id " +
                           std::to_string(tokens[i]) + "; " + token_rule());
+      for (std::size_t r = 0; r < n; ++r)
+        if (auto const why = caption_row_problem(tokens.data() + r * T, T); !why.empty())
+          fail(path_, "/tokens[" + std::to_string(first + r) + "] (sample " + std::to_string(first + r) + ") " + why +
+                          "; a caption is [BOS, bytes..., EOS, PAD...]");
       // Pixels are uint8, so every value is valid; reading them proves the file is whole (a
       // truncated file or a damaged compressed chunk fails here, not at some later step).
       f.read_rows<std::uint8_t>("/images", first, n);

@@ -199,8 +199,26 @@ void start_library() {
 
 }  // namespace
 
+namespace {
+// An HDF5 file is read from a regular file only: a FIFO blocks its reader until a writer comes
+// (forever, if none does), a device can be read without end.
+void require_regular_input(std::string const& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return;  // missing: HDF5's open says so
+  char const* what = S_ISFIFO(st.st_mode)  ? "a FIFO (named pipe)"
+                     : S_ISCHR(st.st_mode) ? "a character device"
+                     : S_ISBLK(st.st_mode) ? "a block device"
+                     : S_ISDIR(st.st_mode) ? "a folder"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "not a regular file";
+  throw H5Error(path + ": is " + what + ", not a regular file; joule reads HDF5 files only from regular files "
+                "(nothing of it was read)");
+}
+}  // namespace
+
 H5File::H5File(std::string const& path, Mode mode) : path_(path) {
   start_library();
+  if (mode != Mode::truncate) require_regular_input(path);
   if (mode == Mode::truncate) {
     id_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (id_ < 0) fail("cannot create the file (does the folder exist and is it writable?)");
@@ -637,6 +655,7 @@ double read_timeout_for(std::string const& path) {
 }
 
 ChildRead read_in_child(std::string const& path, std::function<void()> const& work, double timeout_s) {
+  require_regular_input(path);  // a FIFO would only ever time out, and be called damaged
   if (!core_environment::kReadGuard.value()) return {};  // JOULE_READ_GUARD=off
   int fds[2];
   if (::pipe(fds) != 0) return {};

@@ -164,6 +164,19 @@ PY
 "$joule" tune --config cfg-tune.json --out run.h5 >tune.txt 2>&1 || fail "tune: $(cat tune.txt)"
 refused '^joule: error: run\.h5 exists: continue it with --resume' tune --config cfg-tune.json --out run.h5
 "$joule" inspect run.h5 | grep -q "Chosen configuration: trial" || fail "no chosen trial in run.h5"
+# A run log where a checkpoint is expected says what to do with it.
+refused '^joule: error: --resume run\.h5 is a tuning run log, not a checkpoint: joule train --resume takes a checkpoint.*joule tune --resume run\.h5' \
+  train --data data.h5 --resume run.h5
+refused '^joule: error: --resume run\.h5 is a tuning run log, not a checkpoint: joule train --tune --resume takes the checkpoint' \
+  train --tune --data data.h5 --resume run.h5
+# A report that cannot be written whole (a full disk behind standard output) is an error, not exit 0.
+rc=0; "$joule" inspect run.h5 >/dev/full 2>err.txt || rc=$?
+[ $rc = 1 ] && grep -q "^joule: error: cannot write to standard output (No space left on device)" err.txt ||
+  fail "inspect > /dev/full: exit $rc: $(cat err.txt)"
+# A FIFO given as a dataset: refused at once, not after the read guard's minute as "damaged or forged".
+mkfifo pipe.h5
+refused '^joule: error: pipe\.h5: is a FIFO \(named pipe\), not a regular file' train --data pipe.h5 --steps 1 --no-energy
+rm -f pipe.h5
 # The chosen trial's time becomes NaN, the other ok trial's energy infinite.
 read -r best other < <("$py" - <<'PY'
 import h5py, math
