@@ -111,11 +111,13 @@ void require_stored(H5File const& f, hid_t file, hid_t dataset, std::string cons
   for (int i = 0; i < filters; ++i) {
     unsigned flags = 0, config = 0;
     std::size_t values = 0;
-    char name[128] = {};
-    H5Z_filter_t const id = H5Pget_filter2(dcpl.id, unsigned(i), &flags, &values, nullptr, sizeof name, name, &config);
+    char filter_name[128] = {};
+    H5Z_filter_t const id = H5Pget_filter2(dcpl.id, unsigned(i), &flags, &values, nullptr, sizeof filter_name,
+                                           filter_name, &config);
     if (id < 0) problem("has a filter pipeline HDF5 cannot read");
     if (H5Zfilter_avail(id) <= 0)
-      problem("is stored through HDF5 filter " + std::to_string(id) + (name[0] ? std::string(" (\"") + name + "\")" : "") +
+      problem("is stored through HDF5 filter " + std::to_string(id) +
+              (filter_name[0] ? std::string(" (\"") + filter_name + "\")" : "") +
               ", which this HDF5 library does not have (h5py's LZF is filter 32000, a plugin); write it again "
               "with gzip (h5py: compression=\"gzip\") or without compression");
   }
