@@ -24,7 +24,7 @@ faulted() {
   local name="$1" file="$2" bytes="$3" errno="$4" rc=0
   shift 4
   cp -p "$file" "$file.before"
-  LD_PRELOAD="$injector" JOULE_FAULT_PATH="$(basename "$file")" JOULE_FAULT_AFTER_BYTES="$bytes" \
+  LD_PRELOAD="$injector" JOULE_FAULT_PATH="/$(basename "$file")\$" JOULE_FAULT_AFTER_BYTES="$bytes" \
     JOULE_FAULT_ERRNO="$errno" "$joule" "$@" >out.txt 2>&1 || rc=$?
   [ $rc = 1 ] || fail "$name, $errno after $bytes bytes: exit status $rc, expected 1: $(tail -5 out.txt)"
   grep -q "$(reason "$errno")" out.txt || fail "$name, $errno after $bytes bytes: the reason is not named: $(tail -3 out.txt)"
@@ -40,7 +40,7 @@ faulted() {
 written() {
   local file="$1"
   shift
-  LD_PRELOAD="$injector" JOULE_FAULT_PATH="$(basename "$file")" JOULE_FAULT_AFTER_BYTES=$((1 << 60)) \
+  LD_PRELOAD="$injector" JOULE_FAULT_PATH="/$(basename "$file")\$" JOULE_FAULT_AFTER_BYTES=$((1 << 60)) \
     JOULE_FAULT_COUNT_TO=count.txt "$@" >/dev/null 2>&1 || fail "a run without faults failed: $* (writing $file)"
   cat count.txt
 }
@@ -61,7 +61,7 @@ for case in "0 ENOSPC" "$((n / 2)) EDQUOT" "$((n - 1)) EIO"; do
 done
 # A fault at the second checkpoint of a run: the first one of the same run is kept, and resumable.
 rc=0
-LD_PRELOAD="$injector" JOULE_FAULT_PATH=ckpt2.h5 JOULE_FAULT_AFTER_BYTES=$((n + n / 2)) \
+LD_PRELOAD="$injector" JOULE_FAULT_PATH="/ckpt2.h5\$" JOULE_FAULT_AFTER_BYTES=$((n + n / 2)) \
   "$joule" train --config "$config" --data data.h5 --steps 2 --no-energy --no-memory-check --checkpoint ckpt2.h5 \
   --checkpoint-every 1 >out.txt 2>&1 || rc=$?
 [ $rc = 1 ] || fail "a fault at the second checkpoint: exit status $rc: $(tail -3 out.txt)"
@@ -77,7 +77,7 @@ for case in "0 ENOSPC" "$((n / 2)) EIO" "$((n - 1)) EDQUOT"; do
 done
 # --make-data writes through the same path (a missing dataset: there is no old one to keep).
 rc=0
-LD_PRELOAD="$injector" JOULE_FAULT_PATH=made.h5 JOULE_FAULT_AFTER_BYTES=1000 \
+LD_PRELOAD="$injector" JOULE_FAULT_PATH="/made.h5\$" JOULE_FAULT_AFTER_BYTES=1000 \
   "$joule" train --config "$config" --data made.h5 --make-data --steps 1 --no-energy --no-memory-check >out.txt 2>&1 || rc=$?
 [ $rc = 1 ] && grep -q "No space left on device" out.txt && [ ! -e made.h5 ] && [ "$(temporaries made.h5)" = 0 ] ||
   fail "train --make-data on a full disk: status $rc, files: $(ls made.h5* 2>/dev/null): $(tail -3 out.txt)"

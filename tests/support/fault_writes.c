@@ -4,7 +4,10 @@
 // its write and then checks that the previous file is bitwise unchanged.
 //
 //   JOULE_FAULT_PATH         a substring of the paths whose writes fail (from /proc/self/fd);
-//                            unset or empty: nothing fails
+//                            ending in '$': the end of those paths ("/ckpt.h5$" is the file and
+//                            its temporary .ckpt.h5.joule-XXXXXX/ckpt.h5, not ckpt.h5.lock, whose
+//                            text's length follows the process id's digits); unset or empty:
+//                            nothing fails
 //   JOULE_FAULT_AFTER_BYTES  bytes accepted by those files (all together, this process) before
 //                            writes fail; the write that crosses the limit is short, as on a disk
 //                            that fills up (default 0)
@@ -55,6 +58,9 @@ static int targeted(int fd) {
   ssize_t n = readlink(link, path, sizeof path - 1);
   if (n <= 0) return 0;
   path[n] = '\0';
+  size_t const length = strlen(pattern);
+  if (pattern[length - 1] == '$')  // anchored at the end
+    return (size_t)n >= length - 1 && strncmp(path + n - (length - 1), pattern, length - 1) == 0;
   return strstr(path, pattern) != NULL;
 }
 
