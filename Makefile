@@ -14,7 +14,8 @@
 #   make gpu-audit     the compile check with the whole GPU audit: every kernel's registers, spills
 #                      and occupancy on an H200 (ptxas), one training step of medium.json's launches
 #                      recorded on the CPU (threads each kernel exposes); fails on spills, occupancy
-#                      < 25 % or < 1/4 of a wave, less cmake/compile-check/gpu_audit_allow.json
+#                      < 25 % or < 1/4 of a wave, less cmake/compile-check/gpu_audit_allow.json;
+#                      then the roofline MODEL of that step on a GH200 (docs/roofline.md)
 # Use your own Kokkos install (e.g. CUDA on a GH200 node):
 #   make test Kokkos_ROOT=/path/to/kokkos [PRESET=gh200]
 # Or build Kokkos + Kokkos-Kernels from your source trees (e.g. the 4.6.01 release tags) first;
@@ -147,6 +148,7 @@ gpu-audit: configure
 	./$(BUILD)/apps/joule bench --suite launches --config $(GPU_AUDIT_CONFIG) --json $(GPU_AUDIT_DIR)/launches.json
 	JOULE_GPU_AUDIT_DIR=$(GPU_AUDIT_DIR) JOULE_GPU_AUDIT_LAUNCHES=$(GPU_AUDIT_DIR)/launches.json \
 	  JOULE_GPU_AUDIT_WAVE_GATE=1 bash cmake/compile-check/compile_check.sh
+	./$(BUILD)/apps/joule bench --suite roofline --config $(GPU_AUDIT_CONFIG) --json $(GPU_AUDIT_DIR)/roofline.json
 
 # The device check's bundle (docs/gh200.md#the-device-check-one-command-on-a-gpu-machine), in an
 # ignored folder so that the device tool can carry it: `device_check.sh --bundle` runs it there.

@@ -2,6 +2,8 @@
 #include "stop_signals.hpp"
 #include "bench/bench_energy.hpp"
 #include "bench/bench_launches.hpp"
+#include "bench/bench_roofline.hpp"
+#include "core/perf/roofline.hpp"
 #include "bench/bench_offload.hpp"
 #include "bench/bench_ops.hpp"
 #include "bench/bench_step.hpp"
@@ -118,12 +120,21 @@ int main(int argc, char** argv) {
                         "ops: operator GFLOP/s; step: whole training steps (forward, backward, AdamW) and their "
                         "GEMM-bound limit; all: ops then step (one JSON); adamw: host AdamW vs STREAM triad; "
                         "offload: overlap; energy: the cost of measuring energy; launches: the kernel launches "
-                        "of one training step of --config as CUDA would run them (for make gpu-audit)")
-      ->check(CLI::IsMember({"ops", "step", "all", "adamw", "offload", "energy", "launches"}));
+                        "of one training step of --config as CUDA would run them (for make gpu-audit); roofline: a MODEL of "
+                        "one training step of --config on --target (predicted time, MFU, where the time goes)")
+      ->check(CLI::IsMember({"ops", "step", "all", "adamw", "offload", "energy", "launches", "roofline"}));
   joule::apps::LaunchBenchOptions launches;
   bench_cmd->add_option("--config", launches.config_path,
-                        "--suite launches: the training configuration (default: the embedded one, tiny.json)")
+                        "--suite launches, roofline: the training configuration (default: the embedded one, tiny.json)")
       ->check(CLI::ExistingFile);
+  joule::apps::RooflineBenchOptions roofline;
+  std::string target_help = "--suite roofline: the GPU modelled:";
+  std::vector<std::string> target_names;
+  for (auto const& t : joule::perf::targets()) {
+    target_help += "\n  " + t.name + ": " + t.what;
+    target_names.push_back(t.name);
+  }
+  bench_cmd->add_option("--target", roofline.target, target_help)->check(CLI::IsMember(target_names));
   std::string preset_help = "operator shapes:";
   std::vector<std::string> preset_names;
   for (auto const& p : joule::apps::bench_presets()) {
@@ -140,8 +151,11 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--step-shapes", bench.step_shapes, step_help)
       ->delimiter(',')
       ->check(CLI::IsMember(step_names));
-  bench_cmd->add_option("--precision", bench.precision, "--suite step: train.precision of the steps, fp32 or bf16")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+  auto* precision_option =
+      bench_cmd->add_option("--precision", bench.precision,
+                            "--suite step: train.precision of the steps, fp32 or bf16; --suite roofline: in place of "
+                            "the configuration's")
+          ->check(CLI::IsMember({"fp32", "bf16"}));
   bench_cmd->add_option("--repeats", bench.repeats, "timed runs per operator or step (median reported)")
       ->check(CLI::Range(1, 1000));
   bench_cmd->add_option("--json", bench.json_path, "also write the results as JSON (for bench_torch.py)");
@@ -192,6 +206,12 @@ int main(int argc, char** argv) {
       if (suite == "launches") {
         launches.json_path = bench.json_path;
         return joule::apps::run_launch_bench(launches);
+      }
+      if (suite == "roofline") {
+        roofline.config_path = launches.config_path;
+        roofline.json_path = bench.json_path;
+        if (precision_option->count() > 0) roofline.precision = bench.precision;
+        return joule::apps::run_roofline_bench(roofline);
       }
       if (suite == "adamw") return joule::apps::run_adamw_bandwidth_bench(offload);
       if (suite == "offload") return joule::apps::run_offload_overlap_bench(offload);

@@ -1,6 +1,7 @@
 #pragma once
 // The one place where Kokkos-Kernels version differences live (Kokkos core: compat.hpp).
 #include "core/compat.hpp"
+#include "core/detail/launch_shape.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
 #include <KokkosKernels_config.h>
@@ -28,6 +29,12 @@ template <class ExecutionSpace, class A, class B, class C>
 void gemm(ExecutionSpace const& space, char const* trans_a, char const* trans_b,
           typename C::const_value_type alpha, A const& a, B const& b,
           typename C::const_value_type beta, C const& c) {
+  {  // cuBLAS's one call on CUDA (fp32 SIMT, or TF32 tensor cores: the roofline's setting)
+    bool const ta = trans_a[0] == 'T';
+    long const m = long(c.extent(0)), n = long(c.extent(1)), k = long(ta ? a.extent(0) : a.extent(1));
+    int const bytes = sizeof(typename C::value_type);
+    ::joule::detail::note_library_launch("gemm", ::joule::detail::gemm_work(m, n, k, 1, bytes, bytes, bytes, beta != 0, false));
+  }
 #if defined(KOKKOSKERNELS_VERSION) && KOKKOSKERNELS_VERSION >= 30700
   KokkosBlas::gemm(space, trans_a, trans_b, alpha, a, b, beta, c);
 #else

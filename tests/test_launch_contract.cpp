@@ -107,12 +107,12 @@ TEST_CASE("launch contract: every head size with a kernel fits on CUDA", "[launc
 TEST_CASE("launch contract: the launch log keeps what is noted while it records", "[launch][contract]") {
   {
     detail::LaunchLog log(/*recording=*/false);
-    detail::note_launch("k", 1024, 256, 4096, 8);
+    detail::note_launch("k", detail::KernelWork{}, 1024, 256, 4096, 8);
     CHECK(log.by_label().empty());
     CHECK_THROWS_AS(detail::LaunchLog(), std::logic_error);  // one log at a time
     log.set_recording(true);
-    detail::note_launch("k", 2048, 256, 8192, 8);
-    detail::note_launch("r", 77);
+    detail::note_launch("k", detail::KernelWork{}, 2048, 256, 8192, 8);
+    detail::note_launch("r", detail::KernelWork{}, 77);
     auto const seen = log.by_label();
     REQUIRE(seen.size() == 2);
     REQUIRE(seen.at("k").size() == 1);
@@ -121,7 +121,7 @@ TEST_CASE("launch contract: the launch log keeps what is noted while it records"
     CHECK(seen.at("k")[0].team_size == 8);
     CHECK(seen.at("r")[0].block == 0);
   }
-  detail::note_launch("k", 1, 256);  // no log: nowhere
+  detail::note_launch("k", detail::KernelWork{}, 1, 256);  // no log: nowhere
   detail::LaunchLog again;           // the first one is gone
   CHECK(again.by_label().empty());
 }

@@ -52,7 +52,7 @@ TEMPLATE_TEST_CASE("row reductions: sums and maxima of rows of awkward lengths",
     Tensor2<float, Mem> x("x", n, c);
     Tensor1<float, Mem> sum("sum", n), max("max", n), sum_sq("sum_sq", n);
     fill_uniform(x, rng, -3, 2);
-    detail::for_each_row(space, "test_row_reductions", n,
+    detail::for_each_row(space, "test_row_reductions", detail::KernelWork{}, n,
                          KOKKOS_LAMBDA(detail::RowMember<TestType> const& team, int r) {
       float const s = detail::vector_sum<TestType, float>(team, c, [&](int i) { return x(r, i); });
       float const m = detail::vector_max<TestType, float>(team, c, [&](int i) { return x(r, i); });

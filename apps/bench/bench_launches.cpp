@@ -64,7 +64,8 @@ int run_launch_bench(LaunchBenchOptions const& options) {
   detail::LaunchLog log(/*recording=*/false);  // the step's launches, not the set-up's
   Kokkos::Timer timer;
   StepRuns const runs =
-      run_training_steps(cfg.model, micro, cfg.train.recompute_depth, 1, [&](int) { log.set_recording(true); });
+      run_training_steps(cfg.model, micro, cfg.train.recompute_depth, 1, [&](int) { log.set_recording(true); },
+                         cfg.train.precision, attention_path_on_cuda(cfg.train.precision == Precision::bf16));
   double const seconds = timer.seconds();
   std::vector<std::pair<std::string, Launches>> rows;
   for (auto const& [label, shapes] : log.by_label()) rows.emplace_back(label, summarise(shapes));

@@ -176,9 +176,10 @@ StepFlops step_flops(StepShape const& s) {
 }
 
 StepRuns run_training_steps(ModelConfig const& config, int batch, int recompute_depth, int steps,
-                            std::function<void(int)> const& before_step, Precision precision) {
+                            std::function<void(int)> const& before_step, Precision precision,
+                            std::optional<AttentionPath> attention) {
   Space space;
-  Model model(config, batch, recompute_depth, {}, precision);
+  Model model(config, batch, recompute_depth, {}, precision, attention);
   model.init_parameters(/*seed=*/1);
   OptimizerSettings settings;
   settings.beta1 = kStepBeta1, settings.beta2 = kStepBeta2, settings.eps = kStepEps;

@@ -5,10 +5,12 @@
 // step's own GEMM shapes, measured in the same run. apps/scripts/bench_torch.py runs the same
 // shapes (read from the JSON) through PyTorch.
 #include "core/model/config.hpp"
+#include "core/ops/attention_gemm_workspace.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <optional>
 
 #include <string>
 #include <vector>
@@ -77,8 +79,10 @@ struct StepMeasurement {
 struct StepRuns {
   std::vector<double> seconds, losses;
 };
+// attention: a bf16 model's attention path (default: the backend's; the launch tools record CUDA's).
 StepRuns run_training_steps(ModelConfig const& config, int batch, int recompute_depth, int steps,
-                            std::function<void(int)> const& before_step = {}, Precision precision = Precision::fp32);
+                            std::function<void(int)> const& before_step = {}, Precision precision = Precision::fp32,
+                            std::optional<AttentionPath> attention = std::nullopt);
 ModelConfig model_config(StepShape const& s);
 
 // Times warm-up + `repeats` fenced training steps of the shape (median), then its GEMMs.

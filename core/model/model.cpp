@@ -139,7 +139,8 @@ struct ModelPass {
   ColumnSumWorkspace<R, DeviceMemory> column_sum_work;  // the head's and the embeddings' column sums
   int recompute_depth = 0, shards = 1;
 
-  ModelPass(ModelConfig const& cfg, int batch, int recompute, BlockShape const& shape, SequenceShards const& s)
+  ModelPass(ModelConfig const& cfg, int batch, int recompute, BlockShape const& shape, SequenceShards const& s,
+            std::optional<AttentionPath> attention)
       : recompute_depth(recompute), shards(s.size) {
     int const B = batch, S = cfg.seq_len(), C = cfg.d_model, Ni = B * cfg.image_tokens(), Nt = B * cfg.text_len,
               N = B * S / shards;
@@ -165,7 +166,8 @@ struct ModelPass {
       auto const g = model_gemm_scratch(cfg, B, shards);
       gemm = Bf16GemmWorkspace<DeviceMemory>::for_space<ExecSpace>(g.a, g.b, g.c, "work.gemm");
     }
-    block_work = BlockWorkspace<A, DeviceMemory>(shape, "work.block", gemm);
+    block_work = BlockWorkspace<A, DeviceMemory>(shape, "work.block", gemm,
+                                                 attention.value_or(default_attention_path<ExecSpace, A>()));
     d_residual[0] = alloc<Tensor2<A, DeviceMemory>>("work.d_residual", N, C);
     d_residual[1] = alloc<Tensor2<A, DeviceMemory>>("work.d_residual", N, C);
     d_lnf = alloc<Tensor2<A, DeviceMemory>>("work.d_lnf", N, C);
@@ -189,7 +191,8 @@ struct ModelPass {
 
 }  // namespace detail
 
-Model::Model(ModelConfig const& config, int batch, int recompute_depth, SequenceShards shards, Precision precision)
+Model::Model(ModelConfig const& config, int batch, int recompute_depth, SequenceShards shards, Precision precision,
+             std::optional<AttentionPath> attention)
     : params("param.", config),
       grads("grad.", config),
       cfg_(config),
@@ -222,9 +225,9 @@ Model::Model(ModelConfig const& config, int batch, int recompute_depth, Sequence
   targets_host_ = decltype(targets_host_)(label("staging.targets"), targets_.extent(0));
   if (held_in_bf16(precision, Held::kernel_weights)) {
     kernel_weights = ModelParameters<bf16, DeviceMemory>("weight_bf16.", config);
-    bf16_ = std::make_unique<detail::ModelPass<Precision::bf16>>(cfg_, B, recompute_depth, shape_, shards_);
+    bf16_ = std::make_unique<detail::ModelPass<Precision::bf16>>(cfg_, B, recompute_depth, shape_, shards_, attention);
   } else {
-    fp32_ = std::make_unique<detail::ModelPass<Precision::fp32>>(cfg_, B, recompute_depth, shape_, shards_);
+    fp32_ = std::make_unique<detail::ModelPass<Precision::fp32>>(cfg_, B, recompute_depth, shape_, shards_, attention);
   }
   picks_ = Kokkos::View<int*, DeviceMemory>(label("work.picks"), N);
   sample_result_ = Kokkos::View<int*, DeviceMemory>(label("work.sample_result"), B);
@@ -281,7 +284,14 @@ void Model::init_parameters(std::uint64_t seed) {
 }
 
 void Model::zero_gradients(ExecSpace const& space) {
-  grads.for_each_group([&](std::string const&, auto const& storage) { Kokkos::deep_copy(space, storage, 0.0f); });
+  int group = 0;
+  grads.for_each_group([&](std::string const&, auto const& storage) {
+    detail::note_segment(detail::StepPart::step, group++);
+    // Kokkos' fill kernel (one thread per element on CUDA)
+    detail::note_launch("zero_gradients", detail::streaming_work(double(storage.span()), 0, 4, 0, 4, detail::WorkKind::optimizer),
+                        long(storage.span()));
+    Kokkos::deep_copy(space, storage, 0.0f);
+  });
 }
 
 void Model::set_batch(ExecSpace const& space, HostBatch const& batch, int n_valid) {
@@ -350,7 +360,7 @@ Model::HostInts const& Model::caption_misses(ExecSpace const& space) {
   Kokkos::deep_copy(space, sample_result_, 0);
   auto const picks = picks_, targets = targets_, misses = sample_result_;  // by value into the kernel
   int const held = cfg_.seq_len() / shards_.size;
-  detail::note_launch("caption_misses", picks.extent(0));
+  detail::note_launch("caption_misses", detail::streaming_work(double(picks.extent(0)), 8, 0, 1, 4), picks.extent(0));
   Kokkos::parallel_for(
       label("caption_misses"), Kokkos::RangePolicy<ExecSpace>(space, 0, int(picks.extent(0))), KOKKOS_LAMBDA(int r) {
         int const t = targets(r), p = picks(r);
@@ -366,7 +376,7 @@ Model::HostInts const& Model::next_tokens(ExecSpace const& space, int position) 
   int const held = cfg_.seq_len() / shards_.size, at = cfg_.image_tokens() + position;
   bool const here = at / held == shards_.rank;  // the shard holding the position picks; the others add 0
   auto const picks = sample_result_;
-  detail::note_launch("next_tokens", batch_);
+  detail::note_launch("next_tokens", detail::streaming_work(double(batch_) * cfg_.vocab(), 4, 0, 1, 4), batch_);
   auto const logits = logits_view();  // (no device lambda inside a generic one: nvcc allows none)
   int const classes = cfg_.vocab();
   Kokkos::parallel_for(
@@ -392,7 +402,9 @@ template <class Local, class Whole>
 void copy_shard_rows(ExecSpace const& space, Local const& local, Whole const& whole, int seq, int shards,
                      int rank, bool to_local) {
   int const held = seq / shards, c = local.extent(1), rows = local.extent(0);
-  detail::note_launch("sequence_shard_rows", long(rows) * c);
+  int const bytes = sizeof(typename Local::value_type);
+  detail::note_launch("sequence_shard_rows", detail::streaming_work(double(rows) * c, bytes, bytes, 0, bytes, WorkKind::copy),
+                      long(rows) * c);
   Kokkos::parallel_for(
       label("sequence_shard_rows"),
       Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {rows, c}), KOKKOS_LAMBDA(int r, int i) {
@@ -435,6 +447,7 @@ CrossEntropyResult Model::forward_pass(detail::ModelPass<P>& pass, ExecSpace con
   using A = typename detail::ModelPass<P>::A;
   auto before = [&](int group) {
     if (before_group) before_group(group);
+    detail::note_segment(detail::StepPart::forward, group);
   };
   compat::ScopedRegion region(space, "forward");
   auto const& weights = weights_for<P>(params, kernel_weights);
@@ -456,7 +469,10 @@ CrossEntropyResult Model::forward_pass(detail::ModelPass<P>& pass, ExecSpace con
   before(cfg_.layers + 1);
   auto const& h = weights.head;
   layernorm_forward(space, pass.lnf, pass.lnf_mean, pass.lnf_rstd, pass.residual[cfg_.layers], h.lnf_weight, h.lnf_bias);
-  linear_forward(space, pass.logits, pass.lnf, weights.lm_head_padded, Tensor1<A, DeviceMemory>(), gemm);
+  {
+    detail::ModelShare const vocabulary(double(cfg_.vocab()) / cfg_.vocab_padded());  // the padding's products are not the model's
+    linear_forward(space, pass.logits, pass.lnf, weights.lm_head_padded, Tensor1<A, DeviceMemory>(), gemm);
+  }
   if (deferred.sums.data() != nullptr && shards_.size == 1) {
     // The loss stays on the device: no wait for the launching thread here (Trainer reads the
     // step's sums with the gradient norm, its one wait per step).
@@ -480,25 +496,35 @@ template <Precision P>
 void Model::backward_pass(detail::ModelPass<P>& pass, ExecSpace const& space, double d_loss,
                           std::function<void(int)> const& group_ready) {
   using A = typename detail::ModelPass<P>::A;
+  // Each group's kernels, then the work on its finished gradients (the hook), then the next group's.
   auto ready = [&](int group) {
+    detail::note_segment(detail::StepPart::gradients, group);
     if (group_ready) group_ready(group);
+    detail::note_segment(detail::StepPart::backward, group == cfg_.layers + 1 ? cfg_.layers : group - 1);
   };
   compat::ScopedRegion region(space, "backward");
   auto const& weights = weights_for<P>(params, kernel_weights);
   auto const& gemm = pass.gemm();
   int const L = cfg_.layers, n_img = cfg_.image_tokens();
+  detail::note_segment(detail::StepPart::backward, L + 1);
   Tensor1<T, DeviceMemory> const no_bias;
   cross_entropy_backward(space, pass.d_logits, pass.logits, pass.ce_lse, targets_, counted_rows_, d_loss, kIgnoreIndex,
                          cfg_.vocab());  // the padding columns' gradient is 0: their weights' stays 0
-  linear_backward(space, pass.d_lnf, grads.lm_head_padded, no_bias, pass.d_logits, pass.lnf, weights.lm_head_padded, gemm);
+  {
+    detail::ModelShare const vocabulary(double(cfg_.vocab()) / cfg_.vocab_padded());
+    linear_backward(space, pass.d_lnf, grads.lm_head_padded, no_bias, pass.d_logits, pass.lnf, weights.lm_head_padded,
+                    gemm);
+  }
   layernorm_backward(space, pass.d_residual[L % 2], grads.head.lnf_weight, grads.head.lnf_bias, pass.d_lnf,
                      pass.residual[L], weights.head.lnf_weight, pass.lnf_mean, pass.lnf_rstd, pass.column_sum_work);
   ready(L + 1);  // head (with tied embeddings its LM-head gradient goes to embed, finished last)
   for (int l = L - 1; l >= 0; --l) {
     auto const& acts = pass.acts_for(l);
-    if (l < recompute_depth_)  // same kernels, same inputs: the same activations, bit for bit
+    if (l < recompute_depth_) {  // same kernels, same inputs: the same activations, bit for bit
+      detail::Recomputing const again;
       block_forward(space, shape_, pass.residual[l + 1], acts, weights.blocks[l], pass.residual[l], pass.block_work,
                     pass.exchanger());
+    }
     block_backward(space, shape_, pass.d_residual[l % 2], grads.blocks[l], pass.block_work,
                    pass.d_residual[(l + 1) % 2], pass.residual[l], acts, weights.blocks[l], pass.exchanger());
     ready(1 + l);

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -175,8 +176,9 @@ class Model {
   // With shards.size = P > 1 this rank holds tokens [r*S/P, (r+1)*S/P) of every sample (Ulysses
   // sequence parallelism); every rank of the group is given the same batch, and forward() and
   // backward() are collective over the group.
+  // attention: a bf16 model's attention path (default: the backend's, default_attention_path).
   Model(ModelConfig const& config, int batch, int recompute_depth, SequenceShards shards = {},
-        Precision precision = Precision::fp32);
+        Precision precision = Precision::fp32, std::optional<AttentionPath> attention = std::nullopt);
   ~Model();
   Model(Model const&) = delete;
   Model& operator=(Model const&) = delete;

@@ -89,13 +89,13 @@ class SequenceExchange {
     check(heads, local, width);
     auto const L = layout(width);
     auto const send = send_, recv = recv_;
-    detail::note_launch("ulysses_pack_local", long(L.local_rows()) * L.local_cols());
+    detail::note_launch("ulysses_pack_local", detail::moved_work(double(long(L.local_rows()) * L.local_cols()), int(sizeof(T))), long(L.local_rows()) * L.local_cols());
     Kokkos::parallel_for(
         label("ulysses_pack_local"),
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {L.local_rows(), L.local_cols()}),
         KOKKOS_LAMBDA(int row, int col) { send[L.local_index(row, col)] = local(row, col); });
     exchange(space, L.count_per_rank());
-    detail::note_launch("ulysses_unpack_heads", long(L.local_rows()) * L.P * L.heads_cols());
+    detail::note_launch("ulysses_unpack_heads", detail::moved_work(double(long(L.local_rows()) * L.P * L.heads_cols()), int(sizeof(T))), long(L.local_rows()) * L.P * L.heads_cols());
     Kokkos::parallel_for(
         label("ulysses_unpack_heads"),
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {L.local_rows() * L.P, L.heads_cols()}),
@@ -109,13 +109,13 @@ class SequenceExchange {
     check(heads, local, width);
     auto const L = layout(width);
     auto const send = send_, recv = recv_;
-    detail::note_launch("ulysses_pack_heads", long(L.local_rows()) * L.P * L.heads_cols());
+    detail::note_launch("ulysses_pack_heads", detail::moved_work(double(long(L.local_rows()) * L.P * L.heads_cols()), int(sizeof(T))), long(L.local_rows()) * L.P * L.heads_cols());
     Kokkos::parallel_for(
         label("ulysses_pack_heads"),
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {L.local_rows() * L.P, L.heads_cols()}),
         KOKKOS_LAMBDA(int flat, int col) { send[L.heads_index(flat, col)] = heads(L.heads_row(flat), col); });
     exchange(space, L.count_per_rank());
-    detail::note_launch("ulysses_unpack_local", long(L.local_rows()) * L.local_cols());
+    detail::note_launch("ulysses_unpack_local", detail::moved_work(double(long(L.local_rows()) * L.local_cols()), int(sizeof(T))), long(L.local_rows()) * L.local_cols());
     Kokkos::parallel_for(
         label("ulysses_unpack_local"),
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(space, {0, 0}, {L.local_rows(), L.local_cols()}),

@@ -23,6 +23,12 @@ struct AdamWConfig {
 };
 
 namespace detail {
+
+// What one fp32 AdamW update of `elements` parameters moves: parameter, gradient, m and v read,
+// parameter, m and v written (28 bytes), about 15 operations each.
+inline KernelWork adamw_work(double elements) {
+  return streaming_work(elements, 16, 12, 15, 16, WorkKind::optimizer);
+}
 // IEEE operations that no compiler fuses into an FMA. The offload ratio decides whether a group
 // is updated on the device or on the host; it must not change the result, so host and device
 // AdamW give the same bits: device code names each rounding (nvcc would otherwise contract
@@ -116,7 +122,7 @@ void adamw_update(ExecutionSpace const& space, Param const& param, Grad const& g
                               shape_of(m) + ", v " + shape_of(v));
   auto const e = detail::make_adamw_element<T>(cfg, step, grad_scale);
   constexpr bool host = Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
-  if constexpr (!host) detail::note_launch("adamw_update", n);  // one thread per element (host jobs: no GPU launch)
+  if constexpr (!host) detail::note_launch("adamw_update", detail::adamw_work(n), n);  // one thread per element (host jobs: no GPU launch)
   bool const contiguous = param.span_is_contiguous() && grad.span_is_contiguous() &&
                           m.span_is_contiguous() && v.span_is_contiguous();
   if constexpr (host) {
@@ -173,7 +179,7 @@ void adamw_update_runs(ExecutionSpace const& space, Kokkos::View<AdamWRun<T>*, M
                        detail::AdamWElement<T> const& without_decay) {
   int const n_runs = int(runs.extent(0));
   if (n_runs == 0 || total == 0) return;
-  detail::note_launch("adamw_update_runs", long(total));
+  detail::note_launch("adamw_update_runs", detail::adamw_work(double(total)), long(total));
   Kokkos::parallel_for(
       label("adamw_update_runs"), Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<long long>>(space, 0, total),
       KOKKOS_LAMBDA(long long i) {

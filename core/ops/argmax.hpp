@@ -33,7 +33,8 @@ void row_argmax(ExecutionSpace const& space, Picks const& picks, X const& x, int
   require(int(picks.extent(0)) == n && x.extent(1) >= 1 &&
               (classes == kEveryColumn || (classes >= 1 && classes <= int(x.extent(1)))), "row_argmax",
           "picks " + shape_of(picks) + ", x " + shape_of(x) + ", classes " + std::to_string(classes));
-  detail::note_launch("row_argmax", n);
+  int const read = sizeof(typename X::value_type);
+  detail::note_launch("row_argmax", detail::streaming_work(double(n) * x.extent(1), read, 0, 1, read), n);
   Kokkos::parallel_for(
       label("row_argmax"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
       KOKKOS_LAMBDA(int r) { picks(r) = argmax_of_row(x, r, classes); });

@@ -38,7 +38,10 @@ template <bool ToHeads, class ExecutionSpace, class Rows>
 void move_heads(ExecutionSpace const& space, char const* name, Rows const& rows, int parts, AttentionShape const& s,
                 bf16* a, bf16* b, bf16* c) {
   int const seq = s.seq, heads = s.heads, hd = s.head_dim, channels = s.channels;
-  for_each_element(space, name, int(rows.extent(0)), parts * channels, KOKKOS_LAMBDA(int r, int j) {
+  int const row_bytes = sizeof(typename Rows::value_type);
+  auto const work = streaming_work(double(rows.extent(0)) * parts * channels, ToHeads ? row_bytes : 2, ToHeads ? 2 : row_bytes,
+                                   0, ToHeads ? row_bytes : 2, WorkKind::copy);
+  for_each_element(space, name, work, int(rows.extent(0)), parts * channels, KOKKOS_LAMBDA(int r, int j) {
     int const part = j / channels, col = j - part * channels, h = col / hd, d = col - h * hd;
     int const batch = r / seq, i = r - batch * seq;
     bf16* const packed = part == 0 ? a : part == 1 ? b : c;
@@ -58,7 +61,11 @@ void attention_softmax_rows(ExecutionSpace const& space, AttentionShape const& s
   int const seq = s.seq, open = s.open_prefix, ld = w.ld;
   float const* const scores = w.scores.data();
   bf16* const probs = w.probs.data();
-  for_each_row(space, "attention_gemm_softmax", w.batch_heads * seq,
+  // the visible scores read (the row stays in L1 between its sweeps), p written whole, lse
+  double const pairs = attention_visible_pairs(s), rows = double(w.batch_heads) * seq;
+  KernelWork work = streaming_work(pairs, 4, 0, 4, 4);
+  work.bytes += rows * seq * sizeof(bf16) + rows * 4;
+  for_each_row(space, "attention_gemm_softmax", work, w.batch_heads * seq,
                KOKKOS_LAMBDA(RowMember<ExecutionSpace> const& team, int row) {
     int const i = row % seq, end = attention_key_end(i, seq, open);
     float const* const sr = scores + std::size_t(row) * ld;
@@ -79,7 +86,11 @@ void attention_gemm_rows(ExecutionSpace const& space, char const* name, Attentio
   int const seq = s.seq, open = s.open_prefix, ld = w.ld;
   float const* const scores = w.scores.data();
   bf16* const probs = w.probs.data();
-  for_each_row(space, name, w.batch_heads * seq, KOKKOS_LAMBDA(RowMember<ExecutionSpace> const& team, int row) {
+  // the visible scores (and p for ds) read, p or ds written whole
+  double const pairs = attention_visible_pairs(s), rows = double(w.batch_heads) * seq;
+  KernelWork work = streaming_work(pairs, Dp ? 4 + sizeof(bf16) : 4, 0, Dp ? 2 : 2, Dp ? 6 : 4);
+  work.bytes += rows * seq * sizeof(bf16) + rows * 4;
+  for_each_row(space, name, work, w.batch_heads * seq, KOKKOS_LAMBDA(RowMember<ExecutionSpace> const& team, int row) {
     int const i = row % seq, end = attention_key_end(i, seq, open);
     float const* const sr = scores + std::size_t(row) * ld;
     bf16* const pr = probs + std::size_t(row) * ld;
@@ -130,12 +141,14 @@ void attention_forward_gemm(ExecutionSpace const& space, Out const& out, Lse con
   int const bh = w.batch_heads;
   using detail::heads_of;
   using detail::squares_of;
+  detail::CountAs const attention(detail::WorkKind::attention);
+  double const product = 2.0 * s.head_dim * detail::attention_visible_pairs(s);  // the model's FLOPs of one of its GEMMs
   detail::move_heads<true>(space, "attention_gemm_pack_qkv", qkv, 3, s, w.q.data(), w.k.data(), w.v.data());
   gemm_bf16_batched(space, "N", "T", scale, heads_of<bf16 const>(w.q.data(), s), heads_of<bf16 const>(w.k.data(), s),
-                    0.0f, squares_of(w.scores.data(), s, w), bh, w.gemm);
+                    0.0f, squares_of(w.scores.data(), s, w), bh, w.gemm, product);
   detail::attention_softmax_rows(space, s, lse, w);
   gemm_bf16_batched(space, "N", "N", 1.0f, squares_of<bf16 const>(w.probs.data(), s, w),
-                    heads_of<bf16 const>(w.v.data(), s), 0.0f, heads_of(w.o.data(), s), bh, w.gemm);
+                    heads_of<bf16 const>(w.v.data(), s), 0.0f, heads_of(w.o.data(), s), bh, w.gemm, product);
   detail::move_heads<false>(space, "attention_gemm_unpack_out", out, 1, s, w.o.data(), nullptr, nullptr);
 }
 
@@ -154,6 +167,8 @@ void attention_backward_gemm(ExecutionSpace const& space, DQkv const& d_qkv, Del
   int const bh = w.batch_heads;
   using detail::heads_of;
   using detail::squares_of;
+  detail::CountAs const attention(detail::WorkKind::attention);
+  double const product = 2.0 * s.head_dim * detail::attention_visible_pairs(s);  // the model's FLOPs of one of its GEMMs
   switch (s.head_dim) {  // the fused path's delta kernel (a warp per token row)
     case 16: detail::attention_delta<16>(space, s, delta, d_out, out); break;
     case 32: detail::attention_delta<32>(space, s, delta, d_out, out); break;
@@ -165,13 +180,13 @@ void attention_backward_gemm(ExecutionSpace const& space, DQkv const& d_qkv, Del
   auto const q = heads_of<bf16 const>(w.q.data(), s), k = heads_of<bf16 const>(w.k.data(), s),
              v = heads_of<bf16 const>(w.v.data(), s), d_o = heads_of<bf16 const>(w.o.data(), s);
   auto const p = squares_of<bf16 const>(w.probs.data(), s, w);
-  gemm_bf16_batched(space, "N", "T", scale, q, k, 0.0f, squares_of(w.scores.data(), s, w), bh, w.gemm);
+  gemm_bf16_batched(space, "N", "T", scale, q, k, 0.0f, squares_of(w.scores.data(), s, w), bh, w.gemm, product);
   detail::attention_gemm_rows<false>(space, "attention_gemm_probs", s, lse, w);
-  gemm_bf16_batched(space, "T", "N", 1.0f, p, d_o, 0.0f, heads_of(w.dv.data(), s), bh, w.gemm);       // dv = p^T dO
-  gemm_bf16_batched(space, "N", "T", 1.0f, d_o, v, 0.0f, squares_of(w.scores.data(), s, w), bh, w.gemm);  // dp = dO v^T
+  gemm_bf16_batched(space, "T", "N", 1.0f, p, d_o, 0.0f, heads_of(w.dv.data(), s), bh, w.gemm, product);       // dv = p^T dO
+  gemm_bf16_batched(space, "N", "T", 1.0f, d_o, v, 0.0f, squares_of(w.scores.data(), s, w), bh, w.gemm, product);  // dp = dO v^T
   detail::attention_gemm_rows<true>(space, "attention_gemm_dscores", s, delta, w);                      // ds, over p
-  gemm_bf16_batched(space, "N", "N", scale, p, k, 0.0f, heads_of(w.dq.data(), s), bh, w.gemm);       // dq = ds k
-  gemm_bf16_batched(space, "T", "N", scale, p, q, 0.0f, heads_of(w.dk.data(), s), bh, w.gemm);       // dk = ds^T q
+  gemm_bf16_batched(space, "N", "N", scale, p, k, 0.0f, heads_of(w.dq.data(), s), bh, w.gemm, product);       // dq = ds k
+  gemm_bf16_batched(space, "T", "N", scale, p, q, 0.0f, heads_of(w.dk.data(), s), bh, w.gemm, product);       // dk = ds^T q
   detail::move_heads<false>(space, "attention_gemm_unpack_dqkv", d_qkv, 3, s, w.dq.data(), w.dk.data(), w.dv.data());
 }
 

@@ -19,9 +19,13 @@ enum class AttentionPath { fused, gemm };
 
 // The path a model of element type T runs on ExecutionSpace: the GEMMs where bf16 GEMMs run on
 // tensor cores (CUDA), the fused kernel elsewhere (and always in fp32).
+// On CUDA: the GEMMs for bf16 models. (The roofline model records a CUDA step on a CPU with it.)
+constexpr AttentionPath attention_path_on_cuda(bool bf16_model) {
+  return bf16_model ? AttentionPath::gemm : AttentionPath::fused;
+}
 template <class ExecutionSpace, class T>
 constexpr AttentionPath default_attention_path() {
-  return std::is_same_v<T, bf16> && bf16_gemm_on_cublaslt<ExecutionSpace>() ? AttentionPath::gemm : AttentionPath::fused;
+  return bf16_gemm_on_cublaslt<ExecutionSpace>() ? attention_path_on_cuda(std::is_same_v<T, bf16>) : AttentionPath::fused;
 }
 
 // The path in words (joule info, the run log).

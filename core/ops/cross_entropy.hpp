@@ -36,7 +36,9 @@ void cross_entropy_rows(ExecutionSpace const& space, Lse const& lse, Losses cons
   require(int(targets.extent(0)) == n && int(lse.extent(0)) == n && int(losses.extent(0)) == n,
           "cross_entropy_forward", "logits " + shape_of(logits) + ", targets " +
                                        shape_of(targets) + ", lse " + shape_of(lse));
-  detail::for_each_row(space, "cross_entropy_forward", n,
+  int const logit_bytes = sizeof(typename Logits::value_type);
+  auto const work = detail::streaming_work(double(n) * vocab, logit_bytes, 0, 6, logit_bytes);
+  detail::for_each_row(space, "cross_entropy_forward", work, n,
                        KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     T const row_max = detail::vector_max<ExecutionSpace, T>(team, vocab, [&](int v) { return T(widen(logits(r, v))); });
     T const sum = detail::vector_sum<ExecutionSpace, T>(
@@ -54,7 +56,8 @@ void cross_entropy_rows(ExecutionSpace const& space, Lse const& lse, Losses cons
 // the host does not wait. The same sum as cross_entropy_forward's.
 template <class ExecutionSpace, class Out, class Losses>
 void cross_entropy_forward_sum(ExecutionSpace const& space, Out const& out, Losses const& losses) {
-  detail::note_launch("cross_entropy_forward_sum", long(losses.extent(0)));
+  detail::note_launch("cross_entropy_forward_sum", detail::streaming_work(double(losses.extent(0)), sizeof(typename Losses::value_type), 0, 1, sizeof(typename Losses::value_type)),
+                      long(losses.extent(0)));
   Kokkos::parallel_reduce(
       label("cross_entropy_forward_sum"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, losses.extent(0)),
       KOKKOS_LAMBDA(int r, double& s) { s += losses(r); }, out);
@@ -73,7 +76,7 @@ CrossEntropyResult cross_entropy_forward(ExecutionSpace const& space, Lse const&
   CrossEntropyResult result;
   double total = 0;
   int bad = 0;
-  detail::note_launch("cross_entropy_forward_sum", n);
+  detail::note_launch("cross_entropy_forward_sum", detail::streaming_work(n, sizeof(typename Losses::value_type) + sizeof(typename Targets::value_type), 0, 1, sizeof(typename Losses::value_type)), n);
   Kokkos::parallel_reduce(
       label("cross_entropy_forward_sum"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n),
       KOKKOS_LAMBDA(int r, double& s, int& counted, int& invalid) {
@@ -104,7 +107,9 @@ void cross_entropy_backward(ExecutionSpace const& space, DLogits const& d_logits
   require(d_logits.extent(0) == logits.extent(0) && d_logits.extent(1) == logits.extent(1),
           "cross_entropy_backward", "d_logits " + shape_of(d_logits) + ", logits " + shape_of(logits));
   T const scale = counted_rows ? T(d_loss / counted_rows) : T(0);
-  detail::for_each_row(space, "cross_entropy_backward", n,
+  int const logit_bytes = sizeof(typename Logits::value_type);
+  auto const work = detail::streaming_work(double(n) * columns, logit_bytes, sizeof(S), 6, logit_bytes);
+  detail::for_each_row(space, "cross_entropy_backward", work, n,
                        KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     int const t = targets(r);
     T const row_scale = t == ignore_index ? T(0) : scale, row_lse = lse(r);

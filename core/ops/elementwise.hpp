@@ -9,6 +9,12 @@
 namespace joule {
 
 namespace detail {
+// Bytes of one element of each view.
+template <class... V>
+constexpr int element_bytes() {
+  return int((sizeof(typename V::value_type) + ... + 0));
+}
+
 template <class A, class B>
 void require_same_shape(char const* op, A const& a, B const& b) {
   require(a.extent(0) == b.extent(0) && a.extent(1) == b.extent(1), op,
@@ -36,7 +42,9 @@ void gelu_forward(ExecutionSpace const& space, Out const& out, In const& x) {
   using S = typename Out::non_const_value_type;
   using G = detail::GeluTanh<ExecutionSpace, compute_t<S>>;
   detail::require_same_shape("gelu_forward", out, x);
-  detail::for_each_element(space, "gelu_forward", x.extent(0), x.extent(1), KOKKOS_LAMBDA(int r, int col) {
+  double const n = double(x.extent(0)) * x.extent(1);
+  auto const work = detail::streaming_work(n, detail::element_bytes<In>(), sizeof(S), 12, detail::element_bytes<In>());
+  detail::for_each_element(space, "gelu_forward", work, x.extent(0), x.extent(1), KOKKOS_LAMBDA(int r, int col) {
     auto const v = widen(x(r, col));
     out(r, col) = narrow<S>(v * G::sigmoid_2u(v));
   });
@@ -51,7 +59,10 @@ void gelu_backward(ExecutionSpace const& space, DIn const& d_x, DOut const& d_ou
   using G = detail::GeluTanh<ExecutionSpace, T>;
   detail::require_same_shape("gelu_backward", d_x, x);
   detail::require_same_shape("gelu_backward", d_out, x);
-  detail::for_each_element(space, "gelu_backward", x.extent(0), x.extent(1),
+  double const n = double(x.extent(0)) * x.extent(1);
+  int const read = detail::element_bytes<In, DOut>();
+  detail::for_each_element(space, "gelu_backward", detail::streaming_work(n, read, sizeof(S), 20, read), x.extent(0),
+                           x.extent(1),
       KOKKOS_LAMBDA(int r, int col) {
         T const v = widen(x(r, col));
         T const s = G::sigmoid_2u(v);
@@ -65,7 +76,9 @@ template <class ExecutionSpace, class Out, class A, class B>
 void residual_forward(ExecutionSpace const& space, Out const& out, A const& a, B const& b) {
   detail::require_same_shape("residual_forward", out, a);
   detail::require_same_shape("residual_forward", out, b);
-  detail::for_each_element(space, "residual_forward", out.extent(0), out.extent(1),
+  int const read = detail::element_bytes<A, B>();
+  auto const work = detail::streaming_work(double(out.extent(0)) * out.extent(1), read, detail::element_bytes<Out>(), 1, read);
+  detail::for_each_element(space, "residual_forward", work, out.extent(0), out.extent(1),
                            KOKKOS_LAMBDA(int r, int c) {
                              out(r, c) = narrow<typename Out::non_const_value_type>(widen(a(r, c)) + widen(b(r, c)));
                            });
@@ -76,7 +89,10 @@ void residual_forward(ExecutionSpace const& space, Out const& out, A const& a, B
 template <class ExecutionSpace, class DIn, class DOut>
 void residual_backward(ExecutionSpace const& space, DIn const& d_x, DOut const& d_out) {
   detail::require_same_shape("residual_backward", d_x, d_out);
-  detail::for_each_element(space, "residual_backward", d_out.extent(0), d_out.extent(1),
+  int const read = detail::element_bytes<DIn, DOut>();
+  auto const work =
+      detail::streaming_work(double(d_out.extent(0)) * d_out.extent(1), read, detail::element_bytes<DIn>(), 1, read);
+  detail::for_each_element(space, "residual_backward", work, d_out.extent(0), d_out.extent(1),
                            KOKKOS_LAMBDA(int r, int c) {
                              d_x(r, c) = narrow<typename DIn::non_const_value_type>(widen(d_x(r, c)) + widen(d_out(r, c)));
                            });

@@ -44,7 +44,8 @@ void token_embedding_forward(ExecutionSpace const& space, Out const& out, Tokens
   require(int(tokens.extent(0)) == n && int(wte.extent(1)) == c, "token_embedding_forward",
           "out " + shape_of(out) + ", tokens " + shape_of(tokens) + ", wte " + shape_of(wte));
   if (check == TokenCheck::on_device) detail::check_tokens_on_device(space, "token_embedding_forward", tokens, vocab);
-  detail::for_each_row(space, "token_embedding_forward", n,
+  int const bytes = sizeof(typename Out::value_type) + sizeof(typename Wte::value_type);
+  detail::for_each_row(space, "token_embedding_forward", detail::streaming_work(double(n) * c, bytes, 0, 0, bytes), n,
                        KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     int const t = tokens(r);
     detail::vector_for(team, c, [&](int i) { out(r, i) = narrow<typename Out::non_const_value_type>(widen(wte(t, i))); });
@@ -60,7 +61,9 @@ void position_embedding_forward(ExecutionSpace const& space, X const& x, Wpe con
               int(wpe.extent(0)) >= seq_len,
           "position_embedding_forward", "x " + shape_of(x) + ", wpe " + shape_of(wpe) +
                                             ", seq_len " + std::to_string(seq_len));
-  detail::for_each_row(space, "position_embedding_forward", n,
+  int const read = 2 * sizeof(typename X::value_type);
+  detail::for_each_row(space, "position_embedding_forward",
+                       detail::streaming_work(double(n) * c, read, sizeof(typename X::value_type), 1, read), n,
                        KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     int const t = r % seq_len;
     detail::vector_for(team, c, [&](int i) { x(r, i) = narrow<typename X::non_const_value_type>(widen(x(r, i)) + widen(wpe(t, i))); });
@@ -79,12 +82,12 @@ void position_embedding_backward(ExecutionSpace const& space, DWpe const& d_wpe,
   int const n = d_out.extent(0), c = d_out.extent(1);
   require(int(d_wpe.extent(1)) == c && seq_len > 0 && n % seq_len == 0 && int(d_wpe.extent(0)) >= seq_len,
           "position_embedding_backward", "d_out " + shape_of(d_out) + ", d_wpe " + shape_of(d_wpe));
-  int const batch = n / seq_len, cols = seq_len * c;
+  int const batch = n / seq_len, cols = seq_len * c, read = sizeof(typename DOut::value_type);
   auto const sum = [&](auto const& f, auto const& add) {
     if constexpr (sizeof...(Work) == 0)
-      detail::column_sums<T>(space, "position_embedding_backward", batch, cols, f, add);
+      detail::column_sums<T>(space, "position_embedding_backward", read, batch, cols, f, add);
     else
-      detail::column_sums(space, "position_embedding_backward", batch, cols, f, add, work...);
+      detail::column_sums(space, "position_embedding_backward", read, batch, cols, f, add, work...);
   };
   // Row-major without gaps (every tensor the model passes): flat indices, no division per element.
   if (d_out.span_is_contiguous() && std::size_t(d_out.stride(0)) == std::size_t(c) &&
@@ -139,11 +142,12 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
   // 1. Ranks and counts per (block, token). The launch shapes are those a GPU runs: there, the
   // counts are cleared first, then a warp per row compares its block's tokens; a CPU walks each
   // block in order instead (the same integers).
-  detail::note_launch("embedding_backward_clear", long(counts), 0);
+  double const token_bytes = sizeof(typename Tokens::value_type), row_bytes = sizeof(typename DOut::value_type);
+  detail::note_launch("embedding_backward_clear", detail::streaming_work(counts, 0, 4, 0, 4), long(counts), 0);
   constexpr int kRowsPerTeam = 8, kLanes = 32;
   int const rank_teams = (n + kRowsPerTeam - 1) / kRowsPerTeam;
-  detail::note_launch("embedding_backward_rank", long(rank_teams) * kRowsPerTeam * kLanes, kRowsPerTeam * kLanes, 0,
-                      kRowsPerTeam);
+  detail::note_launch("embedding_backward_rank", detail::streaming_work(n, token_bytes, 8, B, int(token_bytes)),
+                      long(rank_teams) * kRowsPerTeam * kLanes, kRowsPerTeam * kLanes, 0, kRowsPerTeam);
   if constexpr (host) {
     Kokkos::parallel_for(
         label("embedding_backward_rank"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, blocks),
@@ -181,7 +185,7 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
   }
   // Where each (block, token) starts in token order: exclusive scan, token-major, in place.
   // block_counts[0, V) then hold where each token starts, block_counts[blocks * V] = N.
-  detail::note_launch("embedding_backward_scan", long(counts) + 1, 0);
+  detail::note_launch("embedding_backward_scan", detail::streaming_work(counts + 1.0, 4, 4, 1, 4), long(counts) + 1, 0);
   Kokkos::parallel_scan(
       label("embedding_backward_scan"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, counts + 1),
       KOKKOS_LAMBDA(int i, int& partial, bool final) {
@@ -190,14 +194,14 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
         if (final) block_counts(at) = partial;
         partial += count;
       });
-  detail::note_launch("embedding_backward_scatter", n, 0);
+  detail::note_launch("embedding_backward_scatter", detail::streaming_work(n, token_bytes + 8, 4, 0, 4), n, 0);
   Kokkos::parallel_for(
       label("embedding_backward_scatter"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, n), KOKKOS_LAMBDA(int r) {
         rows(block_counts(std::size_t(r / B) * vocab + tokens(r)) + rank(r)) = r;
       });
   // The start of token v in sorted order: block_counts(v); of the token after the last: N.
   auto const token_start = KOKKOS_LAMBDA(int v) { return v < vocab ? block_counts(v) : block_counts(counts); };
-  detail::note_launch("embedding_backward_pieces", vocab + 1, 0);
+  detail::note_launch("embedding_backward_pieces", detail::streaming_work(vocab + 1.0, 8, 4, 2, 4), vocab + 1, 0);
   Kokkos::parallel_scan(
       label("embedding_backward_pieces"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, vocab + 1),
       KOKKOS_LAMBDA(int v, int& partial, bool final) {
@@ -216,7 +220,10 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
   };
 
   // 2. Piece sums.
-  detail::note_launch("embedding_backward_piece_sums", long(max_pieces) * c, 0);
+  // every row of d_out read once; pieces' sums written (at most one per piece)
+  detail::KernelWork piece_sums = detail::streaming_work(double(n) * c, row_bytes, 0, 1, int(row_bytes));
+  piece_sums.bytes += double(max_pieces) * c * sizeof(T);
+  detail::note_launch("embedding_backward_piece_sums", piece_sums, long(max_pieces) * c, 0);
   if constexpr (host) {
     Kokkos::parallel_for(
         label("embedding_backward_piece_sums"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, max_pieces),
@@ -251,7 +258,8 @@ void token_embedding_backward(ExecutionSpace const& space, DWte const& d_wte, DO
   }
   // 3. Tokens of several pieces: their sums in piece order (a short pass; the PAD token of a
   // mostly padded batch has the most pieces, N / 16 at most).
-  detail::note_launch("embedding_backward_wte", long(vocab) * c, 0);
+  detail::note_launch("embedding_backward_wte", detail::streaming_work(double(vocab) * c, 2 * sizeof(T), sizeof(T), 1, sizeof(T)),
+                      long(vocab) * c, 0);
   if constexpr (host) {
     Kokkos::parallel_for(
         label("embedding_backward_wte"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, vocab), KOKKOS_LAMBDA(int v) {
@@ -299,7 +307,9 @@ void embedding_forward(ExecutionSpace const& space, Out const& out, Tokens const
           "embedding_forward", "out " + shape_of(out) + ", tokens " + shape_of(tokens) + ", wte " + shape_of(wte) +
                                    ", wpe " + shape_of(wpe) + ", seq_len " + std::to_string(seq_len));
   detail::check_tokens_on_device(space, "embedding_forward", tokens, vocab);
-  detail::for_each_row(space, "embedding_forward", n, KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
+  int const read = sizeof(typename Wte::value_type) + sizeof(typename Wpe::value_type);
+  detail::for_each_row(space, "embedding_forward", detail::streaming_work(double(n) * c, read, sizeof(S), 1, read), n,
+                       KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     int const t = tokens(r), p = r % seq_len;
     detail::vector_for(team, c, [&](int i) { out(r, i) = narrow<S>(widen(wte(t, i)) + widen(wpe(p, i))); });
   });
@@ -326,7 +336,9 @@ void sequence_concat_forward(ExecutionSpace const& space, X const& x, Image cons
           "sequence_concat_forward", "x " + shape_of(x) + ", image " + shape_of(image) +
                                          ", text " + shape_of(text) + ", wpe " + shape_of(wpe));
   using S = typename X::non_const_value_type;
-  detail::for_each_row(space, "sequence_concat_forward", batch * seq,
+  int const read = sizeof(typename Image::value_type) + sizeof(typename Wpe::value_type);
+  detail::for_each_row(space, "sequence_concat_forward",
+                       detail::streaming_work(double(batch) * seq * c, read, sizeof(S), 1, read), batch * seq,
                        KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     int const b = r / seq, t = r % seq;
     if (t < n_image)
@@ -349,8 +361,10 @@ void sequence_concat_backward(ExecutionSpace const& space, DImage const& d_image
   require(int(d_image.extent(0)) == batch * n_image && int(d_text.extent(0)) == batch * text_len,
           "sequence_concat_backward", "d_x " + shape_of(d_x) + ", d_image " + shape_of(d_image) +
                                           ", d_text " + shape_of(d_text));
-  detail::for_each_row(space, "sequence_concat_backward", batch * seq,
-                       KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
+  int const bytes = sizeof(typename DX::value_type);
+  detail::for_each_row(space, "sequence_concat_backward",
+                       detail::streaming_work(double(batch) * seq * c, bytes, sizeof(typename DImage::value_type), 0, bytes),
+                       batch * seq, KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     int const b = r / seq, t = r % seq;
     if (t < n_image)
       detail::vector_for(team, c, [&](int i) {

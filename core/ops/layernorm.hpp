@@ -26,7 +26,11 @@ void layernorm_forward(ExecutionSpace const& space, Out const& out, Mean const& 
   T const epsilon = eps;
   // Two sweeps for the statistics (mean, then squared deviations: no cancellation), one for the
   // output; the row stays in L1 between them.
-  detail::for_each_row(space, "layernorm_forward", n, KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
+  int const in_bytes = sizeof(typename In::value_type);
+  // x read once (the row stays in L1 between the sweeps), out written, mean and rstd
+  detail::KernelWork work = detail::streaming_work(double(n) * c, in_bytes, sizeof(S), 8, in_bytes);
+  work.bytes += 8.0 * n;
+  detail::for_each_row(space, "layernorm_forward", work, n, KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     T const m = detail::vector_sum<ExecutionSpace, T>(team, c, [&](int i) { return T(widen(x(r, i))); }) / c;
     T const var = detail::vector_sum<ExecutionSpace, T>(team, c, [&](int i) {
                     T const d = widen(x(r, i)) - m;
@@ -62,7 +66,9 @@ void layernorm_backward(ExecutionSpace const& space, DIn const& d_x, DWeight con
           "layernorm_backward", "x " + shape_of(x) + ", d_out " + shape_of(d_out) + ", d_x " +
                                     shape_of(d_x) + ", d_weight " + shape_of(d_weight));
   // Both row sums in one sweep, d_x in a second.
-  detail::for_each_row(space, "layernorm_backward_input", n, KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
+  int const read = sizeof(typename DOut::value_type) + sizeof(typename In::value_type);
+  detail::for_each_row(space, "layernorm_backward_input", detail::streaming_work(double(n) * c, read, sizeof(S), 12, read), n,
+                       KOKKOS_LAMBDA(detail::RowMember<ExecutionSpace> const& team, int r) {
     T const m = mean(r), rs = rstd(r);
     T g_sum = 0, g_xhat_sum = 0;
     detail::vector_sum2<ExecutionSpace, T>(
@@ -80,7 +86,7 @@ void layernorm_backward(ExecutionSpace const& space, DIn const& d_x, DWeight con
     });
   });
   detail::accumulate_column_sums_of(
-      space, "layernorm_backward_weight", d_weight, n,
+      space, "layernorm_backward_weight", d_weight, int(sizeof(typename DOut::value_type) + sizeof(typename In::value_type)), n,
       KOKKOS_LAMBDA(int r, int i) { return widen(d_out(r, i)) * (widen(x(r, i)) - mean(r)) * rstd(r); }, work...);
   detail::accumulate_column_sums(space, "layernorm_backward_bias", d_bias, d_out, work...);
 }

@@ -25,7 +25,10 @@ void patchify(ExecutionSpace const& space, Patches const& patches, Images const&
   int const gh = h / patch, gw = w / patch, feat = cin * patch * patch;
   require(int(patches.extent(0)) == frames * gh * gw && int(patches.extent(1)) == feat, "patchify",
           "patches " + shape_of(patches) + " for images " + shape_of(images));
-  detail::for_each_element(space, "patchify", frames * gh * gw, feat, KOKKOS_LAMBDA(int row, int f) {
+  int const read = sizeof(typename Images::value_type);
+  auto const work = detail::streaming_work(double(frames) * gh * gw * feat, read,
+                                           sizeof(typename Patches::value_type), 0, read);
+  detail::for_each_element(space, "patchify", work, frames * gh * gw, feat, KOKKOS_LAMBDA(int row, int f) {
     int const frame = row / (gh * gw), p = row % (gh * gw), gy = p / gw, gx = p % gw;
     int const ch = f / (patch * patch), py = (f / patch) % patch, px = f % patch;
     patches(row, f) = narrow<typename Patches::non_const_value_type>(widen(images(frame, ch, gy * patch + py, gx * patch + px)));
@@ -43,7 +46,10 @@ void unpatchify(ExecutionSpace const& space, DImages const& d_images, DPatches c
   require(int(d_patches.extent(0)) == frames * gh * gw &&
               int(d_patches.extent(1)) == cin * patch * patch,
           "unpatchify", "d_patches " + shape_of(d_patches) + " for images " + shape_of(d_images));
-  detail::note_launch("unpatchify", long(frames) * cin * h * w);
+  int const read = sizeof(typename DPatches::value_type);
+  detail::note_launch("unpatchify",
+                      detail::streaming_work(double(frames) * cin * h * w, read, sizeof(typename DImages::value_type), 0, read),
+                      long(frames) * cin * h * w);
   Kokkos::parallel_for(
       label("unpatchify"),
       Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<4>>(space, {0, 0, 0, 0},

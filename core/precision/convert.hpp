@@ -19,7 +19,9 @@ void convert_precision(ExecutionSpace const& space, Out const& out, In const& in
   auto* const dst = out.data();
   auto const* const src = in.data();
   auto const n = static_cast<long long>(in.span());
-  detail::note_launch("convert_precision", long(n));
+  detail::note_launch("convert_precision",
+                      detail::streaming_work(double(n), sizeof(*src), sizeof(To), 0, int(sizeof(*src)), detail::WorkKind::copy),
+                      long(n));
   Kokkos::parallel_for(
       label("convert_precision"), Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<long long>>(space, 0, n),
       KOKKOS_LAMBDA(long long i) { dst[i] = narrow<To>(widen(src[i])); });

@@ -42,8 +42,9 @@ namespace detail {
 // c[r, o] = values(o) for every row: a bias written into C before a GEMM adds onto it.
 template <class ExecutionSpace, class C, class Values>
 void fill_rows(ExecutionSpace const& space, char const* name, C const& c, Values const& values) {
-  for_each_element(space, name, int(c.extent(0)), int(c.extent(1)),
-                   KOKKOS_LAMBDA(int r, int o) { c(r, o) = narrow<typename C::non_const_value_type>(widen(values(o))); });
+  int const bytes = sizeof(typename C::value_type);
+  for_each_element(space, name, streaming_work(double(c.extent(0)) * c.extent(1), 0, bytes, 0, bytes), int(c.extent(0)),
+                   int(c.extent(1)), KOKKOS_LAMBDA(int r, int o) { c(r, o) = narrow<typename C::non_const_value_type>(widen(values(o))); });
 }
 
 // bias: nullptr, or n fp32 or bf16 values (BiasT) added to every row of C before its one rounding (then beta = 0).
@@ -65,6 +66,10 @@ void gemm_bf16_impl(ExecutionSpace const& space, char const* trans_a, char const
   require(am == m && bk == k && bn == n, "gemm_bf16",
           std::string("op") + trans_a + "(A) of " + shape_of(a) + " times op" + trans_b + "(B) of " + shape_of(b) +
               " into C " + shape_of(c));
+  // cuBLASLt's one call, its bias in the epilogue (read once per column tile: counted once)
+  detail::KernelWork note = detail::gemm_work(m, n, k, 1, 2, 2, sizeof(CT), !bias && beta != 0.0f, true);
+  if (bias) note.bytes += double(n) * sizeof(BiasT);
+  detail::note_library_launch(bias ? "gemm_bf16_bias" : "gemm_bf16", note);
   if constexpr (bf16_gemm_on_cublaslt<ExecutionSpace>()) {
 #if defined(KOKKOS_ENABLE_CUDA)
     require(work.cublaslt.extent(0) > 0, "gemm_bf16", "no cuBLASLt workspace (make it with Bf16GemmWorkspace::for_space)");
@@ -74,6 +79,7 @@ void gemm_bf16_impl(ExecutionSpace const& space, char const* trans_a, char const
                                std::is_same_v<BiasT, bf16> ? BiasKind::bf16 : BiasKind::fp32);
 #endif
   } else {
+    detail::NotOnCuda const widening;  // CUDA makes the one call above
     auto const fa = detail::matrix_in(work.a, a.extent(0), a.extent(1), "A");
     auto const fb = detail::matrix_in(work.b, b.extent(0), b.extent(1), "B");
     convert_precision(space, fa, a);
@@ -127,7 +133,7 @@ namespace detail {
 template <class ExecutionSpace, class To, class From>
 void copy_matrix(ExecutionSpace const& space, char const* name, To* dst, int dst_ld, From const* src, int src_ld,
                  int rows, int cols) {
-  for_each_element(space, name, rows, cols, KOKKOS_LAMBDA(int r, int c) {
+  for_each_element(space, name, moved_work(double(rows) * cols, sizeof(From)), rows, cols, KOKKOS_LAMBDA(int r, int c) {
     dst[std::size_t(r) * dst_ld + c] = narrow<To>(widen(src[std::size_t(r) * src_ld + c]));
   });
 }
@@ -139,7 +145,8 @@ void copy_matrix(ExecutionSpace const& space, char const* name, To* dst, int dst
 template <class ExecutionSpace, class CT, class MemorySpace>
 void gemm_bf16_batched(ExecutionSpace const& space, char const* trans_a, char const* trans_b, float alpha,
                        MatrixBatch<bf16 const> const& a, MatrixBatch<bf16 const> const& b, float beta,
-                       MatrixBatch<CT> const& c, int count, Bf16GemmWorkspace<MemorySpace> const& work) {
+                       MatrixBatch<CT> const& c, int count, Bf16GemmWorkspace<MemorySpace> const& work,
+                       double model_flops = -1) {
   static_assert(std::is_same_v<CT, float> || std::is_same_v<CT, bf16>, "gemm_bf16_batched: C is fp32 or bf16");
   bool const ta = trans_a[0] == 'T', tb = trans_b[0] == 'T';
   int const m = c.rows, n = c.cols, k = ta ? a.rows : a.cols;
@@ -149,6 +156,9 @@ void gemm_bf16_batched(ExecutionSpace const& space, char const* trans_a, char co
           std::string("op") + trans_a + "(A) of [" + std::to_string(a.rows) + ", " + std::to_string(a.cols) +
               "] times op" + trans_b + "(B) of [" + std::to_string(b.rows) + ", " + std::to_string(b.cols) +
               "] into C [" + std::to_string(c.rows) + ", " + std::to_string(c.cols) + "]");
+  detail::KernelWork note = detail::gemm_work(m, n, k, count, 2, 2, sizeof(CT), beta != 0.0f, true);
+  if (model_flops >= 0) note.model_flops = model_flops;
+  detail::note_library_launch("gemm_bf16_batched", note);
   if constexpr (bf16_gemm_on_cublaslt<ExecutionSpace>()) {
 #if defined(KOKKOS_ENABLE_CUDA)
     require(work.cublaslt.extent(0) > 0, "gemm_bf16_batched", "no cuBLASLt workspace (make it with Bf16GemmWorkspace::for_space)");
@@ -157,6 +167,7 @@ void gemm_bf16_batched(ExecutionSpace const& space, char const* trans_a, char co
                                        work.cublaslt.extent(0), detail::GemmBatch{count, a.stride, b.stride, c.stride});
 #endif
   } else {
+    detail::NotOnCuda const widening;  // CUDA makes the one call above
     auto const fa = detail::matrix_in(work.a, a.rows, a.cols, "A");
     auto const fb = detail::matrix_in(work.b, b.rows, b.cols, "B");
     auto const fc = detail::matrix_in(work.c, c.rows, c.cols, "C");

@@ -380,7 +380,8 @@ namespace {
 // The sum of squares of `d` into the device scalar `out`, queued on `space` (no host wait).
 template <class Out>
 void queue_grad_norm_part(ExecSpace const& space, Tensor1<float, DeviceMemory> const& d, Out const& out) {
-  detail::note_launch("grad_norm_part", d.extent(0));
+  detail::note_launch("grad_norm_part", detail::streaming_work(double(d.extent(0)), 4, 0, 2, 4, detail::WorkKind::optimizer),
+                      d.extent(0));
   Kokkos::parallel_reduce(
       label("grad_norm_part"), Kokkos::RangePolicy<ExecSpace>(space, 0, d.extent(0)),
       KOKKOS_LAMBDA(int i, double& s) { s += double(d(i)) * double(d(i)); }, out);
@@ -407,6 +408,7 @@ double Optimizer::gradient_norm() {
 }
 
 void Optimizer::finish_step(double grad_scale) {
+  detail::note_segment(detail::StepPart::update, -1);  // the one multi-tensor AdamW
   if constexpr (!kDeviceIsHost) {
     // Every device group's tensors in one launch.
     compat::ScopedRegion region(compute_, "optimizer_device");
@@ -418,10 +420,13 @@ void Optimizer::finish_step(double grad_scale) {
   }
   // A CPU build runs the host loop per run (below), where a GPU build would launch once.
   if constexpr (kDeviceIsHost)
-    if (device_elements_ > 0) detail::note_launch("adamw_update_runs", long(device_elements_));
+    if (device_elements_ > 0)
+      detail::note_launch("adamw_update_runs", detail::adamw_work(double(device_elements_)),
+                          long(device_elements_));
   for (std::size_t i = 0; i < groups_.size(); ++i) {
     Group& g = groups_[i];
     if (offloaded_[i]) continue;
+    detail::note_segment(detail::StepPart::update, int(i));
     if constexpr (kDeviceIsHost) {
       compat::ScopedRegion region(compute_, "optimizer_device");
       adamw_slices(compute_, g.decayed, g.param, g.grad, g.m, g.v, adamw_config(), settings_.weight_decay,
@@ -429,6 +434,7 @@ void Optimizer::finish_step(double grad_scale) {
     }
     if (g.kernel_weights.data()) {  // the kernels' bf16 copy of the new weights
       compat::ScopedRegion region(compute_, "optimizer_device");
+      detail::CountAs const in_optimizer(detail::WorkKind::optimizer);
       convert_precision(compute_, g.kernel_weights, g.param);
     }
     ordering::on_stream(ordering::Lane::compute, "optimizer_device", {{"grad", int(i)}}, {{"param", int(i)}});

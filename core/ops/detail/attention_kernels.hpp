@@ -48,6 +48,30 @@ KOKKOS_INLINE_FUNCTION int attention_key_end(int query, int seq, int open_prefix
   int const e = query + 1 > open_prefix ? query + 1 : open_prefix;
   return e < seq ? e : seq;
 }
+// The (query, key) pairs the mask lets through, over every batch and head: the products an
+// attention kernel that skips masked keys computes, and the model's own FLOPs (kernel_work.hpp).
+inline double attention_visible_pairs(AttentionShape const& s) {
+  double per_head = 0;
+  for (int i = 0; i < s.seq; ++i) per_head += attention_key_end(i, s.seq, s.open_prefix);
+  return per_head * s.batch * s.heads;
+}
+// The model's FLOPs of attention per visible pair and head dimension: forward q k^T and p v (2
+// products), backward 5 (the scores again, dp, dv, dq, dk), 2 FLOPs each.
+inline constexpr double kAttentionForwardFlopsPerPair = 4, kAttentionBackwardFlopsPerPair = 10;
+
+// What a fused attention kernel (no S x S matrix in memory) must move at least: `read` and
+// `written` [B*S, C]-sized operands of `bytes` each, plus fp32 statistics per (head, query).
+inline KernelWork fused_attention_work(AttentionShape const& s, double flops_per_pair, double model_flops_per_pair,
+                                       int bytes, int read, int written, int stats) {
+  KernelWork w;
+  w.kind = WorkKind::attention;
+  double const pairs = attention_visible_pairs(s), rows = double(s.batch) * s.seq;
+  w.flops = pairs * s.head_dim * flops_per_pair;
+  w.model_flops = pairs * s.head_dim * model_flops_per_pair;
+  w.bytes = rows * s.channels * bytes * (read + written) + rows * s.heads * 4.0 * stats;
+  w.bytes_in_flight = 16;
+  return w;
+}
 // First query that sees key j (every query from there on sees it too).
 KOKKOS_INLINE_FUNCTION int attention_query_begin(int key, int open_prefix) {
   return key < open_prefix ? 0 : key;
@@ -926,9 +950,11 @@ constexpr bool attention_block_default() {
 // The CUDA launch of a block kernel, for the launch audit and contract: `teams` blocks of 256
 // threads, a team of 256 (vector length 1), its scratch in each level.
 template <class BlockKernel>
-void note_attention_launch(char const* name, long teams) {
-  note_launch(name, LaunchShape{teams * kBlockThreads, kBlockThreads, BlockKernel::scratch_bytes(0), kBlockThreads,
-                                BlockKernel::scratch_bytes(1)});
+void note_attention_launch(char const* name, long teams, KernelWork const& work) {
+  note_launch(name,
+              LaunchShape{teams * kBlockThreads, kBlockThreads, BlockKernel::scratch_bytes(0), kBlockThreads,
+                          BlockKernel::scratch_bytes(1)},
+              work);
 }
 
 // The kernel's policy with its team scratch in both levels.
@@ -947,8 +973,11 @@ void launch_attention_forward(ExecutionSpace const& space, AttentionShape const&
   using T = typename Kernel::T;
   int const row_tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
   Kernel kernel{s, out, lse, qkv, T(1.0 / std::sqrt(double(HD))), row_tiles};
-  note_attention_launch<BlockKernel>("attention_forward",
-                                     long(s.batch) * s.heads * ((s.seq + BlockKernel::kTile - 1) / BlockKernel::kTile));
+  // q, k, v read, out written, lse written; q k^T, the softmax (~5 per pair) and p v
+  note_attention_launch<BlockKernel>(
+      "attention_forward", long(s.batch) * s.heads * ((s.seq + BlockKernel::kTile - 1) / BlockKernel::kTile),
+      fused_attention_work(s, kAttentionForwardFlopsPerPair + 5.0 / s.head_dim, kAttentionForwardFlopsPerPair,
+                           sizeof(typename Out::value_type), 3, 1, 1));
   Kokkos::parallel_for(label("attention_forward"), attention_policy<Kernel>(space, s.batch * s.heads * row_tiles),
                        kernel);
 }
@@ -962,7 +991,10 @@ void attention_delta(ExecutionSpace const& space, AttentionShape const& s, Delta
                      DOut const& d_out, Out const& out) {
   using T = typename Delta::non_const_value_type;
   int const seq = s.seq, heads = s.heads;
-  for_each_row(space, "attention_backward_delta", s.batch * seq,
+  int const read = sizeof(typename DOut::value_type) + sizeof(typename Out::value_type);
+  KernelWork work = streaming_work(double(s.batch) * seq * s.channels, read, 0, 2, read, WorkKind::attention);
+  work.bytes += double(s.batch) * seq * heads * sizeof(T);
+  for_each_row(space, "attention_backward_delta", work, s.batch * seq,
                KOKKOS_LAMBDA(RowMember<ExecutionSpace> const& team, int token) {
     for (int h = 0; h < heads; ++h) {
       T const sum = vector_sum<ExecutionSpace, T>(
@@ -1177,7 +1209,9 @@ void launch_attention_backward(ExecutionSpace const& space, AttentionShape const
         Block, BlockKernel, AttentionBackwardKeyValueKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>>;
     int const tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
     Kernel kernel{s, d_qkv, delta, d_out, qkv, lse, scale, tiles};
-    note_attention_launch<BlockKernel>("attention_backward_key_value", cuda_teams(BlockKernel::kTile));
+    // q, k, v, d_out read, dk and dv written, lse and delta read; s, dp, dv, dk
+    note_attention_launch<BlockKernel>("attention_backward_key_value", cuda_teams(BlockKernel::kTile),
+                                       fused_attention_work(s, 8, 8, sizeof(typename DQkv::value_type), 4, 2, 2));
     Kokkos::parallel_for(label("attention_backward_key_value"),
                          attention_policy<Kernel>(space, s.batch * s.heads * tiles), kernel);
   }
@@ -1187,7 +1221,9 @@ void launch_attention_backward(ExecutionSpace const& space, AttentionShape const
         Block, BlockKernel, AttentionBackwardQueryKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>>;
     int const tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
     Kernel kernel{s, d_qkv, delta, d_out, qkv, lse, scale, tiles};
-    note_attention_launch<BlockKernel>("attention_backward_query", cuda_teams(BlockKernel::kTile));
+    // q, k, v, d_out read, dq written, lse and delta read; s and dp again (counted above), dq
+    note_attention_launch<BlockKernel>("attention_backward_query", cuda_teams(BlockKernel::kTile),
+                                       fused_attention_work(s, 6, 2, sizeof(typename DQkv::value_type), 4, 1, 2));
     Kokkos::parallel_for(label("attention_backward_query"), attention_policy<Kernel>(space, s.batch * s.heads * tiles),
                          kernel);
   }

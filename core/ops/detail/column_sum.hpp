@@ -23,9 +23,10 @@
 
 namespace joule::detail {
 
-// add(c, sum_r f(r, c)) for c in [0, cols), rows summed as described above.
+// add(c, sum_r f(r, c)) for c in [0, cols), rows summed as described above. f reads `read` bytes of
+// memory per element (what the roofline model counts; its loads are independent).
 template <class ExecutionSpace, class T, class MemorySpace, class F, class Add>
-void column_sums(ExecutionSpace const& space, char const* name, int rows, int cols, F const& f,
+void column_sums(ExecutionSpace const& space, char const* name, int read, int rows, int cols, F const& f,
                  Add const& add, ColumnSumWorkspace<T, MemorySpace> const& work) {
   constexpr bool host = Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
   ColumnSumPlan const plan = column_sum_plan(rows, cols, !host);
@@ -39,7 +40,10 @@ void column_sums(ExecutionSpace const& space, char const* name, int rows, int co
   auto const partials = work.partials;
   int const league = blocks * tiles;
   ColumnSumPlan const gpu_plan = column_sum_plan(rows, cols, true);  // what a GPU would launch
-  note_launch(name, gpu_plan.stage1_threads(), K * W, scratch_view_bytes<T>(K * W), K);  // the chunk sums
+  double const stage1_out = double(cols) * sizeof(T) * (gpu_plan.row_blocks > 1 ? gpu_plan.row_blocks : 2);
+  KernelWork stage1 = streaming_work(double(rows) * cols, read, 0, 2, read);
+  stage1.bytes += stage1_out;  // the block sums, or out read and written
+  note_launch(name, stage1, gpu_plan.stage1_threads(), K * W, scratch_view_bytes<T>(K * W), K);  // the chunk sums
   if constexpr (host) {
     Kokkos::parallel_for(
         label(name), Kokkos::RangePolicy<ExecutionSpace>(space, 0, league), KOKKOS_LAMBDA(int team) {
@@ -93,7 +97,9 @@ void column_sums(ExecutionSpace const& space, char const* name, int rows, int co
         });
   }
   std::string const final_name = std::string(name) + "_blocks";
-  if (gpu_plan.row_blocks > 1) note_launch(final_name.c_str(), cols, 0);
+  if (gpu_plan.row_blocks > 1)
+    note_launch(final_name.c_str(), streaming_work(cols, (gpu_plan.row_blocks + 1) * sizeof(T), sizeof(T), gpu_plan.row_blocks, sizeof(T)),
+                cols, 0);
   if (direct) return;
   // Stage 2: a short fixed-order pass, `blocks` (<= 32 at the medium shape) loads per column.
   Kokkos::parallel_for(
@@ -107,27 +113,27 @@ void column_sums(ExecutionSpace const& space, char const* name, int rows, int co
 // The same with a workspace of its own, allocated here where the sum needs one (tests,
 // benchmarks; a training step passes its own). T: the type of the sums.
 template <class T, class ExecutionSpace, class F, class Add>
-void column_sums(ExecutionSpace const& space, char const* name, int rows, int cols, F const& f,
+void column_sums(ExecutionSpace const& space, char const* name, int read, int rows, int cols, F const& f,
                  Add const& add) {
   ColumnSumWorkspace<T, typename ExecutionSpace::memory_space> const work(column_sum_scratch(rows, cols), name);
-  column_sums(space, name, rows, cols, f, add, work);
+  column_sums(space, name, read, rows, cols, f, add, work);
 }
 
-// out[c] += sum_r f(r, c)
+// out[c] += sum_r f(r, c)   (f reads `read` bytes per element)
 template <class ExecutionSpace, class Out, class F, class T, class MemorySpace>
-void accumulate_column_sums_of(ExecutionSpace const& space, char const* name, Out const& out,
+void accumulate_column_sums_of(ExecutionSpace const& space, char const* name, Out const& out, int read,
                                int rows, F const& f, ColumnSumWorkspace<T, MemorySpace> const& work) {
-  column_sums(space, name, rows, int(out.extent(0)), f, KOKKOS_LAMBDA(int c, T v) { out(c) += v; }, work);
+  column_sums(space, name, read, rows, int(out.extent(0)), f, KOKKOS_LAMBDA(int c, T v) { out(c) += v; }, work);
 }
 
 // The same with a workspace of its own, allocated here where the sum needs one (tests,
 // benchmarks; a training step passes its own).
 template <class ExecutionSpace, class Out, class F>
-void accumulate_column_sums_of(ExecutionSpace const& space, char const* name, Out const& out,
+void accumulate_column_sums_of(ExecutionSpace const& space, char const* name, Out const& out, int read,
                                int rows, F const& f) {
   ColumnSumWorkspace<typename Out::non_const_value_type, typename ExecutionSpace::memory_space> const work(
       column_sum_scratch(rows, int(out.extent(0))), name);
-  accumulate_column_sums_of(space, name, out, rows, f, work);
+  accumulate_column_sums_of(space, name, out, read, rows, f, work);
 }
 
 // out[c] += sum_r in[r, c]  (in may be stored narrower than out: bf16 activations, fp32 sums)
@@ -136,7 +142,7 @@ void accumulate_column_sums(ExecutionSpace const& space, char const* name, Out c
                             In const& in, Work const&... work) {
   require(out.extent(0) == in.extent(1), name,
           "column sum of " + shape_of(in) + " into " + shape_of(out));
-  accumulate_column_sums_of(space, name, out, int(in.extent(0)),
+  accumulate_column_sums_of(space, name, out, int(sizeof(typename In::value_type)), int(in.extent(0)),
                             KOKKOS_LAMBDA(int r, int c) { return widen(in(r, c)); }, work...);
 }
 

@@ -31,14 +31,15 @@ template <class ExecutionSpace>
 using RowMember = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
 
 // f(team, r) for every row r in [0, rows); f runs the columns of its row with the vector
-// helpers below (vector_for, vector_sum, ...).
+// helpers below (vector_for, vector_sum, ...). work: what the whole launch reads, writes and
+// computes (kernel_work.hpp), for the roofline model.
 template <class ExecutionSpace, class F>
-void for_each_row(ExecutionSpace const& space, char const* name, int rows, F const& f) {
+void for_each_row(ExecutionSpace const& space, char const* name, KernelWork const& work, int rows, F const& f) {
   using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
   using Member = typename Policy::member_type;
   if (rows <= 0) return;
   // On CUDA: one block of kDeviceRowsPerTeam warps per kDeviceRowsPerTeam rows (the else branch).
-  note_launch(name, long((rows + kDeviceRowsPerTeam - 1) / kDeviceRowsPerTeam) * kDeviceRowsPerTeam * kDeviceVectorLength,
+  note_launch(name, work, long((rows + kDeviceRowsPerTeam - 1) / kDeviceRowsPerTeam) * kDeviceRowsPerTeam * kDeviceVectorLength,
               kDeviceRowsPerTeam * kDeviceVectorLength, 0, kDeviceRowsPerTeam);
   if constexpr (is_host_space<ExecutionSpace>()) {
     int const teams_wanted = kHostTeamsPerThread * std::max(1, int(space.concurrency()));
@@ -78,8 +79,9 @@ KOKKOS_INLINE_FUNCTION void once_per_row(Member const& team, F const& f) {
 // f(r, c) for every element of a [rows, cols] matrix: rows over teams and threads, columns over
 // vector lanes.
 template <class ExecutionSpace, class F>
-void for_each_element(ExecutionSpace const& space, char const* name, int rows, int cols, F const& f) {
-  for_each_row(space, name, rows, KOKKOS_LAMBDA(RowMember<ExecutionSpace> const& team, int r) {
+void for_each_element(ExecutionSpace const& space, char const* name, KernelWork const& work, int rows, int cols,
+                      F const& f) {
+  for_each_row(space, name, work, rows, KOKKOS_LAMBDA(RowMember<ExecutionSpace> const& team, int r) {
     vector_for(team, cols, [&](int c) { f(r, c); });
   });
 }

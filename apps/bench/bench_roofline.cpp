@@ -1,0 +1,214 @@
+// One training step of a configuration's model at its micro-batch, run with the step benchmark's
+// machinery (bench_step.hpp) while a launch log records every launch with its work and the part of
+// the step it belongs to; at most two layers are recorded (blocks are alike: the model weighs
+// them, core/perf/roofline.hpp), then the roofline model predicts the whole step.
+#include "bench/bench_roofline.hpp"
+
+#include "bench/bench_step.hpp"
+#include "core/detail/launch_log.hpp"
+#include "core/perf/roofline.hpp"
+#include "core/train/memory_check.hpp"
+#include "core/train/optimizer.hpp"
+#include "run_config.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace joule::apps {
+
+namespace {
+
+double sum_of(std::vector<std::size_t> const& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
+
+struct OffloadRow {
+  double ratio = 0, achieved = 0;
+  perf::StepEstimate step;
+  perf::OffloadEstimate offload;
+  double seconds() const { return step.seconds + offload.exposed_s; }
+};
+
+}  // namespace
+
+int run_roofline_bench(RooflineBenchOptions const& options) {
+  Config const cfg = load_config_with(options.config_path, [&](nlohmann::json& j) {
+    if (!options.precision.empty()) j["train"]["precision"] = options.precision;
+  });
+  perf::Target const& target = perf::target_named(options.target);
+  ModelConfig const& m = cfg.model;
+  int const micro = cfg.train.micro_batch, per_step = cfg.train.batch / std::max(1, micro);
+  Precision const precision = cfg.train.precision;
+  std::string const source = options.config_path.empty() ? std::string("the embedded default") : options.config_path;
+
+  // The recording: at most two layers, one micro-batch, offload ratio 0 (the model moves the
+  // offloaded groups' updates to the host itself).
+  ModelConfig recorded = m;
+  recorded.layers = perf::layers_to_record(m.layers);
+  int const recorded_depth = perf::recompute_depth_to_record(m.layers, cfg.train.recompute_depth);
+  fmt::print("joule bench --suite roofline: a MODEL of one training step of {} on {} ({}): predicted, not "
+             "measured\n",
+             source, target.name, target.what);
+  fmt::print("step: {}, micro-batch {} x {} per step, {} layers, C={}, {} heads, S={}, recompute depth {}; "
+             "recorded: {} layer(s), one micro-batch, on {}\n",
+             precision_name(precision), micro, per_step, m.layers, m.d_model, m.heads, m.seq_len(),
+             cfg.train.recompute_depth, recorded.layers, Kokkos::DefaultExecutionSpace::name());
+  detail::LaunchLog log(/*recording=*/false);  // the step's launches, not the set-up's
+  Kokkos::Timer timer;
+  run_training_steps(recorded, micro, recorded_depth, 1, [&](int) { log.set_recording(true); }, precision,
+                     attention_path_on_cuda(precision == Precision::bf16));
+  double const recording_s = timer.seconds();
+  auto const launches = log.launches();
+  if (launches.empty()) throw std::runtime_error("no kernel launch was recorded");
+
+  auto const groups = parameter_group_sizes(m);
+  perf::StepLayout base;
+  base.layers = m.layers, base.layers_recorded = recorded.layers, base.recompute_depth = cfg.train.recompute_depth;
+  base.micro_batches = per_step;
+  base.parameters = sum_of(groups), base.parameters_recorded = sum_of(parameter_group_sizes(recorded));
+  bool const cast_on_host = cfg.train.offload_cast == TrainConfig::OffloadCast::host;
+  LinkBytesPerParameter const link = link_bytes_per_parameter(precision, cast_on_host);
+  // The host's AdamW per parameter: detail::adamw_work's bytes, plus the bf16 copy cast there.
+  double const host_bytes = detail::adamw_work(1).bytes + (cast_on_host && precision == Precision::bf16 ? 2 : 0);
+
+  std::vector<double> ratios = {0.0, cfg.train.offload_ratio, 1.0};
+  std::sort(ratios.begin(), ratios.end());
+  ratios.erase(std::unique(ratios.begin(), ratios.end()), ratios.end());
+  std::vector<OffloadRow> rows;
+  for (double ratio : ratios) {
+    OffloadRow row;
+    row.ratio = ratio;
+    perf::StepLayout layout = base;
+    layout.offloaded = choose_offloaded_groups(groups, ratio);
+    perf::OffloadPlan plan;
+    plan.offloaded = layout.offloaded;
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      plan.group_parameters.push_back(double(groups[g]));
+      if (layout.offloaded[g]) layout.offloaded_parameters += double(groups[g]);
+    }
+    row.achieved = layout.offloaded_parameters / base.parameters;
+    plan.to_host_bytes = double(link.to_host), plan.to_device_bytes = double(link.to_device);
+    plan.host_bytes = host_bytes;
+    plan.clipping = cfg.train.grad_clip > 0;
+    row.step = perf::estimate_step(target, launches, layout, cfg.train.tf32);
+    row.offload = perf::estimate_offload(target, plan, row.step);
+    rows.push_back(row);
+  }
+  OffloadRow const& none = rows.front();
+  perf::StepEstimate const& step = none.step;
+
+  fmt::print("target figures (the MODEL's inputs, none measured here):\n");
+  auto const figure = [](char const* what, double value, char const* unit, std::string const& why) {
+    fmt::print("  {:<22} {:>9.4g} {:<8} {}\n", what, value, unit, why);
+  };
+  figure("bf16 tensor-core peak", target.bf16_tensor_peak.value * 1e-12, "TFLOP/s", target.bf16_tensor_peak.source);
+  figure("bf16 GEMM", target.bf16_gemm.value * 1e-12, "TFLOP/s", target.bf16_gemm.source);
+  figure("TF32 GEMM", target.tf32_gemm.value * 1e-12, "TFLOP/s", target.tf32_gemm.source);
+  figure("fp32 GEMM", target.fp32_gemm.value * 1e-12, "TFLOP/s", target.fp32_gemm.source);
+  figure("fp32 SIMT peak", target.fp32_simt.value * 1e-12, "TFLOP/s", target.fp32_simt.source);
+  figure("HBM", target.hbm_bandwidth.value * 1e-12, "TB/s", target.hbm_bandwidth.source);
+  figure("memory latency", target.memory_latency.value * 1e6, "us", target.memory_latency.source);
+  figure("launch gap", target.launch_gap.value * 1e6, "us", target.launch_gap.source);
+  figure("link to host", target.link_to_host.value * 1e-9, "GB/s", target.link_to_host.source);
+  figure("link to device", target.link_to_device.value * 1e-9, "GB/s", target.link_to_device.source);
+  figure("host memory", target.host_bandwidth.value * 1e-9, "GB/s", target.host_bandwidth.source);
+
+  fmt::print("MODEL step on {}: {:.1f} ms, MFU {:.1f}% ({:.2f} TFLOP of model FLOPs at {:.0f} TFLOP/s peak), "
+             "{:.0f} launches\n",
+             target.name, step.seconds * 1e3, 100 * step.mfu(target), step.model_flops * 1e-12,
+             target.bf16_tensor_peak.value * 1e-12, step.launches);
+  // What the micro-batch needs, by the memory model (core/train/memory_check.hpp) as this build counts it.
+  MemoryNeed const need = memory_need(m, cfg.train);
+  fmt::print("memory model: {:.1f} GiB on the device at micro-batch {} (parameters, gradients, activations, workspace "
+             "and the optimizer state kept there; as this build counts it)\n",
+             double(need.device_bytes()) / (1 << 30), micro);
+  fmt::print("MODEL time by kind:");
+  for (int k = 0; k < detail::kWorkKinds; ++k)
+    fmt::print(" {} {:.1f} ms ({:.0f}%) |", detail::kWorkKindNames[k], step.kind_seconds[k] * 1e3,
+               100 * step.kind_seconds[k] / step.seconds);
+  fmt::print(" launch gaps {:.1f} ms ({:.0f}%)\n", step.gap_seconds * 1e3, 100 * step.gap_seconds / step.seconds);
+  fmt::print("MODEL kernels by predicted time (a step's launches; memory-bound: share of the time where bytes, not "
+             "FLOPs, bound the launch):\n");
+  fmt::print("  {:<34} {:<11} {:>8} {:>10} {:>9} {:>9} {:>6} {:>9}\n", "kernel label", "kind", "launches", "GFLOP",
+             "GB", "ms", "share", "mem-bound");
+  nlohmann::json kernels = nlohmann::json::array();
+  for (std::size_t i = 0; i < step.kernels.size(); ++i) {
+    auto const& k = step.kernels[i];
+    if (int(i) < options.top)
+      fmt::print("  {:<34} {:<11} {:>8.0f} {:>10.1f} {:>9.2f} {:>9.2f} {:>5.1f}% {:>8.0f}%\n", k.label,
+                 detail::work_kind_name(k.kind), k.launches, k.flops * 1e-9, k.bytes * 1e-9, k.seconds * 1e3,
+                 100 * k.seconds / step.seconds, 100 * k.memory_bound_seconds / std::max(k.seconds, 1e-30));
+    kernels.push_back({{"label", k.label}, {"kind", detail::work_kind_name(k.kind)}, {"launches", k.launches},
+                       {"flops", k.flops}, {"bytes", k.bytes}, {"seconds", k.seconds},
+                       {"memory_bound_seconds", k.memory_bound_seconds}});
+  }
+  if (int(step.kernels.size()) > options.top)
+    fmt::print("  ... {} more labels (--json lists every one)\n", step.kernels.size() - options.top);
+  fmt::print("MODEL offloaded optimizer (AdamW on the host's cores; clipping {}: host updates start {}):\n",
+             cfg.train.grad_clip > 0 ? "on" : "off",
+             cfg.train.grad_clip > 0 ? "after the backward pass" : "as each group's gradient lands");
+  fmt::print("  {:>6} {:>8} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>9} {:>6}\n", "ratio", "achieved", "device ms",
+             "link GB", "link ms", "host GB", "host ms", "exposed ms", "step ms", "MFU");
+  nlohmann::json offload = nlohmann::json::array();
+  for (auto const& r : rows) {
+    double const mfu = r.step.model_flops / r.seconds() / target.bf16_tensor_peak.value;
+    fmt::print("  {:>6.2f} {:>8.2f} {:>10.1f} {:>8.2f} {:>8.1f} {:>8.2f} {:>8.1f} {:>10.1f} {:>9.1f} {:>5.1f}%\n",
+               r.ratio, r.achieved, r.step.seconds * 1e3, r.offload.link_bytes * 1e-9, r.offload.link_s * 1e3,
+               r.offload.host_bytes * 1e-9, r.offload.host_s * 1e3, r.offload.exposed_s * 1e3, r.seconds() * 1e3,
+               100 * mfu);
+    offload.push_back({{"ratio", r.ratio}, {"achieved_ratio", r.achieved}, {"device_seconds", r.step.seconds},
+                       {"link_bytes", r.offload.link_bytes}, {"link_seconds", r.offload.link_s},
+                       {"host_bytes", r.offload.host_bytes}, {"host_seconds", r.offload.host_s},
+                       {"exposed_seconds", r.offload.exposed_s}, {"step_seconds", r.seconds()}, {"mfu", mfu}});
+  }
+  fmt::print("(MODEL: core/perf/roofline.hpp; {:.0f} launches recorded in {:.1f} s here; docs/roofline.md says what it "
+             "leaves out)\n",
+             double(launches.size()), recording_s);
+  if (!options.json_path.empty()) {
+    nlohmann::json by_kind = nlohmann::json::object();
+    for (int k = 0; k < detail::kWorkKinds; ++k) by_kind[detail::kWorkKindNames[k]] = step.kind_seconds[k];
+    nlohmann::json figures = nlohmann::json::object();
+    auto const put = [&](char const* key, perf::Figure const& f) { figures[key] = {{"value", f.value}, {"source", f.source}}; };
+    put("bf16_tensor_peak_flops", target.bf16_tensor_peak);
+    put("bf16_gemm_flops", target.bf16_gemm);
+    put("tf32_gemm_flops", target.tf32_gemm);
+    put("fp32_gemm_flops", target.fp32_gemm);
+    put("fp32_simt_flops", target.fp32_simt);
+    put("hbm_bytes_per_s", target.hbm_bandwidth);
+    put("memory_latency_s", target.memory_latency);
+    put("launch_gap_s", target.launch_gap);
+    put("link_to_host_bytes_per_s", target.link_to_host);
+    put("link_to_device_bytes_per_s", target.link_to_device);
+    put("host_bytes_per_s", target.host_bandwidth);
+    nlohmann::json j = {{"source", "MODEL: roofline prediction (core/perf/roofline.hpp), not a measurement"},
+                        {"config", source},
+                        {"target", target.name},
+                        {"target_figures", figures},
+                        {"precision", precision_name(precision)},
+                        {"micro_batch", micro},
+                        {"micro_batches_per_step", per_step},
+                        {"layers", m.layers},
+                        {"layers_recorded", recorded.layers},
+                        {"memory_model_device_bytes", need.device_bytes()},
+                        {"step_seconds", step.seconds},
+                        {"model_flops", step.model_flops},
+                        {"mfu", step.mfu(target)},
+                        {"launches", step.launches},
+                        {"gap_seconds", step.gap_seconds},
+                        {"kind_seconds", by_kind},
+                        {"kernels", kernels},
+                        {"offload", offload}};
+    std::ofstream out(options.json_path);
+    out << j.dump(1) << "\n";
+    if (!out) throw std::runtime_error("cannot write " + options.json_path);
+  }
+  return 0;
+}
+
+}  // namespace joule::apps
