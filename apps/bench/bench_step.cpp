@@ -36,7 +36,7 @@ constexpr StepShape kStepShapes[] = {
     {"tiny", "for smoke tests", 1, 64, 4, 16, 8, 12, 2},
     // apps/configs/gh200-350m.json's model at its micro-batch (tests/test_bench_step.cpp checks
     // they agree): a GPU's shape, minutes a step on a CPU.
-    {"gh200", "apps/configs/gh200-350m.json (352M parameters)", 28, 1024, 16, 224, 16, 64, 32},
+    {"gh200", "apps/configs/gh200-350m.json (352M parameters)", 28, 1024, 16, 224, 16, 64, 64},
 };
 constexpr int kDefaultStepShapes = 3;  // small, medium, wide
 // NVIDIA's dense bf16 tensor-core peak of an H100/H200 SXM (989.4 TFLOP/s at 1,830 MHz boost): the
