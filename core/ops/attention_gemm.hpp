@@ -18,6 +18,7 @@
 // Where bf16 GEMMs widen to fp32 (CPUs) this path runs too, GEMM by GEMM: the tests check it there.
 #include "core/ops/attention.hpp"
 #include "core/ops/attention_gemm_workspace.hpp"
+#include "core/ops/detail/packs.hpp"
 #include "core/ops/detail/row_kernels.hpp"
 #include "core/ops/detail/vector_math.hpp"
 #include "core/precision/gemm.hpp"
@@ -31,16 +32,49 @@ namespace joule {
 
 namespace detail {
 
+// The packed form of move_heads below: rows [rows, parts*C] contiguous bf16 at `flat`.
+template <bool ToHeads, class ExecutionSpace>
+void move_head_packs(ExecutionSpace const& space, char const* name, bf16* flat, int rows, int parts,
+                     AttentionShape const& s, bf16* a, bf16* b, bf16* c) {
+  constexpr int W = 8;  // bf16 per 16-byte pack
+  int const seq = s.seq, heads = s.heads, hd = s.head_dim, channels = s.channels, per_row = parts * channels / W;
+  auto const work = streaming_work(double(rows) * parts * channels, 2, 2, 0, 16, WorkKind::copy);
+  for_each_pack(space, name, work, (long long)(rows) * per_row, KOKKOS_LAMBDA(long long p) {
+    int const r = int(p / per_row), j = int(p - (long long)(r) * per_row) * W;
+    int const part = j / channels, col = j - part * channels, h = col / hd, d = col - h * hd;
+    int const batch = r / seq, i = r - batch * seq;
+    bf16* const packed = part == 0 ? a : part == 1 ? b : c;
+    std::size_t const at = (std::size_t(batch * heads + h) * seq + i) * hd + d;
+    bf16* const row_at = flat + std::size_t(r) * parts * channels + j;
+    if (ToHeads)
+      store_pack(packed + at, load_pack<W>(row_at));
+    else
+      store_pack(row_at, load_pack<W>(packed + at));
+  });
+}
+
 // Between the rows of qkv-like matrices [B*S, parts*C] (heads side by side in each part) and
-// packed heads [B*H, S, hd] (part 0 in a, 1 in b, 2 in c). One thread per element of the rows,
-// neighbours on neighbouring columns: coalesced on the row side, hd-long runs on the packed side.
+// packed heads [B*H, S, hd] (part 0 in a, 1 in b, 2 in c). Where the rows are contiguous bf16 and
+// 16-byte aligned (every tensor the model passes; head sizes are multiples of 8), one thread per 8
+// elements of a head's run (one 16-byte load and store each: packs.hpp); elsewhere one thread per
+// element, neighbours on neighbouring columns. Either way coalesced on both sides.
 template <bool ToHeads, class ExecutionSpace, class Rows>
 void move_heads(ExecutionSpace const& space, char const* name, Rows const& rows, int parts, AttentionShape const& s,
                 bf16* a, bf16* b, bf16* c) {
   int const seq = s.seq, heads = s.heads, hd = s.head_dim, channels = s.channels;
-  int const row_bytes = sizeof(typename Rows::value_type);
-  auto const work = streaming_work(double(rows.extent(0)) * parts * channels, ToHeads ? row_bytes : 2, ToHeads ? 2 : row_bytes,
-                                   0, ToHeads ? row_bytes : 2, WorkKind::copy);
+  using R = typename Rows::non_const_value_type;
+  int const row_bytes = sizeof(R);
+  double const elements = double(rows.extent(0)) * parts * channels;
+  if constexpr (std::is_same_v<R, bf16>) {
+    constexpr int W = 8;
+    if (hd % W == 0 && rows.span_is_contiguous() && rows.span() == std::size_t(elements) &&
+        pack_aligned<W>(rows.data()) && pack_aligned<W>(a) && (!b || pack_aligned<W>(b)) && (!c || pack_aligned<W>(c)))
+      // (rows are only read when ToHeads)
+      return move_head_packs<ToHeads>(space, name, const_cast<bf16*>(rows.data()), int(rows.extent(0)), parts, s, a, b,
+                                      c);
+  }
+  auto const work = streaming_work(elements, ToHeads ? row_bytes : 2, ToHeads ? 2 : row_bytes, 0, ToHeads ? row_bytes : 2,
+                                   WorkKind::copy);
   for_each_element(space, name, work, int(rows.extent(0)), parts * channels, KOKKOS_LAMBDA(int r, int j) {
     int const part = j / channels, col = j - part * channels, h = col / hd, d = col - h * hd;
     int const batch = r / seq, i = r - batch * seq;
