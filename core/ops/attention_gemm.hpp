@@ -113,27 +113,42 @@ void attention_softmax_rows(ExecutionSpace const& space, AttentionShape const& s
 }
 
 // Backward: p = exp(s - lse) again (Dp = false), or ds = p (dp - delta) in place of p (Dp = true;
-// the scores then hold dp).
+// the scores then hold dp). No reduction: one thread per 4 columns of a row (a 16-byte load of
+// scores, an 8-byte load and store of p: packs.hpp), the whole padded row (columns past the
+// sequence get 0; the GEMMs never read them). The same bits as element by element.
 template <bool Dp, class ExecutionSpace, class Stats, class MemorySpace>
 void attention_gemm_rows(ExecutionSpace const& space, char const* name, AttentionShape const& s, Stats const& stats,
                          AttentionGemmWorkspace<MemorySpace> const& w) {
-  int const seq = s.seq, open = s.open_prefix, ld = w.ld;
+  constexpr int W = 4;  // fp32 scores per 16-byte pack
+  int const seq = s.seq, open = s.open_prefix, ld = w.ld, per_row = ld / W;
+  require(ld % W == 0 && ld >= seq && pack_aligned<W>(w.scores.data()) && pack_aligned<W>(w.probs.data()), name,
+          "score rows of " + std::to_string(ld) + " elements cannot go by packs of " + std::to_string(W));
   float const* const scores = w.scores.data();
   bf16* const probs = w.probs.data();
-  // the visible scores (and p for ds) read, p or ds written whole
+  // the visible scores (and p for ds) read, p or ds written over whole padded rows
   double const pairs = attention_visible_pairs(s), rows = double(w.batch_heads) * seq;
-  KernelWork work = streaming_work(pairs, Dp ? 4 + sizeof(bf16) : 4, 0, Dp ? 2 : 2, Dp ? 6 : 4);
-  work.bytes += rows * seq * sizeof(bf16) + rows * 4;
-  for_each_row(space, name, work, w.batch_heads * seq, KOKKOS_LAMBDA(RowMember<ExecutionSpace> const& team, int row) {
-    int const i = row % seq, end = attention_key_end(i, seq, open);
-    float const* const sr = scores + std::size_t(row) * ld;
-    bf16* const pr = probs + std::size_t(row) * ld;
-    float const stat = stats(row / seq, i);
-    vector_for(team, seq, [&](int j) {
-      float value = 0.0f;
-      if (j < end) value = Dp ? widen(pr[j]) * (sr[j] - stat) : exp_of<ExecutionSpace>(sr[j] - stat);
-      pr[j] = narrow<bf16>(value);
-    });
+  KernelWork work = streaming_work(pairs, Dp ? 4 + sizeof(bf16) : 4, 0, 2, W * (Dp ? 4 + sizeof(bf16) : 4));
+  work.bytes += rows * ld * sizeof(bf16) + rows * 4;
+  for_each_pack(space, name, work, (long long)(w.batch_heads) * seq * per_row, KOKKOS_LAMBDA(long long p) {
+    long long const row = p / per_row;
+    int const j0 = int(p - row * per_row) * W;
+    int const i = int(row % seq), end = attention_key_end(i, seq, open);
+    std::size_t const at = std::size_t(row) * ld + j0;
+    float const stat = stats(int(row / seq), i);
+    Pack<bf16, W> out;
+    if (j0 >= end) {
+      for (int k = 0; k < W; ++k) out.v[k] = narrow<bf16>(0.0f);
+    } else {
+      auto const sr = load_pack<W>(scores + at);
+      Pack<bf16, W> pr{};
+      if (Dp) pr = load_pack<W>(probs + at);
+      for (int k = 0; k < W; ++k) {
+        float value = 0.0f;
+        if (j0 + k < end) value = Dp ? widen(pr.v[k]) * (sr.v[k] - stat) : exp_of<ExecutionSpace>(sr.v[k] - stat);
+        out.v[k] = narrow<bf16>(value);
+      }
+    }
+    store_pack(probs + at, out);
   });
 }
 
