@@ -94,11 +94,30 @@ void check_elementwise(int rows, int cols) {
 }  // namespace
 
 TEST_CASE("packs: element-wise kernels by 16-byte packs give the scalar kernels' bits", "[ops][packs]") {
+  detail::PacksOnHost const here;  // as on a GPU
   check_elementwise<bf16>(13, 48);   // 624 elements: 78 packs of 8
   check_elementwise<bf16>(7, 33);    // 231: no whole packs, by rows
   check_elementwise<float>(5, 36);   // 180: 45 packs of 4
   check_elementwise<float>(3, 7);    // 21: by rows
   check_elementwise<double>(4, 10);  // 40: 20 packs of 2
+}
+
+TEST_CASE("packs: a CPU keeps its row kernels unless asked", "[ops][packs]") {
+  if (!detail::is_host_space<Space>()) return;
+  Space space;
+  Placed<float> x(4, 8, 0), y(4, 8, 0);
+  fill(x.tensor, 5);
+  detail::LaunchLog log;
+  gelu_forward(space, y.tensor, x.tensor);
+  CHECK(last_shape(log, "gelu_forward").block == 128);  // the row kernel
+  {
+    detail::PacksOnHost const here;
+    gelu_forward(space, y.tensor, x.tensor);
+    CHECK(last_shape(log, "gelu_forward").block == 0);  // 8 packs of 4
+    CHECK(last_shape(log, "gelu_forward").threads == 8);
+  }
+  gelu_forward(space, y.tensor, x.tensor);
+  CHECK(last_shape(log, "gelu_forward").block == 128);
 }
 
 TEST_CASE("packs: attention's head packing by packs gives the scalar packing's bits", "[ops][packs][attention]") {

@@ -6,6 +6,7 @@
 // as a recording of every layer does.
 #include "bench/bench_step.hpp"
 #include "core/detail/launch_log.hpp"
+#include "core/ops/detail/packs.hpp"
 #include "core/ops/adamw.hpp"
 #include "core/perf/roofline.hpp"
 #include "core/train/optimizer.hpp"
@@ -42,6 +43,7 @@ detail::RecordedLaunch launch(char const* label, KernelWork const& work, long th
 // The launches of one training step of `model` (tiny.json's shape), as CUDA would run them.
 std::vector<detail::RecordedLaunch> record_step(ModelConfig const& model, int batch, int recompute, Precision precision) {
   detail::LaunchLog log(/*recording=*/false);
+  detail::PacksOnHost const as_on_cuda;
   apps::run_training_steps(model, batch, recompute, 1, [&](int) { log.set_recording(true); }, precision,
                            attention_path_on_cuda(precision == Precision::bf16));
   return log.launches();

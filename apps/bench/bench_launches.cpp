@@ -5,6 +5,7 @@
 
 #include "bench/bench_step.hpp"
 #include "core/detail/launch_log.hpp"
+#include "core/ops/detail/packs.hpp"
 #include "run_config.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -63,6 +64,7 @@ int run_launch_bench(LaunchBenchOptions const& options) {
              source, shape, Kokkos::DefaultExecutionSpace::name());
   detail::LaunchLog log(/*recording=*/false);  // the step's launches, not the set-up's
   Kokkos::Timer timer;
+  detail::PacksOnHost const as_on_cuda;  // the kernels CUDA runs (core/ops/detail/packs.hpp)
   StepRuns const runs =
       run_training_steps(cfg.model, micro, cfg.train.recompute_depth, 1, [&](int) { log.set_recording(true); },
                          cfg.train.precision, attention_path_on_cuda(cfg.train.precision == Precision::bf16));

@@ -6,6 +6,7 @@
 
 #include "bench/bench_step.hpp"
 #include "core/detail/launch_log.hpp"
+#include "core/ops/detail/packs.hpp"
 #include "core/perf/roofline.hpp"
 #include "core/train/memory_check.hpp"
 #include "core/train/optimizer.hpp"
@@ -61,6 +62,7 @@ int run_roofline_bench(RooflineBenchOptions const& options) {
              cfg.train.recompute_depth, recorded.layers, Kokkos::DefaultExecutionSpace::name());
   detail::LaunchLog log(/*recording=*/false);  // the step's launches, not the set-up's
   Kokkos::Timer timer;
+  detail::PacksOnHost const as_on_cuda;  // the kernels CUDA runs (core/ops/detail/packs.hpp)
   run_training_steps(recorded, micro, recorded_depth, 1, [&](int) { log.set_recording(true); }, precision,
                      attention_path_on_cuda(precision == Precision::bf16));
   double const recording_s = timer.seconds();

@@ -46,7 +46,7 @@ void gelu_forward(ExecutionSpace const& space, Out const& out, In const& x) {
   using X = typename In::non_const_value_type;
   double const n = double(x.extent(0)) * x.extent(1);
   constexpr int W = detail::pack_width<S, X>();
-  if (detail::packable<W>(std::size_t(n), out, x)) {  // 16-byte loads and stores (packs.hpp)
+  if (detail::packs_here<ExecutionSpace>() && detail::packable<W>(std::size_t(n), out, x)) {  // 16-byte loads and stores (packs.hpp)
     S* const o = out.data();
     X const* const in = x.data();
     auto const work = detail::streaming_work(n, sizeof(X), sizeof(S), 12, W * sizeof(X));
@@ -81,7 +81,7 @@ void gelu_backward(ExecutionSpace const& space, DIn const& d_x, DOut const& d_ou
   using X = typename In::non_const_value_type;
   using D = typename DOut::non_const_value_type;
   constexpr int W = detail::pack_width<S, X, D>();
-  if (detail::packable<W>(std::size_t(n), d_x, d_out, x)) {  // d_x may be d_out: each pack is read before it is written
+  if (detail::packs_here<ExecutionSpace>() && detail::packable<W>(std::size_t(n), d_x, d_out, x)) {  // d_x may be d_out: each pack is read before it is written
     S* const dx = d_x.data();
     D const* const dy = d_out.data();
     X const* const in = x.data();
@@ -121,7 +121,7 @@ void residual_forward(ExecutionSpace const& space, Out const& out, A const& a, B
   using TB = typename B::non_const_value_type;
   double const n = double(out.extent(0)) * out.extent(1);
   constexpr int W = detail::pack_width<O, TA, TB>();
-  if (detail::packable<W>(std::size_t(n), out, a, b)) {  // out may be a or b: each pack is read before it is written
+  if (detail::packs_here<ExecutionSpace>() && detail::packable<W>(std::size_t(n), out, a, b)) {  // out may be a or b: each pack is read before it is written
     O* const o = out.data();
     TA const* const pa = a.data();
     TB const* const pb = b.data();
@@ -152,7 +152,7 @@ void residual_backward(ExecutionSpace const& space, DIn const& d_x, DOut const& 
   using O = typename DOut::non_const_value_type;
   double const n = double(d_out.extent(0)) * d_out.extent(1);
   constexpr int W = detail::pack_width<I, O>();
-  if (detail::packable<W>(std::size_t(n), d_x, d_out)) {
+  if (detail::packs_here<ExecutionSpace>() && detail::packable<W>(std::size_t(n), d_x, d_out)) {
     I* const dx = d_x.data();
     O const* const dy = d_out.data();
     auto const work = detail::streaming_work(n, sizeof(I) + sizeof(O), sizeof(I), 1, W * (sizeof(I) + sizeof(O)));
