@@ -4,6 +4,8 @@
 #include "core/ops/linear.hpp"
 #include "support/test_support.hpp"
 
+#include <cstring>
+
 using namespace joule;
 using namespace joule::test;
 
@@ -187,4 +189,25 @@ TEMPLATE_TEST_CASE("column sums: awkward sizes against a naive sum, in the docum
                           Contains("test_column_sum") && Contains("column sum workspace"));
     }
   }
+}
+
+TEST_CASE("column sums: values loaded eight at a time are added in the plain loop's order, bit for bit",
+          "[ops][column_sum]") {
+  Rng rng(17);
+  std::uniform_real_distribution<float> dist(-1e3f, 1e3f);
+  std::vector<float> v(100);
+  for (auto& x : v) x = dist(rng) * (rng() % 2 ? 1e-6f : 1.0f);  // mixed magnitudes: the order shows in the bits
+  for (int begin : {0, 1, 3})
+    for (int end = begin; end <= 41; ++end) {
+      float plain = 0.5f;
+      for (int i = begin; i < end; ++i) plain += v[i];
+      float const got = detail::add_in_order(0.5f, begin, end, [&](int i) { return v[i]; });
+      INFO("[" << begin << ", " << end << ")");
+      REQUIRE(std::memcmp(&got, &plain, sizeof(float)) == 0);
+    }
+  // A different order would differ: the test can tell.
+  float forward = 0, backward = 0;
+  for (int i = 0; i < 41; ++i) forward += v[i];
+  for (int i = 40; i >= 0; --i) backward += v[i];
+  CHECK(forward != backward);
 }

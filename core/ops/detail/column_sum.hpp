@@ -23,6 +23,27 @@
 
 namespace joule::detail {
 
+// Loads a GPU thread of a column sum keeps in flight: a lane that adds one 2-byte element at a
+// time keeps 2 bytes outstanding, and a wave of them reaches about a fifth of HBM's bandwidth
+// (Little's law, docs/roofline.md); the second stage, a few thousand threads, would wait a
+// memory latency per block sum.
+inline constexpr int kColumnLoadsInFlight = 8;
+
+// total + value(i) for i in [begin, end), added one at a time in ascending order: the plain loop's
+// bits. The values are loaded kColumnLoadsInFlight at a time before they are added, so that the
+// loads are independent of the additions and of one another.
+template <class T, class F>
+KOKKOS_INLINE_FUNCTION T add_in_order(T total, int begin, int end, F const& value) {
+  int i = begin;
+  for (; i + kColumnLoadsInFlight <= end; i += kColumnLoadsInFlight) {
+    T v[kColumnLoadsInFlight];
+    for (int k = 0; k < kColumnLoadsInFlight; ++k) v[k] = value(i + k);
+    for (int k = 0; k < kColumnLoadsInFlight; ++k) total += v[k];
+  }
+  for (; i < end; ++i) total += value(i);
+  return total;
+}
+
 // add(c, sum_r f(r, c)) for c in [0, cols), rows summed as described above. f reads `read` bytes of
 // memory per element (what the roofline model counts; its loads are independent).
 template <class ExecutionSpace, class T, class MemorySpace, class F, class Add>
@@ -41,7 +62,7 @@ void column_sums(ExecutionSpace const& space, char const* name, int read, int ro
   int const league = blocks * tiles;
   ColumnSumPlan const gpu_plan = column_sum_plan(rows, cols, true);  // what a GPU would launch
   double const stage1_out = double(cols) * sizeof(T) * (gpu_plan.row_blocks > 1 ? gpu_plan.row_blocks : 2);
-  KernelWork stage1 = streaming_work(double(rows) * cols, read, 0, 2, read);
+  KernelWork stage1 = streaming_work(double(rows) * cols, read, 0, 2, kColumnLoadsInFlight * read);
   stage1.bytes += stage1_out;  // the block sums, or out read and written
   note_launch(name, stage1, gpu_plan.stage1_threads(), K * W, scratch_view_bytes<T>(K * W), K);  // the chunk sums
   if constexpr (host) {
@@ -79,8 +100,7 @@ void column_sums(ExecutionSpace const& space, char const* name, int read, int ro
           int const r1 = r0 + chunk < rows ? r0 + chunk : rows;
           Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, W), [&](int j) {
             T sum = 0;
-            if (c0 + j < cols)
-              for (int r = r0; r < r1; ++r) sum += f(r, c0 + j);
+            if (c0 + j < cols) sum = add_in_order(sum, r0, r1, [&](int r) { return T(f(r, c0 + j)); });
             chunk_sums(k * W + j) = sum;
           });
           team.team_barrier();
@@ -98,14 +118,15 @@ void column_sums(ExecutionSpace const& space, char const* name, int read, int ro
   }
   std::string const final_name = std::string(name) + "_blocks";
   if (gpu_plan.row_blocks > 1)
-    note_launch(final_name.c_str(), streaming_work(cols, (gpu_plan.row_blocks + 1) * sizeof(T), sizeof(T), gpu_plan.row_blocks, sizeof(T)),
+    note_launch(final_name.c_str(),
+                streaming_work(cols, (gpu_plan.row_blocks + 1) * sizeof(T), sizeof(T), gpu_plan.row_blocks,
+                               kColumnLoadsInFlight * sizeof(T)),
                 cols, 0);
   if (direct) return;
   // Stage 2: a short fixed-order pass, `blocks` (<= 32 at the medium shape) loads per column.
   Kokkos::parallel_for(
       label(final_name.c_str()), Kokkos::RangePolicy<ExecutionSpace>(space, 0, cols), KOKKOS_LAMBDA(int c) {
-        T total = partials(c);
-        for (int b = 1; b < blocks; ++b) total += partials(std::size_t(b) * cols + c);
+        T const total = add_in_order(T(partials(c)), 1, blocks, [&](int b) { return partials(std::size_t(b) * cols + c); });
         add(c, total);
       });
 }
