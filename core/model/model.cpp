@@ -287,9 +287,10 @@ void Model::zero_gradients(ExecSpace const& space) {
   int group = 0;
   grads.for_each_group([&](std::string const&, auto const& storage) {
     detail::note_segment(detail::StepPart::step, group++);
-    // Kokkos' fill kernel (one thread per element on CUDA)
-    detail::note_launch("zero_gradients", detail::streaming_work(double(storage.span()), 0, 4, 0, 4, detail::WorkKind::optimizer),
-                        long(storage.span()));
+    // Kokkos' own fill (cudaMemsetAsync for zeros from Kokkos 4): noted as a library launch, like
+    // the GEMMs, so the launch audit does not gate Kokkos' kernel
+    detail::note_library_launch("zero_gradients",
+                                detail::streaming_work(double(storage.span()), 0, 4, 0, 16, detail::WorkKind::optimizer));
     Kokkos::deep_copy(space, storage, 0.0f);
   });
 }

@@ -14,8 +14,8 @@
 //
 // and the step's predicted time and MFU, by kind of work. Every figure of a target has its source
 // in targets(); none of them is measured on this machine, and nothing here is a measurement:
-// printed and stored, it says MODEL. The device check prints these predictions beside CUDA-event
-// times when a GPU is lent (docs/roofline.md).
+// printed and stored, it says MODEL. Only CUDA-event times on a lent GPU can correct it
+// (docs/roofline.md says what it leaves out).
 #include "core/detail/launch_log.hpp"
 
 #include <array>
