@@ -20,6 +20,7 @@
 #include <vector>
 
 using namespace joule;
+using namespace joule::test;
 using detail::KernelWork;
 using detail::StepPart;
 using detail::WorkKind;
@@ -204,7 +205,7 @@ TEST_CASE("roofline: the offloaded optimizer's timeline, by hand", "[roofline]")
   CHECK(none.exposed_s == 0);
   CHECK(none.link_bytes == 0);
   CHECK_THROWS(perf::estimate_offload(t, perf::OffloadPlan{}, step));
-  CHECK_THROWS_WITH(perf::target_named("a100"), Catch::Contains("h200") && Catch::Contains("gh200"));
+  CHECK_THROWS_WITH(perf::target_named("a100"), Contains("h200") && Contains("gh200"));
 }
 
 TEST_CASE("roofline: every launch of a recorded step states its work, as CUDA would run it", "[roofline]") {
