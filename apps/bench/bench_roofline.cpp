@@ -29,6 +29,28 @@ namespace {
 
 double sum_of(std::vector<std::size_t> const& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
 
+// The target's figures as printed (scaled to `unit`) and as stored in the JSON (as they are).
+struct FigureRow {
+  char const* what;
+  char const* key;
+  perf::Figure perf::Target::*figure;
+  double scale;
+  char const* unit;
+};
+constexpr FigureRow kFigureRows[] = {
+    {"bf16 tensor-core peak", "bf16_tensor_peak_flops", &perf::Target::bf16_tensor_peak, 1e-12, "TFLOP/s"},
+    {"bf16 GEMM", "bf16_gemm_flops", &perf::Target::bf16_gemm, 1e-12, "TFLOP/s"},
+    {"TF32 GEMM", "tf32_gemm_flops", &perf::Target::tf32_gemm, 1e-12, "TFLOP/s"},
+    {"fp32 GEMM", "fp32_gemm_flops", &perf::Target::fp32_gemm, 1e-12, "TFLOP/s"},
+    {"fp32 SIMT peak", "fp32_simt_flops", &perf::Target::fp32_simt, 1e-12, "TFLOP/s"},
+    {"HBM", "hbm_bytes_per_s", &perf::Target::hbm_bandwidth, 1e-12, "TB/s"},
+    {"memory latency", "memory_latency_s", &perf::Target::memory_latency, 1e6, "us"},
+    {"launch gap", "launch_gap_s", &perf::Target::launch_gap, 1e6, "us"},
+    {"link to host", "link_to_host_bytes_per_s", &perf::Target::link_to_host, 1e-9, "GB/s"},
+    {"link to device", "link_to_device_bytes_per_s", &perf::Target::link_to_device, 1e-9, "GB/s"},
+    {"host memory", "host_bytes_per_s", &perf::Target::host_bandwidth, 1e-9, "GB/s"},
+};
+
 struct OffloadRow {
   double ratio = 0, achieved = 0;
   perf::StepEstimate step;
@@ -106,20 +128,9 @@ int run_roofline_bench(RooflineBenchOptions const& options) {
   perf::StepEstimate const& step = none.step;
 
   fmt::print("target figures (the MODEL's inputs, none measured here):\n");
-  auto const figure = [](char const* what, double value, char const* unit, std::string const& why) {
-    fmt::print("  {:<22} {:>9.4g} {:<8} {}\n", what, value, unit, why);
-  };
-  figure("bf16 tensor-core peak", target.bf16_tensor_peak.value * 1e-12, "TFLOP/s", target.bf16_tensor_peak.source);
-  figure("bf16 GEMM", target.bf16_gemm.value * 1e-12, "TFLOP/s", target.bf16_gemm.source);
-  figure("TF32 GEMM", target.tf32_gemm.value * 1e-12, "TFLOP/s", target.tf32_gemm.source);
-  figure("fp32 GEMM", target.fp32_gemm.value * 1e-12, "TFLOP/s", target.fp32_gemm.source);
-  figure("fp32 SIMT peak", target.fp32_simt.value * 1e-12, "TFLOP/s", target.fp32_simt.source);
-  figure("HBM", target.hbm_bandwidth.value * 1e-12, "TB/s", target.hbm_bandwidth.source);
-  figure("memory latency", target.memory_latency.value * 1e6, "us", target.memory_latency.source);
-  figure("launch gap", target.launch_gap.value * 1e6, "us", target.launch_gap.source);
-  figure("link to host", target.link_to_host.value * 1e-9, "GB/s", target.link_to_host.source);
-  figure("link to device", target.link_to_device.value * 1e-9, "GB/s", target.link_to_device.source);
-  figure("host memory", target.host_bandwidth.value * 1e-9, "GB/s", target.host_bandwidth.source);
+  for (auto const& f : kFigureRows)
+    fmt::print("  {:<22} {:>9.4g} {:<8} {}\n", f.what, (target.*f.figure).value * f.scale, f.unit,
+               (target.*f.figure).source);
 
   fmt::print("MODEL step on {}: {:.1f} ms, MFU {:.1f}% ({:.2f} TFLOP of model FLOPs at {:.0f} TFLOP/s peak), "
              "{:.0f} launches\n",
@@ -176,18 +187,8 @@ int run_roofline_bench(RooflineBenchOptions const& options) {
     nlohmann::json by_kind = nlohmann::json::object();
     for (int k = 0; k < detail::kWorkKinds; ++k) by_kind[detail::kWorkKindNames[k]] = step.kind_seconds[k];
     nlohmann::json figures = nlohmann::json::object();
-    auto const put = [&](char const* key, perf::Figure const& f) { figures[key] = {{"value", f.value}, {"source", f.source}}; };
-    put("bf16_tensor_peak_flops", target.bf16_tensor_peak);
-    put("bf16_gemm_flops", target.bf16_gemm);
-    put("tf32_gemm_flops", target.tf32_gemm);
-    put("fp32_gemm_flops", target.fp32_gemm);
-    put("fp32_simt_flops", target.fp32_simt);
-    put("hbm_bytes_per_s", target.hbm_bandwidth);
-    put("memory_latency_s", target.memory_latency);
-    put("launch_gap_s", target.launch_gap);
-    put("link_to_host_bytes_per_s", target.link_to_host);
-    put("link_to_device_bytes_per_s", target.link_to_device);
-    put("host_bytes_per_s", target.host_bandwidth);
+    for (auto const& f : kFigureRows)
+      figures[f.key] = {{"value", (target.*f.figure).value}, {"source", (target.*f.figure).source}};
     nlohmann::json j = {{"source", "MODEL: roofline prediction (core/perf/roofline.hpp), not a measurement"},
                         {"config", source},
                         {"target", target.name},

@@ -35,6 +35,13 @@ struct GeluTanh {
   KOKKOS_INLINE_FUNCTION static T sigmoid_2u(T x) {
     return T(1) / (T(1) + exp_of<ExecutionSpace>(T(-2) * k * (x + c * x * x * x)));
   }
+  KOKKOS_INLINE_FUNCTION static T value(T x) { return x * sigmoid_2u(x); }
+  // d_out * gelu'(x), as gelu_backward states it
+  KOKKOS_INLINE_FUNCTION static T backward(T d_out, T x) {
+    T const s = sigmoid_2u(x);
+    T const du = k * (T(1) + T(3) * c * x * x);
+    return d_out * (s + x * T(2) * s * (T(1) - s) * du);
+  }
 };
 }  // namespace detail
 
@@ -53,18 +60,14 @@ void gelu_forward(ExecutionSpace const& space, Out const& out, In const& x) {
     detail::for_each_pack(space, "gelu_forward", work, (long long)(n) / W, KOKKOS_LAMBDA(long long p) {
       auto const xs = detail::load_pack<W>(in + p * W);
       detail::Pack<S, W> ys;
-      for (int k = 0; k < W; ++k) {
-        auto const v = widen(xs.v[k]);
-        ys.v[k] = narrow<S>(v * G::sigmoid_2u(v));
-      }
+      for (int k = 0; k < W; ++k) ys.v[k] = narrow<S>(G::value(widen(xs.v[k])));
       detail::store_pack(o + p * W, ys);
     });
     return;
   }
   auto const work = detail::streaming_work(n, detail::element_bytes<In>(), sizeof(S), 12, detail::element_bytes<In>());
   detail::for_each_element(space, "gelu_forward", work, x.extent(0), x.extent(1), KOKKOS_LAMBDA(int r, int col) {
-    auto const v = widen(x(r, col));
-    out(r, col) = narrow<S>(v * G::sigmoid_2u(v));
+    out(r, col) = narrow<S>(G::value(widen(x(r, col))));
   });
 }
 
@@ -90,12 +93,7 @@ void gelu_backward(ExecutionSpace const& space, DIn const& d_x, DOut const& d_ou
       auto const xs = detail::load_pack<W>(in + p * W);
       auto const gs = detail::load_pack<W>(dy + p * W);
       detail::Pack<S, W> out;
-      for (int k = 0; k < W; ++k) {
-        T const v = widen(xs.v[k]);
-        T const s = G::sigmoid_2u(v);
-        T const du = G::k * (T(1) + T(3) * G::c * v * v);
-        out.v[k] = narrow<S>(widen(gs.v[k]) * (s + v * T(2) * s * (T(1) - s) * du));
-      }
+      for (int k = 0; k < W; ++k) out.v[k] = narrow<S>(G::backward(widen(gs.v[k]), widen(xs.v[k])));
       detail::store_pack(dx + p * W, out);
     });
     return;
@@ -103,12 +101,7 @@ void gelu_backward(ExecutionSpace const& space, DIn const& d_x, DOut const& d_ou
   int const read = detail::element_bytes<In, DOut>();
   detail::for_each_element(space, "gelu_backward", detail::streaming_work(n, read, sizeof(S), 20, read), x.extent(0),
                            x.extent(1),
-      KOKKOS_LAMBDA(int r, int col) {
-        T const v = widen(x(r, col));
-        T const s = G::sigmoid_2u(v);
-        T const du = G::k * (T(1) + T(3) * G::c * v * v);
-        d_x(r, col) = narrow<S>(widen(d_out(r, col)) * (s + v * T(2) * s * (T(1) - s) * du));
-      });
+      KOKKOS_LAMBDA(int r, int col) { d_x(r, col) = narrow<S>(G::backward(widen(d_out(r, col)), widen(x(r, col)))); });
 }
 
 // out = a + b
