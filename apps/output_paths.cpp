@@ -2,9 +2,7 @@
 
 #include "core/io/commit.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -55,11 +53,11 @@ bool same_file(std::string const& a, std::string const& b) {
 }
 
 std::string probe_folder(std::string const& folder) {
-  fs::path const probe = fs::path(folder.empty() ? "." : folder) / fmt::format(".joule-write-probe-{}", getpid());
-  int const fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return std::strerror(errno);
-  ::close(fd);
-  if (::unlink(probe.c_str()) != 0) return fmt::format("cannot remove the probe file {}: {}", probe.string(), std::strerror(errno));
+  try {  // a private temporary (random name, made exclusively, checked), removed at once
+    io::Temporary probe((folder.empty() ? std::string(".") : folder) + "/.joule-write-probe");
+  } catch (io::WriteError const& e) {
+    return e.what();
+  }
   return "";
 }
 
@@ -132,9 +130,11 @@ std::string FilePlan::lock(std::vector<io::OutputLock>& held) const {
     if (out.path.empty()) continue;
     std::error_code ec;
     auto const folder = fs::path(out.path).parent_path();
-    // An output whose command makes its folder: made now, to hold the lock beside it.
-    if (out.options.creates_folder && !folder.empty() && !fs::exists(folder, ec)) fs::create_directories(folder, ec);
     try {
+      // An output whose command makes its folder: made now (never through another user's link,
+      // each new folder synced into its parent), to hold the lock beside it.
+      if (out.options.creates_folder && !folder.empty() && !fs::exists(folder, ec))
+        io::FolderHandle::open_or_create(folder.string());
       held.emplace_back(out.role, out.path, [](std::string const& line) { fmt::print(stderr, "joule: {}\n", line); });
     } catch (io::WriteError const& e) {
       held.clear();

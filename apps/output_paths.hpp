@@ -4,7 +4,8 @@
 //    too: std::filesystem::equivalent when both exist, weakly_canonical paths otherwise), so
 //    `joule train --checkpoint data.h5 --data data.h5` no longer replaces the dataset;
 //  - every output's folder exists (or, for outputs whose command makes it, the nearest existing
-//    folder above it) and is writable, proven by creating and removing a probe file there, and the
+//    folder above it), is safe (io::FolderHandle: no other user can change it under joule) and is
+//    writable, proven by making and removing a private temporary there (no guessable name), and the
 //    output path is not a folder, a device, a FIFO, a socket or a symbolic link to one (every
 //    output is written through an io::Temporary and renamed, which replaces only a regular file);
 //    so a bad destination is found at once, not at the first checkpoint (with checkpoint_every 0:
@@ -59,8 +60,8 @@ class FilePlan {
 // absolute path once every symlink that exists is resolved).
 bool same_file(std::string const& a, std::string const& b);
 
-// "" when a file can be created in `folder` (a probe file `.joule-write-probe-<pid>` is created
-// and removed), else why not (strerror).
+// "" when a file can be written in `folder` (an io::Temporary is made there and removed: a random
+// name, created exclusively, nothing followed), else why not.
 std::string probe_folder(std::string const& folder);
 
 // Runs `check` on world rank 0 only (under mpirun only rank 0 writes outputs) and gives every rank

@@ -610,7 +610,7 @@ void RunLogWriter::commit(std::string const& what, Start start, Change const& ch
   if (std::string const problem = io::output_target_problem(path_); !problem.empty())
     fail(path_, "cannot " + what + ": it " + problem);
   if (struct stat st; !replace && ::lstat(path_.c_str(), &st) == 0)
-    fail(path_, "cannot " + what + ": a file is already there, and this log replaces none");
+    throw RunLogExists(path_ + ": cannot " + what + ": a file is already there, and this log replaces none");
   std::unique_ptr<io::Temporary> made;
   try {
     made = std::make_unique<io::Temporary>(path_);  // removed, with what is in it, on any error
@@ -623,7 +623,7 @@ void RunLogWriter::commit(std::string const& what, Start start, Change const& ch
     if (start == Start::from_log) {
       std::error_code error;
       std::filesystem::copy_file(path_, temporary, error);
-      if (error) problem("cannot copy the log to " + temporary + " (" + error.message() + ")");
+      if (error) problem("cannot copy the log to " + made->shown() + " (" + error.message() + ")");
     }
     H5File f(temporary, start == Start::from_log ? H5File::Mode::read_write : H5File::Mode::truncate);
     if (start == Start::from_log) {
@@ -642,6 +642,8 @@ void RunLogWriter::commit(std::string const& what, Start start, Change const& ch
     problem(fmt::format("cannot sync {} to the disk ({}); {}", temporary, std::strerror(errno), io::free_space_text(path_)));
   try {
     made->commit_to(path_, replace);
+  } catch (io::OutputExists const& e) {
+    throw RunLogExists(path_ + ": cannot " + what + ": " + e.what());
   } catch (io::WriteError const& e) {
     problem(e.what());
   }

@@ -32,6 +32,12 @@ class RunLogError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// RunLogWriter::create with replace = false found a file at its path, before or at the rename (a
+// caller that picks a free name, as the energy tool does, takes the next one).
+class RunLogExists : public RunLogError {
+ public:
+  using RunLogError::RunLogError;
+};
 
 // Root attributes: what ran, where, and how energy was obtained.
 struct RunHeader {

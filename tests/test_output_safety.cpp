@@ -79,9 +79,16 @@ TEST_CASE("writers: a link planted at the old PATH.tmp or anywhere near is never
   fs::create_symlink(victim, d / "out.csv.tmp");  // where every writer used to put its temporary
   bool private_folder = false;
   io::commit_file(d / "out.csv", "table", [&](std::string const& temporary) {
+    // Reached through the private folder's descriptor, and that folder is one of d's: 0700, this user's.
+    CHECK_THAT(temporary, Contains("/proc/self/fd/"));
     struct stat st;
     REQUIRE(::stat(io::folder_of(temporary).c_str(), &st) == 0);
-    private_folder = S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700 && io::folder_of(io::folder_of(temporary)) == d.path.string();
+    for (auto const& e : fs::directory_iterator(d.path)) {
+      struct stat in_d;
+      if (::lstat(e.path().c_str(), &in_d) == 0 && in_d.st_ino == st.st_ino && in_d.st_dev == st.st_dev)
+        private_folder = S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700 && st.st_uid == ::geteuid() &&
+                         e.path().filename().string().rfind(io::temporary_prefix(d / "out.csv"), 0) == 0;
+    }
     std::ofstream(temporary) << "new table";
   });
   CHECK(private_folder);
@@ -180,22 +187,139 @@ TEST_CASE("output lock: never through a link or into a non-file; the holder remo
   CHECK_THROWS_WITH(io::OutputLock("--log", d / "log.h5"), Contains("is a FIFO (named pipe), not a regular file"));
   CHECK(is_fifo(d / "log.h5.lock"));
 
-  // What a writer killed in the middle leaves: its private folder with the half-written file.
+  // What a writer killed in the middle leaves: its private folder with the half-written file and
+  // its marker, and its lock file with the same token (a Temporary never destroyed stands for it).
   std::string const prefix = io::temporary_prefix(d / "out.h5");
   CHECK(prefix == ".out.h5.joule-");
-  fs::create_directories(d / (prefix + "a1B2c3"));
-  std::ofstream(d / (prefix + "a1B2c3/out.h5")) << "half";
-  fs::create_directories(d / (prefix + "short"));            // not a name mkdtemp makes: kept
-  fs::create_symlink(d.path, d / (prefix + "link99"));        // a link, never followed: kept
+  auto* killed = new io::Temporary(d / "out.h5");  // leaked on purpose: the process "died" here
+  std::ofstream(killed->path()) << "half";
+  std::string const left = fs::path(killed->shown()).parent_path().filename().string();
+  std::ofstream(d / "out.h5.lock") << "process 999999 on a node, since then\ntoken " << io::process_token() << "\n";
+  // A folder of the same shape that no run of this user made (renamed there by someone): kept,
+  // whatever it holds; so is one whose marker has another token.
+  fs::create_directories(d / (prefix + "a1B2c3d4e5f6"));
+  std::ofstream(d / (prefix + "a1B2c3d4e5f6/out.h5")) << "someone's data";
+  fs::create_directories(d / (prefix + "0123456789ab"));
+  std::ofstream(d / (prefix + "0123456789ab/out.h5")) << "another run's";
+  std::ofstream(d / (prefix + "0123456789ab/.joule-temporary")) << "joule temporary\ntarget out.h5\ntoken 00\n";
+  fs::permissions(d / (prefix + "0123456789ab"), fs::perms::owner_all);
+  fs::create_symlink(d.path, d / (prefix + "link99link99"));  // a link, never followed: kept
   std::vector<std::string> notes;
   {
     io::OutputLock lock("--out", d / "out.h5", [&](std::string const& line) { notes.push_back(line); });
-    REQUIRE(notes.size() == 1);
-    CHECK_THAT(notes[0], Contains(prefix + "a1B2c3") && Contains("a temporary left by an interrupted write"));
-    CHECK_FALSE(fs::exists(d / (prefix + "a1B2c3")));
-    CHECK(fs::is_directory(d / (prefix + "short")));
-    CHECK(fs::is_symlink(d / (prefix + "link99")));
+    REQUIRE(notes.size() == 2);
+    CHECK_THAT(notes[0], Contains("taking over the lock left by process 999999 on a node"));
+    CHECK_THAT(notes[1], Contains(left) && Contains("a temporary left by an interrupted write"));
+    CHECK_FALSE(fs::exists(d / left));
+    CHECK(contents(d / (prefix + "a1B2c3d4e5f6/out.h5")) == "someone's data");
+    CHECK(contents(d / (prefix + "0123456789ab/out.h5")) == "another run's");
+    CHECK(fs::is_symlink(d / (prefix + "link99link99")));
     CHECK(fs::exists(d / "out.h5.lock"));
+    struct stat st;
+    REQUIRE(::stat((d / "out.h5.lock").c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);  // its token is nobody else's to read
   }
   CHECK_FALSE(fs::exists(d / "out.h5.lock"));  // removed on release
+}
+
+TEST_CASE("writers: a replaced file keeps its mode (and owner, where the process may set it)", "[outputs][hostile]") {
+  Folder d;
+  std::string const old = d.write("ckpt.csv", "old");
+  REQUIRE(::chmod(old.c_str(), 0600) == 0);
+  bool const root = ::geteuid() == 0;
+  if (root) REQUIRE(::chown(old.c_str(), 65534, 65534) == 0);  // another user's file, rewritten by root
+  write_text(old, "new");
+  struct stat st;
+  REQUIRE(::stat(old.c_str(), &st) == 0);
+  CHECK(contents(old) == "new");
+  CHECK((st.st_mode & 07777) == 0600);
+  if (root) {
+    CHECK(st.st_uid == 65534u);
+    CHECK(st.st_gid == 65534u);
+  }
+  REQUIRE(::chmod(old.c_str(), 0640) == 0);
+  write_text(old, "newer");
+  REQUIRE(::stat(old.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0640);
+  // A new file takes the umask as any file does.
+  write_text(d / "fresh.csv", "fresh");
+  REQUIRE(::stat((d / "fresh.csv").c_str(), &st) == 0);
+  mode_t const mask = ::umask(0);
+  ::umask(mask);
+  CHECK((st.st_mode & 0777) == (0666 & ~mask));
+}
+
+TEST_CASE("writers: what turns up at the path during the write is left as it is", "[outputs][hostile]") {
+  Folder d;
+  std::string const target = d.write("out.csv", "old");
+  // A FIFO put in the file's place after the command's checks (while it wrote): refused, kept.
+  CHECK_THROWS_WITH(io::commit_file(target, "table",
+                                    [&](std::string const& temporary) {
+                                      std::ofstream(temporary) << "new";
+                                      fs::remove(target);
+                                      REQUIRE(::mkfifo(target.c_str(), 0600) == 0);
+                                    }),
+                    Contains("FIFO"));
+  CHECK(is_fifo(target));
+  CHECK(d.others({"out.csv"}).empty());
+  // A writer that replaces nothing, and a file that appears meanwhile: OutputExists, file kept.
+  io::CommitChecks no_replace;
+  no_replace.replace = false;
+  std::string const fresh = d / "fresh.csv";
+  CHECK_THROWS_AS(io::commit_file(fresh, "table",
+                                  [&](std::string const& temporary) {
+                                    std::ofstream(temporary) << "mine";
+                                    std::ofstream(fresh) << "theirs";
+                                  },
+                                  no_replace),
+                  io::OutputExists);
+  CHECK(contents(fresh) == "theirs");
+  CHECK(d.others({"out.csv", "fresh.csv"}).empty());
+}
+
+TEST_CASE("writers: two long names that share their first 100 bytes get temporaries of their own", "[outputs]") {
+  std::string const common(100, 'x');
+  CHECK(io::temporary_prefix(common + "-one.h5") != io::temporary_prefix(common + "-two.h5"));
+  CHECK(io::temporary_prefix(common + "-one.h5").size() < 200);
+  CHECK(io::temporary_prefix("dir/short.h5") == ".short.h5.joule-");
+}
+
+TEST_CASE("output folders: one that others can write without the sticky bit is refused unless accepted",
+          "[outputs][hostile]") {
+  Folder d;
+  fs::create_directories(d.path / "shared");
+  REQUIRE(::chmod((d.path / "shared").c_str(), 0777) == 0);
+  ::unsetenv("JOULE_ACCEPT_SHARED_FOLDER");
+  joule::apps::FilePlan plan;
+  plan.output("--checkpoint", d / "shared/ckpt.h5");
+  CHECK_THAT(plan.check(), Contains("--checkpoint " + (d / "shared/ckpt.h5")) && Contains("writable by every user") &&
+                               Contains("no sticky bit") && Contains("JOULE_ACCEPT_SHARED_FOLDER=1"));
+  CHECK_THROWS_WITH(write_text(d / "shared/t.csv", "x"), Contains("no sticky bit"));
+  CHECK_FALSE(fs::exists(d / "shared/t.csv"));
+  // Writable by its group: shared where the group is another's (nogroup here); the user's own
+  // private group (named as the user, no other member: root's on Debian) is the user alone.
+  REQUIRE(::chmod((d.path / "shared").c_str(), 0775) == 0);
+  if (::geteuid() == 0) {
+    CHECK(plan.check().empty());  // root:root 0775
+    REQUIRE(::chown((d.path / "shared").c_str(), uid_t(-1), 65534) == 0);
+    REQUIRE(::chmod((d.path / "shared").c_str(), 0775) == 0);
+    CHECK_THAT(plan.check(), Contains("writable by its group"));
+  }
+  // The sticky bit makes it safe (others may not rename or remove this user's entries).
+  REQUIRE(::chmod((d.path / "shared").c_str(), 01777) == 0);
+  CHECK(plan.check().empty());
+  // Accepted explicitly: written, with a warning.
+  REQUIRE(::chmod((d.path / "shared").c_str(), 0777) == 0);
+  ::setenv("JOULE_ACCEPT_SHARED_FOLDER", "1", 1);
+  CHECK(plan.check().empty());
+  write_text(d / "shared/t.csv", "x");
+  ::unsetenv("JOULE_ACCEPT_SHARED_FOLDER");
+  CHECK(contents(d / "shared/t.csv") == "x");
+}
+
+TEST_CASE("escaped_text: control characters from another's file never reach the terminal raw", "[outputs]") {
+  CHECK(io::escaped_text("process 12 on node") == "process 12 on node");
+  CHECK(io::escaped_text("a\x1b]0;owned\x07" "b\n") == "a\\x1b]0;owned\\x07b\\x0a");
+  CHECK(io::escaped_text("caf\xc3\xa9") == "caf\xc3\xa9");               // UTF-8 kept
+  CHECK(io::escaped_text("\xc2\x9b" "31m\xff") == "\\xc2\\x9b31m\\xff");  // C1 CSI and a stray byte
 }

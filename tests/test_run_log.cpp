@@ -577,6 +577,7 @@ TEST_CASE("run log: a writer killed with SIGKILL leaves every finished trial rea
     commits_left = 1 + finished_count;  // create, then the finished trials; stop in the next
     scheduler::detail::run_log_before_commit = stop_inside_commit;
     try {
+      joule::io::OutputLock held("--log", file.path());  // as joule tune holds it: killed holding it
       auto writer = RunLogWriter::create(file.path(), header);
       for (auto const& t : trials) writer.append_trial(t);
     } catch (...) {
@@ -611,7 +612,9 @@ TEST_CASE("run log: a writer killed with SIGKILL leaves every finished trial rea
   std::vector<std::string> notes;
   joule::io::OutputLock lock("--log", file.path(), [&](std::string const& line) { notes.push_back(line); });
   CHECK(left_temporaries(file.path()) == 0);
-  CHECK(notes.size() == 1);
+  REQUIRE(notes.size() == 2);  // the stale lock taken over, and the temporary its holder left removed
+  CHECK_THAT(notes[0], Contains("taking over the lock left by"));
+  CHECK_THAT(notes[1], Contains("a temporary left by an interrupted write"));
   std::vector<TrialRecord> finished;
   auto writer = RunLogWriter::resume(file.path(), header, &finished);
   REQUIRE(finished.size() == std::size_t(finished_count));

@@ -3,9 +3,10 @@
 // folder can turn the write against its user. Every output (checkpoints, run logs, datasets,
 // caption tables, the energy tool's files) is written into a Temporary: a private folder (mode
 // 0700, a random name, created exclusively) beside PATH holding one file, so no link or file that
-// anybody planted can be at the path written, and nobody else can put one there. It is flushed
-// to the disk (fsync), checked, and only then renamed over PATH (rename is atomic; the folder is
-// synced after it). The rename replaces nothing but a regular file (or a symbolic link, itself,
+// anybody planted can be at the path written, and nobody else can put one there. Every step after
+// the output's folder is opened works on descriptors, not paths (FolderHandle), so nothing renamed
+// or swapped in meanwhile can redirect it. It is flushed to the disk (fsync), checked, and only then
+// renamed over PATH (rename is atomic; the folder is synced after it). The rename replaces nothing but a regular file (or a symbolic link, itself,
 // never what it points to): a PATH that is a folder, a device, a FIFO, a socket or a link to one
 // is refused before any work. Any error on the way (ENOSPC, EDQUOT, EIO, a short write, an HDF5
 // error, a failed check) removes the temporary, leaves PATH exactly as it was and throws
@@ -16,12 +17,19 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace joule::io {
 
 class WriteError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+// A writer that replaces nothing (CommitChecks::replace = false) found a file at its path, before
+// or while it wrote: a caller that picks a free name (the energy tool) takes the next one.
+class OutputExists : public WriteError {
+ public:
+  using WriteError::WriteError;
 };
 
 // The folder holding `path` ("." for a bare name, "/" for a file at the root), and its last part.
@@ -33,25 +41,83 @@ std::string name_of(std::string const& path);
 // symbolic link to one or to nothing (the link itself is replaced, never its target).
 std::string output_target_problem(std::string const& path);
 
-// The file a writer fills before the rename: FOLDER/.NAME.joule-XXXXXX/NAME, beside `target`, in
-// a folder made by mkdtemp (0700). Removed with its folder when the object dies uncommitted.
+// Folders are opened once and everything after is relative to the descriptor (openat, mkdirat,
+// renameat2), so a path that changes between a check and a write cannot redirect the write.
+// A FolderHandle is an open folder (O_PATH) and the path it was opened by (for messages).
+class FolderHandle {
+ public:
+  FolderHandle() = default;
+  // Opens `folder` component by component (O_DIRECTORY | O_NOFOLLOW). A symbolic link on the way is
+  // followed only where the kernel's protected_symlinks rule would follow it: not when it lies in a
+  // folder others can write and belongs neither to this user nor to that folder's owner. Then the
+  // folder must be safe to write in (shared_folder_problem): else WriteError naming it and why,
+  // unless JOULE_ACCEPT_SHARED_FOLDER=1 accepts the risk (a warning, once per folder, on stderr).
+  static FolderHandle open(std::string const& folder);
+  // The same, creating missing folders (mode 0777 less the umask) one at a time, each synced into
+  // its parent; never through a link.
+  static FolderHandle open_or_create(std::string const& folder);
+  ~FolderHandle();
+  FolderHandle(FolderHandle&& other) noexcept;
+  FolderHandle& operator=(FolderHandle&& other) noexcept;
+  FolderHandle(FolderHandle const&) = delete;
+  FolderHandle& operator=(FolderHandle const&) = delete;
+  int fd() const { return fd_; }
+  std::string const& path() const { return path_; }
+  // fsync of the folder's entries (best effort where the file system refuses it on a folder).
+  void sync() const;
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+// Why a folder with this mode and group is unsafe to write in, or "": writable by other users
+// without the sticky bit, so another user may rename or remove what is in it. The world write bit
+// counts always; the group write bit unless the group is this user's own private group (named as
+// the user, no other member: the umask 002 convention of many distributions). As from stat.
+std::string shared_folder_problem(unsigned mode, unsigned group);
+
+// A random token for this process (128 bits, hex), written into the lock files it holds and into
+// the marker of each temporary it makes: a later run removes only temporaries whose token a stale
+// lock of its own user records (never by the shape of a name alone).
+std::string const& process_token();
+
+// The file a writer fills before the rename: FOLDER/.NAME.joule-XXXXXXXXXXXX/NAME, beside `target`,
+// in a private folder (0700, a random name, created exclusively by mkdirat, then opened with
+// O_NOFOLLOW and checked: this user's, 0700, empty) that also holds a marker with process_token().
+// The writer reaches the file through the open folder's descriptor (/proc/self/fd/N/NAME), so a
+// folder renamed or swapped by another user after it was made cannot redirect the write.
+// Removed with its folder when the object dies uncommitted.
 class Temporary {
  public:
   explicit Temporary(std::string const& target);  // throws WriteError
   ~Temporary();
   Temporary(Temporary const&) = delete;
   Temporary& operator=(Temporary const&) = delete;
+  // The path a writer opens (/proc/self/fd/N/NAME, or shown() where /proc is not mounted).
   std::string const& path() const { return file_; }
-  // Renames the file to `target` (replace = false: only where nothing is, atomically: renameat2's
-  // RENAME_NOREPLACE, or link + unlink), syncs target's folder and removes the private folder.
-  // Throws WriteError (naming the cause only: the caller names the file) and leaves target as it was.
+  // The temporary's name in its folder, for messages: FOLDER/.NAME.joule-XXXXXXXXXXXX/NAME.
+  std::string const& shown() const { return shown_; }
+  // Replaces path() by shown() in a message (a writer's error names the path it was given).
+  std::string shown_in(std::string text) const;
+  // Renames the file to `target` (the path given to the constructor), relative to the output
+  // folder's descriptor: replace = false only where nothing is, atomically (renameat2's
+  // RENAME_NOREPLACE, or link + unlink); replace = true swaps the new file in with RENAME_EXCHANGE
+  // and puts back anything but a regular file or a link that turned up there meanwhile. A replaced
+  // regular file's permission bits (and owner and group, where the process may set them) go to the
+  // new file. Syncs the output folder and removes the private folder. Throws WriteError (naming
+  // the cause only: the caller names the file; OutputExists where a file is in the way of a
+  // writer that replaces none) and leaves target as it was.
   void commit_to(std::string const& target, bool replace = true);
 
  private:
-  std::string folder_, file_;
+  void remove();
+  FolderHandle out_;          // the output's folder
+  int dir_ = -1;              // the private folder
+  std::string dir_name_, name_, file_, shown_;
 };
-// The prefix of every Temporary's folder for `target` (".NAME.joule-"), for finding ones that a
-// killed process left (OutputLock removes them once it holds the output).
+// The prefix of every Temporary's folder for `target` (".NAME.joule-"; a name over 100 bytes is
+// cut and a hash of the whole name added, so two long names never share it).
 std::string temporary_prefix(std::string const& target);
 
 struct CommitChecks {
@@ -85,12 +151,16 @@ void require_free_space(std::string const& role, std::string const& path, std::u
 bool sync_path(std::string const& path, bool folder);
 
 // One writer per output: an advisory lock (flock) on PATH.lock, held while the object lives.
-// A second job on the same output gets WriteError at once naming the holder's process id and host
-// (written into the lock file); a lock left by a process that is gone is free (the kernel drops
-// flock with the process) and is taken over with `notice` saying so, as are the temporaries such a
-// process left (removed). The lock file is removed on release. A lock path that is a symbolic link
-// or not a regular file is refused (O_NOFOLLOW): nothing is written through it. `role` names the
-// output for messages ("--checkpoint").
+// Only this user's lock files count: a lock file that another user made (in advance, or left by a
+// colleague's killed job), or holds, is skipped, and the next name in the chain PATH.lock.1 ...
+// PATH.lock.7 is used; every lock file of this user in the chain is locked, so two of this user's
+// jobs always meet on one. Lock files are created 0600 with O_EXCL | O_NOFOLLOW, relative to the
+// folder's descriptor. A second job on the same output gets WriteError at once naming the holder
+// (the text it wrote, control characters escaped); a lock left by a process that is gone is free
+// (the kernel drops flock with the process) and is taken over with `notice` saying so, and the
+// temporaries that process left (their marker holds the token its lock file records) are removed.
+// The lock file is removed on release. A lock path of this user's that is a symbolic link or not a
+// regular file is refused (nothing is written through it). `role` names the output ("--checkpoint").
 class OutputLock {
  public:
   OutputLock() = default;
@@ -100,12 +170,19 @@ class OutputLock {
   OutputLock& operator=(OutputLock&& other) noexcept;
   OutputLock(OutputLock const&) = delete;
   OutputLock& operator=(OutputLock const&) = delete;
+  // The lock file this job made or took over (the one that names it).
   std::string const& lock_path() const { return lock_path_; }
 
  private:
   void release();
-  int fd_ = -1;
+  FolderHandle folder_;
+  std::vector<int> fds_;                // every lock file of this user's chain, locked
+  std::vector<std::string> names_;      // their names in the folder
   std::string lock_path_;
 };
+
+// Control characters (and bytes past ASCII that do not form UTF-8) as \xNN: text read from a
+// file another user may write, safe to print to a terminal.
+std::string escaped_text(std::string const& text);
 
 }  // namespace joule::io
