@@ -13,7 +13,10 @@ std::atomic<int> g_signal{0};
 extern "C" void on_stop_signal(int sig) {
   int expected = 0;
   if (g_signal.compare_exchange_strong(expected, sig)) return;
-  // The second one: the user means it (async-signal-safe: sigaction and raise).
+  // A hang-up never escalates: a closed terminal sends two (the shell's and the kernel's), and
+  // neither is the user asking twice. The run goes on to stop between steps as the first asked.
+  if (sig == SIGHUP) return;
+  // A second SIGINT or SIGTERM: the user means it (async-signal-safe: sigaction and raise).
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);

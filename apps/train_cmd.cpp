@@ -271,12 +271,16 @@ int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o) {
     if (sampler) sampler->stop();
     // Between steps on every process: the state is whole, so it is kept where a checkpoint is configured.
     if (!cfg.train.checkpoint.empty()) trainer.save_checkpoint_once(cfg.train.checkpoint);
+    // Through std::cout, which does not throw: after SIGHUP the terminal may be gone (main says
+    // the output is incomplete, and the status stays 128 + the signal).
     if (root)
-      fmt::print("\ninterrupted by {} after step {}: {}\n", stop_signal_text(), trainer.step(),
-                 cfg.train.checkpoint.empty()
-                     ? std::string("without train.checkpoint the training state is not kept")
-                     : fmt::format("the training state is in {}; continue with joule train --resume {} (and this "
-                                   "run's other options)", cfg.train.checkpoint, cfg.train.checkpoint));
+      std::cout << fmt::format("\ninterrupted by {} after step {}: {}\n", stop_signal_text(), trainer.step(),
+                               cfg.train.checkpoint.empty()
+                                   ? std::string("without train.checkpoint the training state is not kept")
+                                   : fmt::format("the training state is in {}; continue with joule train --resume {} "
+                                                 "(and this run's other options)",
+                                                 cfg.train.checkpoint, cfg.train.checkpoint))
+                << std::flush;
     return interrupted_status();
   }
   std::string energy_report;

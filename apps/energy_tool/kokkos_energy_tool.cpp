@@ -54,7 +54,7 @@ namespace {
 // --- options (environment variables; docs/energy-tool.md) ------------------------------------
 
 struct Options {
-  std::string out;        // JOULE_ENERGY_OUT: a .h5 run log or a .csv table (per rank: name.rank<R>.h5)
+  std::string out;        // JOULE_ENERGY_OUT: a .h5 run log or a .csv table (per process: output_name)
   double rate_hz = Sampler::kDefaultRateHz;  // JOULE_ENERGY_RATE_HZ
   bool kernels = true;    // JOULE_ENERGY_KERNELS: 0 attributes regions only
   bool fence = false;     // JOULE_ENERGY_FENCE: 1 fences at every edge (exact, slower)
@@ -114,11 +114,31 @@ Options read_options() {
   return o;
 }
 
-// name.h5 -> name.rank3.h5 where a launcher set a rank: one file per process, never shared.
-std::string file_for_rank(std::string const& path, int rank) {
-  if (rank < 0) return path;
+// A Slurm array task's "<job>_<task>" (SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID), or "" outside an
+// array. Every task of an array has SLURM_PROCID 0 and usually the same JOULE_ENERGY_OUT: the name
+// tells their files apart. Only decimal ids are taken (nothing else reaches the file name).
+std::string array_task_from_environment() {
+  auto const id = [](char const* name) -> std::string {
+    char const* v = std::getenv(name);
+    if (!v || !*v || std::strlen(v) > 20) return "";
+    for (char const* c = v; *c; ++c)
+      if (*c < '0' || *c > '9') return "";
+    return v;
+  };
+  std::string const job = id("SLURM_ARRAY_JOB_ID"), task = id("SLURM_ARRAY_TASK_ID");
+  return job.empty() || task.empty() ? "" : job + "_" + task;
+}
+
+// The file a process is meant to write: name.h5 as given for one process; name.rank3.h5 where a
+// launcher set a rank; name.array<job>_<task>.h5 or name.array<job>_<task>.rank3.h5 in a Slurm
+// array task. Processes that still share a name (two jobs with one JOULE_ENERGY_OUT, two steps
+// of one job) get the first free name beside it (report()): names stay predictable, no pid in them.
+std::string output_name(std::string const& path, int rank, std::string const& array_task) {
   auto const dot = path.rfind('.');
-  return path.substr(0, dot) + ".rank" + std::to_string(rank) + path.substr(dot);
+  std::string middle;
+  if (!array_task.empty()) middle += ".array" + array_task;
+  if (rank >= 0) middle += ".rank" + std::to_string(rank);
+  return path.substr(0, dot) + middle + path.substr(dot);
 }
 
 // The program's command line, from /proc (arguments joined by spaces); "" where there is none.
@@ -147,6 +167,7 @@ struct OpenOp {
 struct State {
   Options options;
   int rank = -1;
+  std::string array_task;  // "<job>_<task>" in a Slurm array, else ""
   pid_t pid = 0;  // a forked child inherits the state but not the sampler thread: it stays silent
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<RegionTimeline> regions, kernels, outer;
@@ -245,17 +266,38 @@ void write_output(std::string const& path, scheduler::RunHeader const& header, s
 
 // JOULE_ENERGY_OUT never replaces a file (a user's, or an earlier run's log: joule never overwrites
 // one): where one is, the profile goes beside it, NAME.1.EXT, NAME.2.EXT, ... (the first free).
-std::string free_path_beside(std::string const& path) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) return path;
+// The n-th candidate: NAME.EXT itself for n = 0.
+constexpr int kNeighbours = 9999;
+std::string path_beside(std::string const& path, int n) {
+  if (n == 0) return path;
   std::size_t const slash = path.find_last_of('/'), dot = path.find_last_of('.');
   bool const has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
   std::string const stem = has_ext ? path.substr(0, dot) : path, ext = has_ext ? path.substr(dot) : "";
-  for (int n = 1; n < 10000; ++n) {
-    std::string const candidate = stem + "." + std::to_string(n) + ext;
-    if (::lstat(candidate.c_str(), &st) != 0 && errno == ENOENT) return candidate;
+  return stem + "." + std::to_string(n) + ext;
+}
+
+bool name_taken(std::string const& path) {
+  struct stat st;
+  return !(::lstat(path.c_str(), &st) != 0 && errno == ENOENT);
+}
+
+// Writes the profile to the first free name from `named` on. A name free when looked at may be
+// taken by another process before this one's rename (processes that share a name end at once:
+// an array of jobs, a node's ranks): the write then replaces nothing (io::OutputExists,
+// scheduler::RunLogExists) and the next free name is tried. Returns the name written.
+std::string write_beside(std::string const& named, scheduler::RunHeader const& header,
+                         scheduler::ProfileRecord const& profile) {
+  for (int n = 0; n <= kNeighbours; ++n) {
+    std::string const path = path_beside(named, n);
+    if (name_taken(path)) continue;
+    try {
+      write_output(path, header, profile);
+      return path;
+    } catch (io::OutputExists const&) {
+    } catch (scheduler::RunLogExists const&) {
+    }
   }
-  throw std::runtime_error(path + " and its 9,999 numbered neighbours are all taken");
+  throw std::runtime_error(named + " and its 9,999 numbered neighbours are all taken");
 }
 
 void report(State& s) {
@@ -313,10 +355,9 @@ void report(State& s) {
     std::fputs(text.c_str(), stderr);
   }
   if (!s.options.out.empty()) {
-    std::string const named = file_for_rank(s.options.out, s.rank);
+    std::string const named = output_name(s.options.out, s.rank, s.array_task);
     try {
-      std::string const path = free_path_beside(named);
-      write_output(path, h, p);
+      std::string const path = write_beside(named, h, p);
       if (path != named)
         std::fprintf(stderr, "joule energy tool: %s is already there and is never replaced; written beside it: %s\n",
                      named.c_str(), path.c_str());
@@ -355,6 +396,7 @@ JOULE_TOOL_EXPORT void kokkosp_init_library(int, uint64_t interface_version, uin
     auto s = std::make_unique<State>();
     s->options = read_options();
     s->rank = rank_from_environment();
+    s->array_task = array_task_from_environment();
     s->pid = ::getpid();
     s->interface_version = interface_version;
     std::vector<SourceAttempt> attempts;
