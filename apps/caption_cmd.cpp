@@ -5,6 +5,7 @@
 #include "image_files.hpp"
 #include "output_paths.hpp"
 #include "run_config.hpp"
+#include "standard_output.hpp"
 
 #include "core/io/commit.hpp"
 #include "core/io/h5file.hpp"
@@ -23,6 +24,8 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <stdexcept>
+#include <utility>
 
 namespace joule::apps {
 
@@ -83,6 +86,31 @@ void write_rows(std::string const& path, std::string const& checkpoint, std::vec
     f.close();
   }, checks);
 }
+
+// The lines caption prints on standard output (one per sample, then the summary), each write
+// checked: one that fails (a full disk, a closed pipe, a file past `ulimit -f`) stops the command
+// at once, before --out is written, with an error naming standard output and why (the limit, for
+// EFBIG). --out is then left as it was: it is written whole or not at all. (fmt::print would throw
+// "cannot write to file", naming neither, or, between flushes, lose the failure.)
+class PrintedLines {
+ public:
+  explicit PrintedLines(std::string out) : out_(std::move(out)) {}
+  void line(std::string const& text) {
+    if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size()) fail(errno);
+  }
+  void flush() {
+    errno = 0;
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) fail(errno);
+  }
+
+ private:
+  [[noreturn]] void fail(int error) const {
+    throw std::runtime_error(fmt::format("cannot write to standard output ({}): the captions printed there are "
+                                         "incomplete{}", output_error_text(error),
+                                         out_.empty() ? "" : "; --out " + out_ + " was not written (it is as it was)"));
+  }
+  std::string out_;
+};
 
 // The folder's images to caption, each decoded here before any model is built, so that a damaged
 // or unreadable one (or an entry with an image extension that is no file) stops the run before any
@@ -187,6 +215,7 @@ int run_caption(CaptionOptions const& o) {
   std::vector<char> done;
   std::vector<CaptionRow> rows;
   std::size_t correct = 0;
+  PrintedLines printed(o.out);
   for (std::size_t first = 0; first < n; first += B) {
     int const valid = int(std::min<std::size_t>(B, n - first));
     if (data) {
@@ -209,14 +238,15 @@ int run_caption(CaptionOptions const& o) {
         row.has_reference = true;
         row.correct = row.prediction == row.reference;
         correct += row.correct;
-        fmt::print("{}\t{}\t{}\t{}\n", row.sample, row.correct ? "ok" : "WRONG", row.prediction, row.reference);
+        printed.line(fmt::format("{}\t{}\t{}\t{}\n", row.sample, row.correct ? "ok" : "WRONG", row.prediction,
+                                 row.reference));
       } else {
         row.sample = std::filesystem::path(files[first + b]).filename().string();  // as listed in the folder
-        fmt::print("{}\t{}\n", row.sample, row.prediction);
+        printed.line(fmt::format("{}\t{}\n", row.sample, row.prediction));
       }
       if (!o.out.empty()) rows.push_back(std::move(row));
     }
-    std::fflush(stdout);
+    printed.flush();
   }
   if (!bad_images.empty()) {
     fmt::print(stderr, "skipped {} damaged or unreadable image file(s) of {} in {}:\n", bad_images.size(),
@@ -224,7 +254,9 @@ int run_caption(CaptionOptions const& o) {
     for (auto const& b : bad_images) fmt::print(stderr, "  {}: {}\n", b.path, b.reason);
   }
   if (data)
-    fmt::print("captioned {} samples: {} exactly right ({:.1f}%)\n", n, correct, n ? 100.0 * correct / n : 0.0);
+    printed.line(fmt::format("captioned {} samples: {} exactly right ({:.1f}%)\n", n, correct,
+                             n ? 100.0 * correct / n : 0.0));
+  printed.flush();  // all of it on standard output before --out is written
   if (!o.out.empty()) {
     write_rows(o.out, o.checkpoint, rows);
     fmt::print(stderr, "wrote {} rows to {}\n", rows.size(), o.out);

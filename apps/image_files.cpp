@@ -6,6 +6,7 @@
 #define STBI_NO_LINEAR
 #define STBI_NO_HDR
 #include <stb/stb_image.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <array>
@@ -156,6 +157,95 @@ std::string png_problem(Bytes const& b) {
       return fmt::format("{} bytes after the IEND chunk (from byte {}): a PNG ends with IEND", n - pos, pos);
     }
   }
+}
+
+// The bytes of pixel rows a PNG's image data must inflate to: each row of each (Adam7) pass with its
+// filter byte; 0 when IHDR is one stb_image refuses itself (bad colour type, bit depth, size).
+std::uint64_t png_raw_bytes(std::uint64_t width, std::uint64_t height, unsigned depth, unsigned colour,
+                            unsigned interlace) {
+  unsigned const channels = colour == 0 ? 1 : colour == 2 ? 3 : colour == 3 ? 1 : colour == 4 ? 2 : colour == 6 ? 4 : 0;
+  bool const depth_ok = depth == 1 || depth == 2 || depth == 4 || depth == 8 || depth == 16;
+  if (!channels || !depth_ok || width == 0 || height == 0 || width > STBI_MAX_DIMENSIONS ||
+      height > STBI_MAX_DIMENSIONS || interlace > 1)
+    return 0;
+  auto const rows = [&](std::uint64_t w, std::uint64_t h) {
+    return w == 0 || h == 0 ? 0 : h * (1 + (w * channels * depth + 7) / 8);
+  };
+  if (interlace == 0) return rows(width, height);
+  static int const pass[7][4] = {{0, 0, 8, 8}, {4, 0, 8, 8}, {0, 4, 4, 8}, {2, 0, 4, 4},
+                                 {0, 2, 2, 4}, {1, 0, 2, 2}, {0, 1, 1, 2}};  // x0, y0, dx, dy
+  std::uint64_t total = 0;
+  for (auto const& p : pass)
+    total += rows((width + p[2] - 1 - p[0]) / p[2], (height + p[3] - 1 - p[1]) / p[3]);
+  return total;
+}
+
+// The image data, once the chunks are whole (png_problem): the IDAT chunks' bytes together are one
+// zlib stream that must be whole (its end, then its Adler-32 check) and inflate to exactly the rows
+// IHDR declares, with nothing after it. stb_image decodes a stream cut short before its check, or
+// with a wrong check, without a word (and PIL one cut short once the rows are all there).
+std::string png_data_problem(Bytes const& b) {
+  std::vector<std::pair<std::size_t, std::size_t>> pieces;  // (first byte, length) of each IDAT's data
+  std::uint64_t expected = 0, compressed = 0;
+  std::string image;  // "13x9 pixels (colour type 2, 8 bits)"
+  for (std::size_t pos = 8;;) {
+    std::size_t const length = be32(b, pos);
+    std::string const name(reinterpret_cast<char const*>(&b[pos + 4]), 4);
+    if (name == "IHDR" && length >= 13) {
+      expected = png_raw_bytes(be32(b, pos + 8), be32(b, pos + 12), b[pos + 16], b[pos + 17], b[pos + 20]);
+      image = fmt::format("{}x{} pixels (colour type {}, {} bits{})", be32(b, pos + 8), be32(b, pos + 12), b[pos + 17],
+                          b[pos + 16], b[pos + 20] ? ", interlaced" : "");
+    }
+    if (name == "IDAT") {
+      pieces.emplace_back(pos + 8, length);
+      compressed += length;
+    }
+    pos += 12 + length;
+    if (name == "IEND") break;
+  }
+  if (pieces.empty() || expected == 0) return "";  // stb_image refuses it itself
+  std::string const where =
+      fmt::format("the zlib stream of its image data ({} bytes in {} IDAT chunk(s) from byte {})", compressed,
+                  pieces.size(), pieces.front().first - 8);
+  z_stream z{};
+  if (inflateInit(&z) != Z_OK) return "";  // no memory for zlib: stb_image decodes it as before
+  std::array<Bytef, 1 << 15> out;
+  std::uint64_t produced = 0;
+  std::size_t next = 0;
+  int rc = Z_OK;
+  while (rc == Z_OK || rc == Z_BUF_ERROR) {
+    if (z.avail_in == 0) {
+      if (next == pieces.size()) break;  // every IDAT byte given, and the stream has not ended
+      z.next_in = const_cast<Bytef*>(&b[pieces[next].first]);
+      z.avail_in = uInt(pieces[next].second);
+      ++next;
+      continue;
+    }
+    z.next_out = out.data();
+    z.avail_out = uInt(out.size());
+    rc = inflate(&z, Z_NO_FLUSH);
+    produced += out.size() - z.avail_out;
+    if (produced > expected || (rc == Z_BUF_ERROR && z.avail_in != 0)) break;
+  }
+  std::string const zlib_message = z.msg ? z.msg : "error " + std::to_string(rc);
+  std::uint64_t after = z.avail_in;
+  for (std::size_t i = next; i < pieces.size(); ++i) after += pieces[i].second;
+  inflateEnd(&z);
+  if (produced > expected)
+    return fmt::format("PNG image data is damaged: {} inflates to more than the {} bytes of rows its {} need", where,
+                       expected, image);
+  if (rc == Z_MEM_ERROR) return "";
+  if (rc != Z_OK && rc != Z_BUF_ERROR && rc != Z_STREAM_END)
+    return fmt::format("PNG image data is damaged: {} does not inflate (zlib: {})", where, zlib_message);
+  if (rc != Z_STREAM_END)
+    return fmt::format("truncated PNG: {} is cut short: it ends before the stream's end and Adler-32 check, after "
+                       "{} of the {} bytes of rows its {} need", where, produced, expected, image);
+  if (produced < expected)
+    return fmt::format("truncated PNG: {} inflates to {} bytes, and its {} need {} (each row with its filter byte)",
+                       where, produced, image, expected);
+  if (after > 0)
+    return fmt::format("PNG image data is damaged: {} bytes follow the end of {}", after, where);
+  return "";
 }
 
 // Segments whole, and scans' entropy-coded data followed by a marker until the end-of-image marker
@@ -352,7 +442,10 @@ Format sniff(Bytes const& b) {
 
 std::string structure_problem(Format format, Bytes const& b) {
   switch (format) {
-    case Format::png: return png_problem(b);
+    case Format::png: {
+      auto problem = png_problem(b);
+      return problem.empty() ? png_data_problem(b) : problem;
+    }
     case Format::jpeg: return jpeg_problem(b);
     case Format::gif: return gif_problem(b);
     case Format::bmp: return bmp_problem(b);

@@ -12,6 +12,7 @@
 #include "core/model/model.hpp"
 #include "core/train/host_cores.hpp"
 #include "environment.hpp"
+#include "standard_output.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -194,8 +195,10 @@ int main(int argc, char** argv) {
     std::cout.flush();
     if (std::fflush(stdout) == 0 && !std::ferror(stdout) && std::cout.good()) return rc;
     int const error = errno;
-    fmt::print(stderr, "joule: error: cannot write to standard output ({}): what it printed is incomplete\n",
-               error ? std::strerror(error) : "a write failed");
+    // std::fputs, not fmt::print, which throws where standard error fails too (a terminal that
+    // hung up: a run stopped by SIGHUP then ended in std::terminate, not with 129).
+    std::fputs(fmt::format("joule: error: cannot write to standard output ({}): what it printed is incomplete\n",
+                           joule::apps::output_error_text(error)).c_str(), stderr);
     return rc == 0 ? 1 : rc;
   };
   try {
@@ -231,7 +234,7 @@ int main(int argc, char** argv) {
     return 0;
     }());
   } catch (std::exception const& e) {
-    fmt::print(stderr, "joule: error: {}\n", e.what());
+    std::fputs(fmt::format("joule: error: {}\n", e.what()).c_str(), stderr);  // never throws (above)
     return 1;
   }
   return 0;

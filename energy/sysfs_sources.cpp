@@ -90,18 +90,24 @@ class HwmonSource final : public Source {
         unsigned long long microwatts = 0;
         auto const probe = detail::read_uint(dir + "/power1_average", microwatts);
         if (!probe.ok) {
-          notes_.push_back("hwmon: " + dir + "/power1_average " + detail::describe_error(probe.error) +
-                           "; '" + info.text + "' not used");
+          notes_.push_back("hwmon: " + dir + "/power1_average " + detail::describe_read(probe) + "; '" + info.text +
+                           "' not used");
           if (probe.error == EACCES) diagnosis_.denied.push_back(dir + "/power1_average");
-          else diagnosis_.broken.push_back(dir + "/power1_average " + detail::describe_error(probe.error));
+          else diagnosis_.broken.push_back(dir + "/power1_average " + detail::describe_read(probe));
           break;
         }
         // The firmware averages over power1_average_interval and updates at that period (50 ms on
         // GH200, also when the file is missing): nothing shorter is resolved.
-        unsigned long long interval_ms = 50;
+        unsigned long long interval_ms = 50, declared = 0;
         std::string sensor = "hwmon " + info.text + " (" + dir + ")";
-        if (detail::read_uint(dir + "/power1_average_interval", interval_ms).ok)
+        auto const interval = detail::read_uint(dir + "/power1_average_interval", declared);
+        if (interval.ok) {
+          interval_ms = declared;
           sensor += ", averaged over " + std::to_string(interval_ms) + " ms";
+        } else if (interval.error == detail::kNegativeReading) {
+          notes_.push_back("hwmon: " + dir + "/power1_average_interval " + detail::describe_read(interval) +
+                           ": not an interval; taken as 50 ms");
+        }
         channels_.push_back({domain, sensor, Quantity::power, true, 1e-3 * double(interval_ms)});
         files_.push_back(dir + "/power1_average");
         diagnosis_.found.push_back(info.text + " (" + entry + ")");
@@ -115,6 +121,7 @@ class HwmonSource final : public Source {
       }
     }
     lost_.assign(files_.size(), false);
+    negative_noted_.assign(files_.size(), false);
   }
 
   // The probe's "looked for" outcome.
@@ -140,6 +147,15 @@ class HwmonSource final : public Source {
       auto const r = detail::read_uint(files_[i], microwatts);
       if (r.ok) {
         values[i] = double(microwatts) * 1e-6;
+      } else if (r.error == detail::kNegativeReading) {
+        // A power meter does not read below zero: the reading is dropped (no energy is counted from
+        // the reading before it to the one after it), and the sensor is read again next time.
+        values[i] = std::nan("");
+        if (!negative_noted_[i])
+          notes_.push_back("hwmon: " + files_[i] + " " + detail::describe_error(r.error) + " (" + r.text +
+                           " µW) during the run: readings below zero are dropped, and no energy is counted "
+                           "across them");
+        negative_noted_[i] = true;
       } else {
         values[i] = std::nan("");
         if (!lost_[i]) notes_.push_back("hwmon: " + files_[i] + " " + detail::describe_error(r.error) +
@@ -160,6 +176,7 @@ class HwmonSource final : public Source {
  private:
   std::vector<std::string> files_;
   std::vector<bool> lost_;
+  std::vector<bool> negative_noted_;  // a negative reading of this file has been noted
   Diagnosis diagnosis_;
   int devices_ = 0;  // hwmon* entries seen
 };
@@ -193,11 +210,11 @@ class RaplSource final : public Source {
       c.file = dir + "/energy_uj";
       auto const probe = detail::read_uint(c.file, c.last);
       if (!probe.ok) {
-        std::string why = detail::describe_error(probe.error);
+        std::string why = detail::describe_read(probe);
         if (probe.error == EACCES) why += " (root-only since CVE-2020-8694)";
         notes_.push_back("rapl: " + c.file + ": " + why + "; zone " + zone + " not used");
         if (probe.error == EACCES) diagnosis_.denied.push_back(c.file);
-        else diagnosis_.broken.push_back(c.file + " " + detail::describe_error(probe.error));
+        else diagnosis_.broken.push_back(c.file + " " + detail::describe_read(probe));
         continue;
       }
       unsigned long long range = 0;
@@ -231,6 +248,16 @@ class RaplSource final : public Source {
       Counter& c = counters_[i];
       unsigned long long now = 0;
       auto const r = detail::read_uint(c.file, now);
+      if (!r.ok && r.error == detail::kNegativeReading) {
+        // An energy counter does not go below zero: the reading is dropped; the next good one
+        // counts from the last good one.
+        values[i] = std::nan("");
+        if (!c.negative_noted)
+          notes_.push_back("rapl: " + c.file + " " + detail::describe_error(r.error) + " (" + r.text +
+                           " µJ) during the run: readings below zero are dropped");
+        c.negative_noted = true;
+        continue;
+      }
       if (!r.ok) {
         values[i] = std::nan("");
         if (!c.lost) notes_.push_back("rapl: " + c.file + " " + detail::describe_error(r.error) +
@@ -250,7 +277,7 @@ class RaplSource final : public Source {
   struct Counter {
     std::string file;
     unsigned long long last = 0, range = 0, total_uj = 0;
-    bool lost = false;
+    bool lost = false, negative_noted = false;
   };
   std::vector<Counter> counters_;
   Diagnosis diagnosis_;

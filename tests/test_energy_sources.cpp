@@ -554,3 +554,78 @@ TEST_CASE("energy sources: a sensor file that blocks is dropped after the read d
   CHECK(std::isnan(trace[2].values.at(channel)));
   CHECK(any_contains(sampler.notes(), cpu + " did not answer within 2 s"));
 }
+
+TEST_CASE("energy sources: a negative hwmon or RAPL reading is refused, with a note naming the file and the value",
+          "[energy][hwmon][rapl][hostile]") {
+  // strtoull takes "-3000000" for 2^64 - 3000000: a meter of exawatts, accepted silently.
+  TempDir t;
+  t.write("hwmon/hwmon3/device/power1_oem_info", "Module Power Socket 0");
+  t.write("hwmon/hwmon3/device/power1_average", "-5000000");  // negative from the start: not used
+  t.write("hwmon/hwmon4/power1_oem_info", "CPU Power Socket 0");
+  t.write("hwmon/hwmon4/power1_average", "80000000");
+  t.write("hwmon/hwmon4/power1_average_interval", "-50");
+  t.write("powercap/intel-rapl:0/name", "package-0");
+  t.write("powercap/intel-rapl:0/energy_uj", "-7");
+  t.write("powercap/intel-rapl:1/name", "package-1");
+  t.write("powercap/intel-rapl:1/energy_uj", "1000000");
+  t.write("powercap/intel-rapl:1/max_energy_range_uj", "262143328850");
+  SourceOptions o;
+  o.nvml_library = "none";
+  o.hwmon_root = t.str("hwmon");
+  o.powercap_root = t.str("powercap");
+  o.local_rank = 0;
+  o.local_size = 1;
+  std::vector<std::string> notes;
+  std::vector<SourceAttempt> attempts;
+  auto sources = discover_sources(o, &notes, &attempts);
+  std::string const module = t.str("hwmon/hwmon3/device/power1_average");
+  std::string const package0 = t.str("powercap/intel-rapl:0/energy_uj");
+  CHECK(any_contains(notes, "hwmon: " + module + " holds a negative reading (-5000000); 'Module Power Socket 0' not used"));
+  CHECK(any_contains(notes, t.str("hwmon/hwmon4/power1_average_interval") +
+                                " holds a negative reading (-50): not an interval; taken as 50 ms"));
+  CHECK(any_contains(notes, "rapl: " + package0 + ": holds a negative reading (-7); zone intel-rapl:0 not used"));
+  std::vector<std::string> sensors;
+  for (auto const& s : sources)
+    for (auto const& c : s->channels()) sensors.push_back(c.sensor);
+  CHECK_FALSE(any_contains(sensors, "Module Power Socket 0"));
+  CHECK_FALSE(any_contains(sensors, "intel-rapl:0 "));
+  REQUIRE(any_contains(sensors, "CPU Power Socket 0"));
+  REQUIRE(any_contains(sensors, "intel-rapl:1 "));
+
+  // During the run: a negative reading is dropped (NaN, no energy across it), said once, and the
+  // sensor is read again.
+  Sampler sampler(std::move(sources), 100);
+  std::size_t cpu = 0, package1 = 0;
+  for (std::size_t i = 0; i < sampler.channels().size(); ++i) {
+    auto const& sensor = sampler.channels()[i].channel.sensor;
+    if (sensor.find("CPU Power Socket 0") != std::string::npos) cpu = i;
+    if (sensor.find("intel-rapl:1 ") != std::string::npos) package1 = i;
+  }
+  CHECK(sampler.resolution_s(cpu) == Approx(0.05));  // the negative interval was not taken
+  std::string const cpu_file = t.str("hwmon/hwmon4/power1_average");
+  std::string const package1_file = t.str("powercap/intel-rapl:1/energy_uj");
+  sampler.snapshot(1.0);
+  t.write("hwmon/hwmon4/power1_average", "-3000000");
+  t.write("powercap/intel-rapl:1/energy_uj", "-2");
+  sampler.snapshot(2.0);
+  sampler.snapshot(3.0);
+  t.write("hwmon/hwmon4/power1_average", "90000000");
+  t.write("powercap/intel-rapl:1/energy_uj", "4000000");
+  sampler.snapshot(4.0);
+  auto const energy = sampler.snapshot(5.0);
+  auto const trace = sampler.trace();
+  REQUIRE(trace.size() == 5);
+  CHECK(trace[0].values.at(cpu) == 80.0);
+  CHECK(std::isnan(trace[1].values.at(cpu)));
+  CHECK(std::isnan(trace[2].values.at(cpu)));
+  CHECK(trace[3].values.at(cpu) == 90.0);
+  CHECK(energy.at(cpu) == Approx(90.0));       // 4 s to 5 s at 90 W; nothing across the dropped readings
+  CHECK(energy.at(package1) == Approx(3.0));   // 1 J to 4 J; the negative counter reading dropped
+  auto const run_notes = sampler.notes();
+  CHECK(any_contains(run_notes, "hwmon: " + cpu_file + " holds a negative reading (-3000000 µW) during the run: "
+                                "readings below zero are dropped"));
+  CHECK(any_contains(run_notes, "rapl: " + package1_file + " holds a negative reading (-2 µJ) during the run"));
+  std::size_t said = 0;
+  for (auto const& n : run_notes) said += n.find(cpu_file + " holds a negative") != std::string::npos;
+  CHECK(said == 1);
+}

@@ -12,8 +12,12 @@ character but tab (none of U+0000-U+001F and U+007F: no NUL byte, no escape sequ
 
 Every listed image must be a regular file (or a symlink to one): a FIFO, a device, a socket or a
 folder is refused before any image is read (a FIFO would hang the converter). PIL reads the
-image whole: a file it cannot identify, a truncated file (rows missing) or a damaged one (for PNG:
-a chunk whose CRC is wrong, no IEND chunk) stops the converter naming the file. 16-bit images are
+image whole: a file it cannot identify, a truncated file (rows missing) or a damaged one stops the
+converter naming the file. A PNG is checked as joule's reader checks it (apps/image_files.cpp),
+with the same messages, beyond what PIL checks: every chunk whole with its CRC right (IEND's too),
+IHDR first, IEND last with nothing after it, and its image data (the IDAT chunks' zlib stream)
+whole, ending with its Adler-32 check, inflating to exactly the rows IHDR declares and followed
+by nothing; PIL alone takes a stream cut short once the rows are all there. 16-bit images are
 brought to 8 bits by their high byte (v >> 8, as PIL does for 16-bit RGB and stb_image, joule's
 reader, for all; a grey value of 32896 = 0x8080 becomes 128); greyscale integer images (PIL modes
 I and I;16*, e.g. 16-bit PNG and TIFF) must hold values in 0..65535, else they are refused naming
@@ -66,6 +70,7 @@ import stat
 import struct
 import sys
 import tempfile
+import zlib
 
 # numpy, h5py and PIL (half a second to import) are imported by import_libraries() once the
 # arguments, the captions file and the output are checked: a refusal comes at once.
@@ -274,6 +279,102 @@ def open_image_file(path, where):
     return os.fdopen(fd, "rb")
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+ADAM7 = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)]
+STB_MAX_DIMENSIONS = 1 << 24  # joule's reader (stb_image) refuses larger images itself
+
+
+def png_raw_bytes(width, height, depth, colour, interlace):
+    """The bytes of pixel rows a PNG's image data must inflate to: each row of each (Adam7) pass
+    with its filter byte; 0 for an IHDR the decoders refuse themselves."""
+    channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}.get(colour, 0)
+    if (not channels or depth not in (1, 2, 4, 8, 16) or not 0 < width <= STB_MAX_DIMENSIONS or
+            not 0 < height <= STB_MAX_DIMENSIONS or interlace > 1):
+        return 0
+
+    def rows(w, h):
+        return 0 if w == 0 or h == 0 else h * (1 + (w * channels * depth + 7) // 8)
+
+    if interlace == 0:
+        return rows(width, height)
+    return sum(rows((width + dx - 1 - x0) // dx, (height + dy - 1 - y0) // dy) for x0, y0, dx, dy in ADAM7)
+
+
+def png_chunk_name(kind):
+    return kind.decode("ascii") if kind.isalpha() else f"0x{int.from_bytes(kind, 'big'):08X}"
+
+
+def png_problem(data):
+    """What is wrong with a PNG file's structure or image data, as joule's reader words it
+    (apps/image_files.cpp: png_problem, png_data_problem); "" when nothing is."""
+    n, pos, previous, first = len(data), 8, "the signature", True
+    ihdr, idat = None, []
+    while True:
+        if pos == n:
+            return f"truncated PNG: no IEND chunk (the file ends after {previous})"
+        if n - pos < 12:
+            return (f"truncated PNG: the file ends {n - pos} bytes into the chunk after {previous} (at byte {pos}; "
+                    f"a chunk takes at least 12)")
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        kind = data[pos + 4:pos + 8]
+        name = png_chunk_name(kind)
+        if length > 0x7FFFFFFF:
+            return f"PNG chunk {name} at byte {pos} declares {length} bytes of data (at most 2^31 - 1)"
+        if n - pos - 12 < length:
+            return (f"truncated PNG: chunk {name} at byte {pos} needs {length + 12} bytes ({length} of data), the "
+                    f"file ends {n - pos} bytes into it")
+        stored = int.from_bytes(data[pos + 8 + length:pos + 12 + length], "big")
+        computed = zlib.crc32(data[pos + 4:pos + 8 + length])
+        if stored != computed:
+            return f"PNG chunk {name} at byte {pos} is damaged: its CRC-32 is 0x{stored:08X}, its bytes give 0x{computed:08X}"
+        if first and name != "IHDR":
+            return f"the first PNG chunk is {name}, not IHDR"
+        first = False
+        if name == "IHDR" and length >= 13:
+            ihdr = struct.unpack(">IIBBBBB", data[pos + 8:pos + 21])
+        if name == "IDAT":
+            idat.append((pos, data[pos + 8:pos + 8 + length]))
+        previous = f"chunk {name} at byte {pos}"
+        pos += 12 + length
+        if name == "IEND":
+            if pos != n:
+                return f"{n - pos} bytes after the IEND chunk (from byte {pos}): a PNG ends with IEND"
+            break
+    if not idat or ihdr is None:
+        return ""  # the decoders refuse it themselves
+    width, height, depth, colour, _, _, interlace = ihdr
+    expected = png_raw_bytes(width, height, depth, colour, interlace)
+    if expected == 0:
+        return ""
+    stream = b"".join(body for _, body in idat)
+    where = f"the zlib stream of its image data ({len(stream)} bytes in {len(idat)} IDAT chunk(s) from byte {idat[0][0]})"
+    image = f"{width}x{height} pixels (colour type {colour}, {depth} bits{', interlaced' if interlace else ''})"
+    # Inflated a MiB at a time and counted, not kept: a small stream that inflates to far more than
+    # the rows (a decompression bomb) costs no memory, and stops one MiB past them.
+    inflater, pending, produced = zlib.decompressobj(), stream, 0
+    try:
+        while not inflater.eof and produced <= expected:
+            out = inflater.decompress(pending, 1 << 20)
+            pending = inflater.unconsumed_tail
+            produced += len(out)
+            if not out and not pending:
+                break  # every byte given and nothing more comes out: the stream is cut short
+    except zlib.error as e:
+        detail = re.sub(r"^Error -?\d+ while decompressing data: ", "", str(e))
+        return f"PNG image data is damaged: {where} does not inflate (zlib: {detail})"
+    if produced > expected:
+        return f"PNG image data is damaged: {where} inflates to more than the {expected} bytes of rows its {image} need"
+    if not inflater.eof:
+        return (f"truncated PNG: {where} is cut short: it ends before the stream's end and Adler-32 check, after "
+                f"{produced} of the {expected} bytes of rows its {image} need")
+    if produced < expected:
+        return (f"truncated PNG: {where} inflates to {produced} bytes, and its {image} need {expected} (each row "
+                f"with its filter byte)")
+    if inflater.unused_data:
+        return f"PNG image data is damaged: {len(inflater.unused_data)} bytes follow the end of {where}"
+    return ""
+
+
 def damaged(e):
     """Whether PIL's exception while decoding says the file's data is cut short or corrupt."""
     return (isinstance(e, (SyntaxError, EOFError, struct.error)) or
@@ -308,6 +409,12 @@ def to_8_bits(img, path, where):
 def load_image(path, mode, size, resize, where):
     """One frame as uint8 [C, H, W]."""
     with open_image_file(path, where) as f:
+        data = f.read()
+        if data.startswith(PNG_SIGNATURE):
+            problem = png_problem(data)
+            if problem:
+                fail(f"{where}: cannot read image {path}: the file is truncated or damaged ({problem})")
+        f.seek(0)
         try:
             with Image.open(f) as img:
                 img.verify()  # PNG: every chunk whole with its CRC right, up to IEND (other formats: nothing)

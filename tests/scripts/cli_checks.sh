@@ -6,7 +6,8 @@
 #   3. no output overwrites an input (train, tune, data synth, plot_run.py), through symlinks and
 #      hard links too; resuming the checkpoint the run goes on writing is allowed;
 #   4. outputs' folders are checked (missing, a folder as output path, read-only) before training;
-#   5. joule inspect warns about a log whose chosen trial has non-finite figures, never "nan%";
+#   5. joule inspect warns about a log whose chosen trial has non-finite figures, never "nan%", and
+#      refuses flags it would ignore (--objective without --replay, --csv with it);
 #   6. a model that cannot fit in the memory free is refused before anything is allocated, with the
 #      figures and the nearest configuration that fits; a run that fits says what it will use;
 #   7. --help is joule's (usage line first, no Kokkos options; --kokkos-help lists those), and
@@ -142,7 +143,7 @@ else
     rc=0
     # shellcheck disable=SC2086
     "${as_user[@]}" "$joule" $cmd >out.txt 2>&1 || rc=$?
-    [ $rc != 0 ] && grep -qE "(--checkpoint ro/ckpt\.h5|--out ro/sub/run\.h5|--out ro/s\.h5): cannot write in the folder ro: Permission denied" out.txt ||
+    [ $rc != 0 ] && grep -qE "(--checkpoint ro/ckpt\.h5|--out ro/sub/run\.h5|--out ro/s\.h5): cannot write in the folder ro: cannot create a temporary folder in ro \(Permission denied\)" out.txt ||
       fail "joule $cmd in a read-only folder: exit $rc, $(cat out.txt)"
     grep -q "^training: " out.txt && fail "joule $cmd: training started: $(cat out.txt)"
     echo "refused: joule $cmd -> $(head -1 out.txt)"
@@ -164,6 +165,10 @@ PY
 "$joule" tune --config cfg-tune.json --out run.h5 >tune.txt 2>&1 || fail "tune: $(cat tune.txt)"
 refused '^joule: error: run\.h5 exists: continue it with --resume' tune --config cfg-tune.json --out run.h5
 "$joule" inspect run.h5 | grep -q "Chosen configuration: trial" || fail "no chosen trial in run.h5"
+# Flags inspect would ignore (issue 51): --objective ranks a replay's measurements only, and a
+# replay has no CSV form; each is an error naming both flags, not a report that silently ignores one.
+refused '^--objective requires --replay' inspect run.h5 --objective energy_under_slowdown
+refused '^(--csv excludes --replay|--replay excludes --csv)' inspect run.h5 --csv --replay exhaustive
 # A run log where a checkpoint is expected says what to do with it.
 refused '^joule: error: --resume run\.h5 is a tuning run log, not a checkpoint: joule train --resume takes a checkpoint.*joule tune --resume run\.h5' \
   train --data data.h5 --resume run.h5

@@ -13,9 +13,13 @@
 #                                from /images (PIL alone clips them: 255 and 0); floats outside [0, 1]
 #                                and integer images outside 0..65535 are refused naming the range; a
 #                                PNG cut to 60 % of its bytes, or without its IEND, is refused as
-#                                truncated or damaged; a caption holding NUL or ESC is refused naming
-#                                its line; a listed FIFO (under a 60 s timeout: it used to hang), a
-#                                symlink to /dev/zero and a folder are refused as not regular files;
+#                                truncated or damaged, and so (issue 51) are PNGs whose chunks are
+#                                whole with their CRCs right but whose image data (zlib stream) is
+#                                cut short, has a wrong check, bytes after its end or half the rows,
+#                                and one with a wrong CRC in IEND, each in joule's reader's words;
+#                                a caption holding NUL or ESC is refused naming its line; a listed
+#                                FIFO (under a 60 s timeout: it used to hang), a symlink to
+#                                /dev/zero and a folder are refused as not regular files;
 #   failing writes               a full disk (ENOSPC), an exceeded quota (EDQUOT) and an I/O error
 #                                (EIO) injected (tests/support/fault_writes.c) at the first byte, a
 #                                few KiB in and at the last byte of the write, over an existing good
@@ -165,6 +169,64 @@ Image.fromarray(rng.randint(0, 256, size=(64, 64, 3), dtype=np.uint8), "RGB").sa
 data = open(f"{img}/whole.png", "rb").read()
 open(f"{img}/cut.png", "wb").write(data[:len(data) * 6 // 10])
 open(f"{img}/no_iend.png", "wb").write(data[:-12])
+# PNGs whose chunks are whole, their CRCs right, but whose image data is not (issue 51; PIL took
+# the first, and one whose IEND's CRC is wrong): its zlib stream cut before its Adler-32 check, or
+# halfway, with a wrong check, with bytes after its end, inflating to half the rows. Each is refused
+# with the words of joule's reader (damaged_images.sh checks the same files there).
+import struct, zlib
+
+
+def chunks(png):
+    pos, out = 8, []
+    while pos < len(png):
+        n = int.from_bytes(png[pos:pos + 4], "big")
+        out.append((png[pos + 4:pos + 8], png[pos + 8:pos + 8 + n]))
+        pos += 12 + n
+    return out
+
+
+def with_idat(png, idat):  # the image data replaced (one IDAT), every chunk's CRC right
+    out, first = png[:8], True
+    for kind, body in chunks(png):
+        if kind == b"IDAT":
+            if not first:
+                continue
+            body, first = idat, False
+        out += struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    return out
+
+
+idat = data.find(b"IDAT") - 4
+stream = b"".join(body for kind, body in chunks(data) if kind == b"IDAT")
+rows = zlib.decompress(stream)
+assert len(rows) == 64 * (1 + 64 * 3)
+fewer = zlib.compress(rows[:len(rows) // 2])
+where = f"the zlib stream of its image data ({{}} bytes in 1 IDAT chunk(s) from byte {idat})".format
+pixels = "its 64x64 pixels (colour type 2, 8 bits)"
+iend = bytearray(data)
+iend[-1] ^= 0x01
+stored, computed = int.from_bytes(iend[-4:], "big"), zlib.crc32(b"IEND")
+png_cases = {
+    "noadler": (with_idat(data, stream[:-4]), f"truncated PNG: {where(len(stream) - 4)} is cut short: it ends before "
+                f"the stream's end and Adler-32 check, after {len(rows)} of the {len(rows)} bytes of rows {pixels} need)"),
+    "halfstream": (with_idat(data, stream[:len(stream) // 2]),
+                   f"truncated PNG: {where(len(stream) // 2)} is cut short: it ends before the stream's end and "
+                   f"Adler-32 check, after "),
+    "fewrows": (with_idat(data, fewer), f"truncated PNG: {where(len(fewer))} inflates to {len(rows) // 2} bytes, and "
+                f"{pixels} need {len(rows)} (each row with its filter byte))"),
+    "adler": (with_idat(data, stream[:-4] + bytes(b ^ 0x01 for b in stream[-4:])),
+              f"PNG image data is damaged: {where(len(stream))} does not inflate (zlib: incorrect data check))"),
+    "after": (with_idat(data, stream + b"\0\0\0"),
+              f"PNG image data is damaged: 3 bytes follow the end of {where(len(stream) + 3)})"),
+    "iendcrc": (bytes(iend), f"PNG chunk IEND at byte {len(data) - 12} is damaged: its CRC-32 is 0x{stored:08X}, its "
+                f"bytes give 0x{computed:08X})"),
+}
+with open(f"{work}/png_cases.txt", "w") as cases:
+    for name, (png, reason) in png_cases.items():
+        open(f"{img}/{name}.png", "wb").write(png)
+        with open(f"{work}/{name}.tsv", "w") as f:
+            f.write(f"{name}.png\t{name}\n")
+        cases.write(f"{name}\t{reason}\n")
 tsv = {"deep": "grey16.png\t16 bits\nhalf.tiff\tfloat half\nramp16.png\tramp 16\nramp.tiff\tramp float\n",
        "far": "p0.png\tfine\nfar.tiff\tfar\n", "negative": "p0.png\tfine\nnegative.tiff\tnegative\n",
        "whole": "whole.png\twhole\n", "cut": "p0.png\tfine\ncut.png\tcut\n", "no_iend": "no_iend.png\tno end\n",
@@ -202,6 +264,11 @@ expect_refusal "$work/cut.tsv:2: cannot read image $img/cut.png: the file is tru
   "$img" "$work/cut.tsv" "$work/x.h5" "${opts[@]}"
 expect_refusal "$work/no_iend.tsv:1: cannot read image $img/no_iend.png: the file is truncated or damaged" \
   "$img" "$work/no_iend.tsv" "$work/x.h5" "${opts[@]}"
+while IFS=$'\t' read -r name reason; do
+  expect_refusal "$work/$name.tsv:1: cannot read image $img/$name.png: the file is truncated or damaged ($reason" \
+    "$img" "$work/$name.tsv" "$work/x.h5" "${opts[@]}"
+done <"$work/png_cases.txt"
+[ "$(wc -l <"$work/png_cases.txt")" = 6 ] || fail "expected 6 damaged PNG cases"
 # Control characters in a caption: refused naming the line (a NUL byte would end the caption in C).
 expect_refusal "$work/nul.tsv:2: the caption 'nul\\x00byte' holds the control character U+0000 (NUL byte) at character 4" \
   "$img" "$work/nul.tsv" "$work/x.h5" "${opts[@]}"

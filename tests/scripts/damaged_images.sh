@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Damaged image files get a clear error (issue 27). Good images of every format joule reads are
-# made with PIL, and damaged ones from them: each format truncated, PNGs with a flipped CRC byte,
-# without IEND and with bytes after it; also a text file, an empty file, a dangling symlink, a
-# symlink loop, a folder, a FIFO and (unless run as root) an unreadable file, all with image
-# extensions.
+# made with PIL, and damaged ones from them: each format truncated, PNGs with a flipped CRC byte
+# (in IDAT, in IEND), without IEND and with bytes after it, and (issue 51) PNGs whose chunks are
+# whole with their CRCs right but whose image data is not: its zlib stream cut short (before its
+# Adler-32 check only, or halfway), with a wrong check, with bytes after its end, or inflating to
+# half the rows; also a text file, an empty file, a dangling symlink, a symlink loop, a folder, a
+# FIFO and (unless run as root) an unreadable file, all with image extensions.
 #   - image_probe (apps/image_files.cpp's decoder) accepts every good file and refuses each damaged
 #     one with a message naming it and the reason (the exact figures, computed here, for BMP, TGA,
 #     PPM, PGM and the PNG's CRC);
@@ -21,7 +23,7 @@ work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
   >"$work/train.out" 2>&1 || { cat "$work/train.out"; exit 1; }
 
 /usr/bin/python3 - "$joule" "$probe" "$work" <<'PY'
-import io, os, subprocess, sys
+import io, os, struct, subprocess, sys, zlib
 import numpy as np
 from PIL import Image
 joule, probe, work = sys.argv[1:]
@@ -67,12 +69,56 @@ idat_crc = idat + 8 + int.from_bytes(png[idat:idat + 4], "big")
 flipped = bytearray(png)
 flipped[idat_crc + 3] ^= 0x01
 ppm, pgm = good["rgb.ppm"], good["grey.pgm"]
+
+
+def chunks(data):  # a PNG's chunks: (type, data)
+    pos, out = 8, []
+    while pos < len(data):
+        n = int.from_bytes(data[pos:pos + 4], "big")
+        out.append((data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]))
+        pos += 12 + n
+    return out
+
+
+def with_idat(data, idat):  # the PNG with its image data replaced (one IDAT), every chunk's CRC right (issue 51)
+    out, first = data[:8], True
+    for kind, body in chunks(data):
+        if kind == b"IDAT":
+            if not first:
+                continue
+            body, first = idat, False
+        out += struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    return out
+
+
+stream = b"".join(body for kind, body in chunks(png) if kind == b"IDAT")
+rows = zlib.decompress(stream)
+assert len(rows) == H * (1 + 3 * W)
+fewer = zlib.compress(rows[:len(rows) // 2])
+bad_check = stream[:-4] + bytes(b ^ 0x01 for b in stream[-4:])
+iend_crc = bytearray(png)
+iend_crc[-1] ^= 0x01
+zstream = f"the zlib stream of its image data ({{}} bytes in 1 IDAT chunk(s) from byte {idat})"
+pixels = f"its {W}x{H} pixels (colour type 2, 8 bits)"
 # name: (bytes, what image_probe must say after "NAME: ")
 damaged = {
     "cut.png": (png[: idat + 20], f"truncated PNG: chunk IDAT at byte {idat} needs"),
     "crc.png": (bytes(flipped), f"PNG chunk IDAT at byte {idat} is damaged: its CRC-32 is"),
     "noend.png": (png[:-12], f"truncated PNG: no IEND chunk (the file ends after chunk IDAT at byte {idat})"),
     "trailing.png": (png + b"junk", f"4 bytes after the IEND chunk (from byte {len(png)}): a PNG ends with IEND"),
+    "noadler.png": (with_idat(png, stream[:-4]),
+                    f"truncated PNG: {zstream.format(len(stream) - 4)} is cut short: it ends before the stream's end and "
+                    f"Adler-32 check, after {len(rows)} of the {len(rows)} bytes of rows {pixels} need"),
+    "halfstream.png": (with_idat(png, stream[:len(stream) // 2]),
+                       f"truncated PNG: {zstream.format(len(stream) // 2)} is cut short: it ends before the stream's "
+                       f"end and Adler-32 check, after "),
+    "fewrows.png": (with_idat(png, fewer), f"truncated PNG: {zstream.format(len(fewer))} inflates to {len(rows) // 2} "
+                    f"bytes, and {pixels} need {len(rows)} (each row with its filter byte)"),
+    "adler.png": (with_idat(png, bad_check),
+                  f"PNG image data is damaged: {zstream.format(len(stream))} does not inflate (zlib: incorrect data check)"),
+    "after.png": (with_idat(png, stream + b"\0\0\0"),
+                  f"PNG image data is damaged: 3 bytes follow the end of {zstream.format(len(stream) + 3)}"),
+    "iendcrc.png": (bytes(iend_crc), f"PNG chunk IEND at byte {len(png) - 12} is damaged: its CRC-32 is"),
     "cut.jpg": (good["photo.jpg"][:-20], "truncated JPEG: no end-of-image marker (FFD9); the file ends inside the "
                 "entropy-coded data of scan 1 "),
     "cutprogressive.jpeg": (good["progressive.jpeg"][:-20], "truncated JPEG: no end-of-image marker (FFD9); the "
