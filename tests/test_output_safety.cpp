@@ -323,3 +323,23 @@ TEST_CASE("escaped_text: control characters from another's file never reach the 
   CHECK(io::escaped_text("caf\xc3\xa9") == "caf\xc3\xa9");               // UTF-8 kept
   CHECK(io::escaped_text("\xc2\x9b" "31m\xff") == "\\xc2\\x9b31m\\xff");  // C1 CSI and a stray byte
 }
+
+TEST_CASE("output folders: a folder a command makes is never writable by others, whatever the umask", "[outputs]") {
+  Folder d;
+  joule::apps::FilePlan plan;
+  joule::apps::OutputOptions made;
+  made.creates_folder = true;
+  plan.output("--out", d / "new/deeper/run.h5", made);
+  REQUIRE(plan.check().empty());
+  mode_t const mask = ::umask(0);  // a umask that would make it 0777
+  std::vector<io::OutputLock> held;
+  std::string const problem = plan.lock(held);
+  ::umask(mask);
+  CHECK(problem.empty());
+  for (auto const* folder : {"new", "new/deeper"}) {
+    struct stat st;
+    REQUIRE(::stat((d / folder).c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0755);
+  }
+  CHECK(fs::exists(d / "new/deeper/run.h5.lock"));
+}

@@ -143,7 +143,9 @@ int walk(std::string const& folder, bool create) {
     std::string const here = walked.empty() ? part : walked + (walked.back() == '/' ? "" : "/") + part;
     int next = ::openat(fd, part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (next < 0 && errno == ENOENT && create) {
-      if (::mkdirat(fd, part.c_str(), 0777) != 0 && errno != EEXIST) {
+      // 0755 less the umask: a folder joule makes is never one that others may write (it would
+      // then refuse it, shared_folder_problem).
+      if (::mkdirat(fd, part.c_str(), 0755) != 0 && errno != EEXIST) {
         int const error = errno;
         ::close(fd);
         fail("cannot create " + escaped_text(here) + " (" + std::strerror(error) + ")");

@@ -53,8 +53,8 @@ class FolderHandle {
   // folder must be safe to write in (shared_folder_problem): else WriteError naming it and why,
   // unless JOULE_ACCEPT_SHARED_FOLDER=1 accepts the risk (a warning, once per folder, on stderr).
   static FolderHandle open(std::string const& folder);
-  // The same, creating missing folders (mode 0777 less the umask) one at a time, each synced into
-  // its parent; never through a link.
+  // The same, creating missing folders (mode 0755 less the umask: never writable by others) one
+  // at a time, each synced into its parent; never through a link.
   static FolderHandle open_or_create(std::string const& folder);
   ~FolderHandle();
   FolderHandle(FolderHandle&& other) noexcept;
