@@ -6,7 +6,14 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <deque>
 #include <string_view>
 
@@ -119,6 +126,83 @@ void check_kokkos_flag(std::string_view arg) {
 void set_openmp_binding_defaults() {
   ::setenv(kOmpProcBind, kOmpProcBindDefault, /*overwrite=*/0);
   ::setenv(kOmpPlaces, kOmpPlacesDefault, 0);
+}
+
+void set_openmp_wait_defaults(char** argv) {
+  auto const set = [](char const* name) {
+    char const* v = std::getenv(name);
+    return v && *v;
+  };
+  if (set("GOMP_SPINCOUNT") || set("OMP_WAIT_POLICY") || set("JOULE_OPENMP_WAIT")) return;
+  ::setenv("GOMP_SPINCOUNT", kGompSpinCountDefault, 1);
+  ::setenv("JOULE_OPENMP_WAIT", "joule", 1);
+  ::execv("/proc/self/exe", argv);
+  // No /proc (or exec refused): run on with libgomp's own default, and say so in joule info.
+  ::unsetenv("GOMP_SPINCOUNT");
+  ::setenv("JOULE_OPENMP_WAIT", "unset", 1);
+}
+
+std::string openmp_wait_text() {
+  char const* mark = std::getenv("JOULE_OPENMP_WAIT");
+  char const* spin = std::getenv("GOMP_SPINCOUNT");
+  char const* policy = std::getenv("OMP_WAIT_POLICY");
+  if (mark && std::string_view(mark) == "joule" && spin)
+    return std::string("GOMP_SPINCOUNT=") + spin + " (joule's default: idle threads sleep soon on a shared machine)";
+  std::string text;
+  if (policy) text += std::string("OMP_WAIT_POLICY=") + policy + " (yours)";
+  if (spin) text += std::string(text.empty() ? "" : ", ") + "GOMP_SPINCOUNT=" + spin + " (yours)";
+  return text.empty() ? "the OpenMP runtime's default (joule could not execute itself again to set its own)" : text;
+}
+
+namespace {
+// The cgroup's CPU quota in CPUs, 0 for none: v2 cpu.max "QUOTA PERIOD" ("max" for none), else v1.
+double cgroup_cpu_quota() {
+  auto const read = [](char const* path) {
+    std::ifstream in(path);
+    std::string text;
+    std::getline(in, text);
+    return text;
+  };
+  std::string const v2 = read("/sys/fs/cgroup/cpu.max");
+  if (!v2.empty()) {
+    std::istringstream in(v2);
+    std::string quota;
+    double period = 0;
+    in >> quota >> period;
+    if (quota == "max" || period <= 0) return 0;
+    return std::strtod(quota.c_str(), nullptr) / period;
+  }
+  std::string const quota = read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), period = read("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+  double const q = std::strtod(quota.c_str(), nullptr), p = std::strtod(period.c_str(), nullptr);
+  return q > 0 && p > 0 ? q / p : 0;
+}
+}  // namespace
+
+long UsableCpus::count() const {
+  long const by_quota = quota > 0 ? std::max(1L, long(quota)) : affinity;
+  return std::min(affinity, by_quota);
+}
+
+UsableCpus usable_cpus() {
+  UsableCpus cpus;
+  cpus.affinity = core_environment::usable_cpus();
+  cpus.quota = cgroup_cpu_quota();
+  return cpus;
+}
+
+std::string oversubscription_warning(long threads, UsableCpus const& cpus) {
+  long const usable = cpus.count();
+  if (threads <= usable) return "";
+  std::string limits = "its affinity mask allows " + std::to_string(cpus.affinity);
+  if (cpus.quota > 0) {
+    char quota[32];
+    std::snprintf(quota, sizeof quota, "%.2f", cpus.quota);
+    limits += ", its cgroup's CPU quota " + std::string(quota);
+  }
+  return std::to_string(threads) + " host threads on " + std::to_string(usable) + (usable == 1 ? " CPU" : " CPUs") +
+         " this process may use (" + limits + "): threads that share a CPU wait for each other at every barrier, "
+         "so a step can take many times longer; give at most " + std::to_string(usable) +
+         " (OMP_NUM_THREADS, KOKKOS_NUM_THREADS or --kokkos-threads)";
 }
 
 void validate_environment_and_kokkos_flags(int argc, char** args) {

@@ -21,6 +21,30 @@ inline constexpr long long kMaxKokkosThreads = 512;
 // binding policy); before Kokkos starts.
 void set_openmp_binding_defaults();
 
+// How OpenMP's idle threads wait between parallel regions. libgomp spins 300,000 times before it
+// sleeps (GOMP_SPINCOUNT's default): on a shared machine the spinning threads take the cores that
+// other work (and joule's own threads, sharing a core with it) need. joule's default is 1,000
+// spins (measured: a quiet step as fast, beside a busy process 2.2x instead of 2.6-3.1x alone's
+// time, BENCHMARKS.md). libgomp reads the variable as it loads, before main, so joule sets it and
+// executes itself again, once (JOULE_OPENMP_WAIT marks the second start); nothing is changed
+// where the user set GOMP_SPINCOUNT or OMP_WAIT_POLICY. First thing in main: `argv` as given.
+inline constexpr char const* kGompSpinCountDefault = "1000";
+void set_openmp_wait_defaults(char** argv);
+// "GOMP_SPINCOUNT=1000 (joule's default)", "OMP_WAIT_POLICY=passive (yours)", ...: for joule info.
+std::string openmp_wait_text();
+
+// CPUs this process may use: its affinity mask, and the cgroup's CPU quota (cpu.max in cgroup v2,
+// cpu.cfs_quota_us / cpu.cfs_period_us in v1), whichever is less (a quota of 1.5 CPUs counts as 1).
+struct UsableCpus {
+  long affinity = 1;
+  double quota = 0;  // 0: no quota
+  long count() const;
+};
+UsableCpus usable_cpus();
+// A warning when `threads` (Kokkos' host threads) are more than the CPUs this process may use,
+// naming both numbers and what limits them; "" otherwise.
+std::string oversubscription_warning(long threads, UsableCpus const& cpus);
+
 // Throws environment::Error for the first bad variable or flag; `args` is argv (args[argc] ==
 // nullptr). Kokkos 3.4's arguments take their value after '=' only ("--kokkos-threads=4"). A
 // KOKKOS_* variable set to "" is unset, so that Kokkos too takes it as not set.

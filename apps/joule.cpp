@@ -38,6 +38,7 @@ void print_version() {
              joule::gemm_path(joule::Precision::bf16));
   fmt::print("attention: fp32: {}; bf16: {}\n", joule::attention_path(joule::Precision::fp32),
              joule::attention_path(joule::Precision::bf16));
+  fmt::print("OpenMP waiting: {}\n", joule::apps::openmp_wait_text());
 }
 
 // CLI11 says only "A subcommand is required" when the word after `joule` (or `joule data`, `joule
@@ -75,6 +76,7 @@ class UsageFirst : public CLI::Formatter {
 }  // namespace
 
 int main(int argc, char** argv) {
+  joule::apps::set_openmp_wait_defaults(argv);  // may execute joule again, once, with GOMP_SPINCOUNT set
   joule::apps::set_openmp_binding_defaults();  // bind unless the user chose otherwise
   joule::apps::ignore_file_size_signal();       // a write past ulimit -f is an error the writer reports
   try {
@@ -103,6 +105,10 @@ int main(int argc, char** argv) {
   int args_left = argc;
   Kokkos::ScopeGuard kokkos(args_left, args.data());  // consumes --kokkos-* arguments
   if (kokkos_help) return 0;  // Kokkos has printed its options
+  if (auto const warning = joule::apps::oversubscription_warning(Kokkos::DefaultHostExecutionSpace().concurrency(),
+                                                                 joule::apps::usable_cpus());
+      !warning.empty())
+    std::fputs(("joule: warning: " + warning + "\n").c_str(), stderr);
   for (int i = 1; i < args_left; ++i)
     if (std::string(args[i]) == kHelpPlaceholder) args[i] = const_cast<char*>("--help");
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 using joule::environment::parse_integer;
+using joule::test::Contains;
 using joule::environment::parse_real;
 
 namespace {
@@ -215,4 +216,20 @@ TEST_CASE("docs: configuration.md's table of environment variables is the code's
   }
   INFO("the code's table:\n" << expected.str());
   CHECK(same);
+}
+
+TEST_CASE("oversubscription: more host threads than the CPUs the process may use is named", "[environment]") {
+  using joule::apps::oversubscription_warning;
+  using joule::apps::UsableCpus;
+  CHECK(oversubscription_warning(2, UsableCpus{2, 0}).empty());
+  CHECK(oversubscription_warning(1, UsableCpus{4, 0}).empty());
+  CHECK_THAT(oversubscription_warning(64, UsableCpus{2, 0}),
+             Contains("64 host threads on 2 CPUs") && Contains("affinity mask allows 2") && Contains("at most 2"));
+  // A cgroup quota below the affinity mask limits too; a fraction of a CPU counts as none more.
+  CHECK(UsableCpus{8, 2.5}.count() == 2);
+  CHECK(UsableCpus{8, 0.5}.count() == 1);
+  CHECK(UsableCpus{2, 16}.count() == 2);
+  CHECK_THAT(oversubscription_warning(4, UsableCpus{8, 2.5}),
+             Contains("4 host threads on 2 CPUs") && Contains("cgroup's CPU quota 2.50"));
+  CHECK(oversubscription_warning(2, UsableCpus{8, 2.5}).empty());
 }

@@ -107,4 +107,25 @@ accepted "Kokkos [0-9]" KOKKOS_NUM_THREADS= JOULE_MODEL_IDLE_W=0 JOULE_MODEL_COR
 if [ "$cpus" -ge 2 ]; then
   accepted "\($((cpus - 1)) threads/concurrency\)" JOULE_HOST_CORES=1
 fi
+# OpenMP's idle threads: joule's GOMP_SPINCOUNT unless the user chose a wait policy or spin count
+# (set before libgomp loads: joule executes itself again once, so the variable is in its environment).
+# The suite's environment sets OMP_WAIT_POLICY (JOULE_TEST_ENVIRONMENT): each case sets its own.
+openmp_line() { env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY -u JOULE_OPENMP_WAIT "$@" "$joule" info 2>&1 | grep "^OpenMP waiting: " || true; }
+line=$(openmp_line)
+[ "$line" = "OpenMP waiting: GOMP_SPINCOUNT=1000 (joule's default: idle threads sleep soon on a shared machine)" ] ||
+  fail "no OpenMP variable set: '$line'"
+line=$(openmp_line OMP_WAIT_POLICY=passive)
+[ "$line" = "OpenMP waiting: OMP_WAIT_POLICY=passive (yours)" ] || fail "OMP_WAIT_POLICY=passive: '$line'"
+line=$(openmp_line GOMP_SPINCOUNT=5)
+[ "$line" = "OpenMP waiting: GOMP_SPINCOUNT=5 (yours)" ] || fail "GOMP_SPINCOUNT=5: '$line'"
+checked=$((checked + 3))
+# More host threads than CPUs the process may use: a warning naming both (one CPU by taskset).
+if command -v taskset >/dev/null; then
+  env OMP_NUM_THREADS=3 taskset -c 0 "$joule" info >"$work/out" 2>&1 || fail "taskset joule info: $(cat "$work/out")"
+  grep -q "joule: warning: 3 host threads on 1 CPU this process may use (its affinity mask allows 1" "$work/out" ||
+    fail "3 threads on 1 CPU: no warning: $(cat "$work/out")"
+  env OMP_NUM_THREADS=1 taskset -c 0 "$joule" info >"$work/out" 2>&1 || fail "taskset joule info: $(cat "$work/out")"
+  ! grep -q "host threads on" "$work/out" || fail "1 thread on 1 CPU: a warning: $(cat "$work/out")"
+  checked=$((checked + 2))
+fi
 echo "PASS: $checked cases"
