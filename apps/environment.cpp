@@ -235,6 +235,11 @@ std::vector<environment::Description> environment_variables() {
   rows.push_back({kOmpProcBind, "OpenMP's thread binding (joule sets it when not set, so Kokkos does not warn)",
                   "OpenMP's values", kOmpProcBindDefault});
   rows.push_back({kOmpPlaces, "OpenMP's places (joule sets it when not set)", "OpenMP's values", kOmpPlacesDefault});
+  rows.push_back({"GOMP_SPINCOUNT",
+                  "how long an idle OpenMP thread spins before it sleeps (libgomp's; joule sets it before libgomp "
+                  "loads, unless it or OMP_WAIT_POLICY is set)",
+                  "libgomp's values (a count, or infinite)",
+                  std::string(kGompSpinCountDefault) + " (libgomp's own: 300000)"});
   for (auto& row : core_environment::environment_variables()) rows.push_back(std::move(row));
   for (auto& row : energy::environment_variables()) rows.push_back(std::move(row));
   return rows;

@@ -34,6 +34,8 @@ std::optional<long> host_cores_wanted(long cpus) {
 
 void validate_environment() {
   host_cores_wanted(usable_cpus());
+  if (auto const text = environment::text_of(kAcceptSharedFolderName); text && *text != "0" && *text != "1")
+    environment::refuse(kAcceptSharedFolderName, *text, "0 or 1");
   kReadTimeout.read();
   kReadGuard.read();
 }
@@ -45,7 +47,12 @@ std::vector<environment::Description> environment_variables() {
            "CPU builds: none set aside (the host jobs run inline); GPU builds: all but 4 of the process's CPUs (half of "
            "them below 8), pinned"},
           kReadTimeout.describe(),
-          kReadGuard.describe()};
+          kReadGuard.describe(),
+          {kAcceptSharedFolderName,
+           "1: write outputs in a folder that others can write and that has no sticky bit (with a warning; "
+           "docs/outputs.md)",
+           "0 or 1",
+           "0: such a folder is refused"}};
 }
 
 }  // namespace joule::core_environment

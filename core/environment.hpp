@@ -10,6 +10,8 @@ namespace joule::core_environment {
 // JOULE_HOST_CORES=k: the last k CPUs of the process's affinity mask go to the host optimizer
 // (core/train/host_cores.hpp). Its range depends on the CPUs this process may use.
 inline constexpr char const* kHostCoresName = "JOULE_HOST_CORES";
+// Outputs in a folder others can write without the sticky bit: refused unless this is 1 (core/io/commit.hpp).
+inline constexpr char const* kAcceptSharedFolderName = "JOULE_ACCEPT_SHARED_FOLDER";
 // k from JOULE_HOST_CORES for a process that may use `cpus` CPUs (nullopt: unset): an integer in
 // [1, cpus - 1], since Kokkos keeps at least one; with one CPU the Error says that no value works.
 std::optional<long> host_cores_wanted(long cpus);

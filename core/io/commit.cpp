@@ -1,6 +1,7 @@
 #include "core/io/commit.hpp"
 
 #include "core/detail/bytes_text.hpp"
+#include "core/environment.hpp"
 
 #include <dirent.h>
 #include <grp.h>
@@ -92,7 +93,7 @@ std::string octal_mode(unsigned mode) {
 std::string user_text(uid_t uid) { return "user " + std::to_string(uid); }
 
 bool shared_folders_accepted() {
-  char const* v = std::getenv("JOULE_ACCEPT_SHARED_FOLDER");
+  char const* v = std::getenv(core_environment::kAcceptSharedFolderName);
   return v && std::string(v) == "1";
 }
 
