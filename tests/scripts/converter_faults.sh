@@ -145,7 +145,7 @@ $py "$conv" "$img" "$work/caps.tsv" "$work/edge.h5" --image-size 4 --text-len "$
   --eval-fraction "$(limit data eval_fraction max)" >/dev/null
 
 # --- Images PIL misreads or hangs on, damaged images, control characters in captions ------------
-$py - "$img" "$work" <<'PY'
+PYTHONPATH="$(cd "$(dirname "$0")" && pwd)" $py - "$img" "$work" <<'PY'
 import sys
 import numpy as np
 from PIL import Image
@@ -176,24 +176,7 @@ open(f"{img}/no_iend.png", "wb").write(data[:-12])
 import struct, zlib
 
 
-def chunks(png):
-    pos, out = 8, []
-    while pos < len(png):
-        n = int.from_bytes(png[pos:pos + 4], "big")
-        out.append((png[pos + 4:pos + 8], png[pos + 8:pos + 8 + n]))
-        pos += 12 + n
-    return out
-
-
-def with_idat(png, idat):  # the image data replaced (one IDAT), every chunk's CRC right
-    out, first = png[:8], True
-    for kind, body in chunks(png):
-        if kind == b"IDAT":
-            if not first:
-                continue
-            body, first = idat, False
-        out += struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-    return out
+from png_chunks import chunks, with_idat  # tests/scripts/png_chunks.py (PYTHONPATH)
 
 
 idat = data.find(b"IDAT") - 4

@@ -22,7 +22,7 @@ work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 "$joule" train --config "$small_config" --data "$work/data.h5" --steps 1 --no-energy --checkpoint "$work/ck.h5" \
   >"$work/train.out" 2>&1 || { cat "$work/train.out"; exit 1; }
 
-/usr/bin/python3 - "$joule" "$probe" "$work" <<'PY'
+PYTHONPATH="$(cd "$(dirname "$0")" && pwd)" /usr/bin/python3 - "$joule" "$probe" "$work" <<'PY'
 import io, os, struct, subprocess, sys, zlib
 import numpy as np
 from PIL import Image
@@ -71,24 +71,7 @@ flipped[idat_crc + 3] ^= 0x01
 ppm, pgm = good["rgb.ppm"], good["grey.pgm"]
 
 
-def chunks(data):  # a PNG's chunks: (type, data)
-    pos, out = 8, []
-    while pos < len(data):
-        n = int.from_bytes(data[pos:pos + 4], "big")
-        out.append((data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]))
-        pos += 12 + n
-    return out
-
-
-def with_idat(data, idat):  # the PNG with its image data replaced (one IDAT), every chunk's CRC right (issue 51)
-    out, first = data[:8], True
-    for kind, body in chunks(data):
-        if kind == b"IDAT":
-            if not first:
-                continue
-            body, first = idat, False
-        out += struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-    return out
+from png_chunks import chunks, with_idat  # tests/scripts/png_chunks.py (PYTHONPATH)
 
 
 stream = b"".join(body for kind, body in chunks(png) if kind == b"IDAT")
