@@ -6,16 +6,23 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <sched.h>
 #include <unistd.h>
+
+#if defined(KOKKOS_ENABLE_OPENMP)
+#include <omp.h>
+#endif
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <deque>
 #include <string_view>
+#include <vector>
 
 namespace joule::apps {
 
@@ -48,11 +55,12 @@ constexpr Integer kKokkosVariables[] = {
     {"KOKKOS_SKIP_DEVICE", "a GPU Kokkos does not deal out (GPU builds)", 0, kMaxDevices - 1, 0, "none"},
 };
 
-// Kokkos' OpenMP backend warns without a binding policy: joule binds unless the user chose otherwise.
+// Kokkos' OpenMP backend warns without a binding policy. joule's is "false", which is also what
+// libgomp does when neither OMP_PROC_BIND nor OMP_PLACES is set: beside a busy process on 2 CPUs a
+// step took 107-111 ms unbound against 129-148 ms bound (spread, threads), quiet the same (~48 ms;
+// issue 41): a bound thread cannot leave the CPU it shares.
 constexpr char const* kOmpProcBind = "OMP_PROC_BIND";
-constexpr char const* kOmpProcBindDefault = "spread";
-constexpr char const* kOmpPlaces = "OMP_PLACES";
-constexpr char const* kOmpPlacesDefault = "threads";
+constexpr char const* kOmpProcBindDefault = "false";
 
 // The numeric --kokkos-* flags: the same ranges as their variables. Kokkos 3.x also reads the
 // older spellings without "kokkos-" (measured with 3.4.1: `--threads=abc` aborted in stoi too).
@@ -124,8 +132,8 @@ void check_kokkos_flag(std::string_view arg) {
 }  // namespace
 
 void set_openmp_binding_defaults() {
-  ::setenv(kOmpProcBind, kOmpProcBindDefault, /*overwrite=*/0);
-  ::setenv(kOmpPlaces, kOmpPlacesDefault, 0);
+  // After libgomp has read its variables: only Kokkos reads it now, and libgomp has done the same.
+  if (!std::getenv(kOmpProcBind) && !std::getenv("OMP_PLACES")) ::setenv(kOmpProcBind, kOmpProcBindDefault, 0);
 }
 
 void set_openmp_wait_defaults(char** argv) {
@@ -136,6 +144,21 @@ void set_openmp_wait_defaults(char** argv) {
   if (set("GOMP_SPINCOUNT") || set("OMP_WAIT_POLICY") || set("JOULE_OPENMP_WAIT")) return;
   ::setenv("GOMP_SPINCOUNT", kGompSpinCountDefault, 1);
   ::setenv("JOULE_OPENMP_WAIT", "joule", 1);
+#if defined(KOKKOS_ENABLE_OPENMP) && defined(__linux__)
+  // With OMP_PROC_BIND or OMP_PLACES set, libgomp has already bound this (initial) thread to the
+  // first place, and an exec keeps that mask: the new process would see one CPU and start one
+  // thread. Its places were made from the mask the process was started with; their union is it.
+  cpu_set_t started_with;
+  CPU_ZERO(&started_with);
+  bool bound = false;
+  for (int place = 0; place < omp_get_num_places(); ++place) {
+    std::vector<int> ids(std::size_t(std::max(0, omp_get_place_num_procs(place))));
+    omp_get_place_proc_ids(place, ids.data());
+    for (int cpu : ids)
+      if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &started_with), bound = true;
+  }
+  if (bound) ::sched_setaffinity(0, sizeof started_with, &started_with);
+#endif
   ::execv("/proc/self/exe", argv);
   // No /proc (or exec refused): run on with libgomp's own default, and say so in joule info.
   ::unsetenv("GOMP_SPINCOUNT");
@@ -152,6 +175,24 @@ std::string openmp_wait_text() {
   if (policy) text += std::string("OMP_WAIT_POLICY=") + policy + " (yours)";
   if (spin) text += std::string(text.empty() ? "" : ", ") + "GOMP_SPINCOUNT=" + spin + " (yours)";
   return text.empty() ? "the OpenMP runtime's default (joule could not execute itself again to set its own)" : text;
+}
+
+long cap_library_threads(long kokkos_threads, long usable) {
+  long const threads = std::max(1L, std::min(kokkos_threads, usable));
+#if defined(KOKKOS_ENABLE_OPENMP)
+  omp_set_num_threads(int(threads));
+  return threads;
+#else
+  return 0;
+#endif
+}
+
+long library_threads() {
+#if defined(KOKKOS_ENABLE_OPENMP)
+  return omp_get_max_threads();
+#else
+  return 0;
+#endif
 }
 
 namespace {
@@ -188,6 +229,26 @@ UsableCpus usable_cpus() {
   cpus.affinity = core_environment::usable_cpus();
   cpus.quota = cgroup_cpu_quota();
   return cpus;
+}
+
+ThreadChoice choose_kokkos_threads(UsableCpus const& cpus, int argc, char** args) {
+  if (std::getenv(kKokkosNumThreads.name)) return {};
+  for (int i = 1; i < argc; ++i)
+    for (auto const& f : kKokkosFlags)
+      if (&f.range == &kKokkosVariables[0] && std::string_view(args[i]).substr(0, std::strlen(f.flag)) == f.flag)
+        return {};
+  long const usable = cpus.count();
+  if (auto const omp = environment::text_of(kOmpNumThreadsName)) {
+    // The first nesting level's count, checked already (check_omp_num_threads).
+    auto const asked = environment::parse_integer(std::string_view(*omp).substr(0, omp->find(',')));
+    if (!asked || *asked <= usable) return {};
+    return {usable, "OMP_NUM_THREADS=" + *omp + " asks for more threads than the " + std::to_string(usable) +
+                        (usable == 1 ? " CPU" : " CPUs") + " this process may use: Kokkos gets " +
+                        std::to_string(usable) + " (more would only wait for each other; KOKKOS_NUM_THREADS=" +
+                        std::to_string(*asked) + " keeps " + std::to_string(*asked) + ")"};
+  }
+  if (usable >= cpus.affinity) return {};
+  return {usable, ""};
 }
 
 std::string oversubscription_warning(long threads, UsableCpus const& cpus) {
@@ -232,9 +293,11 @@ std::vector<environment::Description> environment_variables() {
   for (auto const& v : kKokkosVariables) rows.push_back(v.describe());
   rows.push_back({kOmpNumThreadsName, "OpenMP's threads, Kokkos' thread count when KOKKOS_NUM_THREADS is not set",
                   omp_allowed() + " (" + kThreadsWhy + ")", "one per CPU this process may use"});
-  rows.push_back({kOmpProcBind, "OpenMP's thread binding (joule sets it when not set, so Kokkos does not warn)",
+  rows.push_back({kOmpProcBind,
+                  "OpenMP's thread binding: joule leaves threads unbound unless it or OMP_PLACES is set (a bound "
+                  "thread cannot leave a CPU it shares with other work: a step beside a busy process took 1.2-1.35x "
+                  "as long bound, BENCHMARKS.md)",
                   "OpenMP's values", kOmpProcBindDefault});
-  rows.push_back({kOmpPlaces, "OpenMP's places (joule sets it when not set)", "OpenMP's values", kOmpPlacesDefault});
   rows.push_back({"GOMP_SPINCOUNT",
                   "how long an idle OpenMP thread spins before it sleeps (libgomp's; joule sets it before libgomp "
                   "loads, unless it or OMP_WAIT_POLICY is set)",

@@ -5,6 +5,7 @@
 // every variable core and energy read (their own tables, core/environment.hpp and
 // energy/source.hpp). A bad value is an environment::Error naming it, its value and what is
 // allowed, where Kokkos or OpenMP would abort, crash or quietly use something else.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,8 @@ namespace joule::apps {
 // more (measured: OMP_NUM_THREADS=1024 ends `joule info` in SIGSEGV; 512 works).
 inline constexpr long long kMaxKokkosThreads = 512;
 
-// OMP_PROC_BIND=spread and OMP_PLACES=threads unless set (Kokkos' OpenMP backend warns without a
-// binding policy); before Kokkos starts.
+// OMP_PROC_BIND=false unless it or OMP_PLACES is set (libgomp's own default, said out loud so that
+// Kokkos' OpenMP backend does not warn); before Kokkos starts.
 void set_openmp_binding_defaults();
 
 // How OpenMP's idle threads wait between parallel regions. libgomp spins 300,000 times before it
@@ -41,9 +42,30 @@ struct UsableCpus {
   long count() const;
 };
 UsableCpus usable_cpus();
+// The thread count joule gives Kokkos (KOKKOS_NUM_THREADS) where Kokkos would take OpenMP's:
+// - Kokkos' own count (KOKKOS_NUM_THREADS, a --kokkos-threads flag in `args`) is taken as asked;
+// - OMP_NUM_THREADS above the CPUs this process may use gives way to them, with `note` saying so:
+//   OpenMP's count is often set for other programs, and 64 threads on 2 CPUs made a small step
+//   7.6x as long as 2 threads (every parallel region wakes and puts to sleep 64 threads);
+// - unset, a cgroup quota below the affinity mask gives the CPUs the quota pays for (OpenMP
+//   counts the mask only).
+struct ThreadChoice {
+  std::optional<long> threads;  // nullopt: Kokkos' own choice
+  std::string note;             // for the user when their setting was not taken
+};
+ThreadChoice choose_kokkos_threads(UsableCpus const& cpus, int argc, char** args);
 // A warning when `threads` (Kokkos' host threads) are more than the CPUs this process may use,
 // naming both numbers and what limits them; "" otherwise.
 std::string oversubscription_warning(long threads, UsableCpus const& cpus);
+
+// OpenBLAS (OpenMP build) splits every GEMM over omp_get_max_threads() threads, which Kokkos sets
+// to its own thread count: with more threads than CPUs a small GEMM ran 8.6x slower (measured).
+// After Kokkos starts, the calling thread's OpenMP count becomes min(Kokkos' threads, usable CPUs);
+// Kokkos' own kernels name their thread count and keep all of theirs. Returns the count set, 0
+// without OpenMP.
+long cap_library_threads(long kokkos_threads, long usable);
+// The OpenMP thread count the host BLAS uses now (0 without OpenMP): for joule info.
+long library_threads();
 
 // Throws environment::Error for the first bad variable or flag; `args` is argv (args[argc] ==
 // nullptr). Kokkos 3.4's arguments take their value after '=' only ("--kokkos-threads=4"). A

@@ -39,6 +39,8 @@ void print_version() {
   fmt::print("attention: fp32: {}; bf16: {}\n", joule::attention_path(joule::Precision::fp32),
              joule::attention_path(joule::Precision::bf16));
   fmt::print("OpenMP waiting: {}\n", joule::apps::openmp_wait_text());
+  if (long const blas = joule::apps::library_threads(); blas > 0)
+    fmt::print("host BLAS threads: {} (Kokkos' threads, at most one per CPU this process may use)\n", blas);
 }
 
 // CLI11 says only "A subcommand is required" when the word after `joule` (or `joule data`, `joule
@@ -84,6 +86,11 @@ int main(int argc, char** argv) {
     // OpenMP, at its first parallel region) can abort or crash on one (apps/environment.hpp).
     joule::apps::validate_environment_and_kokkos_flags(argc, argv);
     joule::reserve_host_cores_from_environment();  // JOULE_HOST_CORES: before Kokkos starts its threads
+    // No more threads than CPUs where Kokkos would take OpenMP's count (apps/environment.hpp).
+    if (auto const choice = joule::apps::choose_kokkos_threads(joule::apps::usable_cpus(), argc, argv); choice.threads) {
+      ::setenv("KOKKOS_NUM_THREADS", std::to_string(*choice.threads).c_str(), 0);
+      if (!choice.note.empty()) fmt::print(stderr, "joule: note: {}\n", choice.note);
+    }
   } catch (joule::environment::Error const& e) {
     fmt::print(stderr, "joule: error: {}\n", e.what());
     return 1;  // bad input, as a bad configuration value is
@@ -105,10 +112,13 @@ int main(int argc, char** argv) {
   int args_left = argc;
   Kokkos::ScopeGuard kokkos(args_left, args.data());  // consumes --kokkos-* arguments
   if (kokkos_help) return 0;  // Kokkos has printed its options
-  if (auto const warning = joule::apps::oversubscription_warning(Kokkos::DefaultHostExecutionSpace().concurrency(),
-                                                                 joule::apps::usable_cpus());
-      !warning.empty())
-    std::fputs(("joule: warning: " + warning + "\n").c_str(), stderr);
+  {
+    long const host_threads = Kokkos::DefaultHostExecutionSpace().concurrency();
+    auto const cpus = joule::apps::usable_cpus();
+    if (auto const warning = joule::apps::oversubscription_warning(host_threads, cpus); !warning.empty())
+      std::fputs(("joule: warning: " + warning + "\n").c_str(), stderr);
+    joule::apps::cap_library_threads(host_threads, cpus.count());
+  }
   for (int i = 1; i < args_left; ++i)
     if (std::string(args[i]) == kHelpPlaceholder) args[i] = const_cast<char*>("--help");
 

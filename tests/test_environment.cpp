@@ -218,6 +218,42 @@ TEST_CASE("docs: configuration.md's table of environment variables is the code's
   CHECK(same);
 }
 
+TEST_CASE("thread choice: OMP_NUM_THREADS above the usable CPUs and a cgroup quota give way; Kokkos' own count "
+          "does not", "[environment]") {
+  using joule::apps::choose_kokkos_threads;
+  using joule::apps::UsableCpus;
+  ScopedVariable omp_threads("OMP_NUM_THREADS", nullptr);
+  ScopedVariable kokkos_threads("KOKKOS_NUM_THREADS", nullptr);
+  char program[] = "joule", info[] = "info", flag[] = "--kokkos-num-threads=3", other[] = "--kokkos-numa=1";
+  char* plain[] = {program, info, nullptr};
+  char* with_flag[] = {program, info, flag, nullptr};
+  char* with_other[] = {program, info, other, nullptr};
+  auto const threads = [](joule::apps::ThreadChoice const& c) { return c.threads; };
+  CHECK(threads(choose_kokkos_threads(UsableCpus{8, 2.5}, 2, plain)) == std::optional<long>(2));
+  CHECK(choose_kokkos_threads(UsableCpus{8, 2.5}, 2, plain).note.empty());  // nothing the user set
+  CHECK(threads(choose_kokkos_threads(UsableCpus{8, 0.5}, 2, plain)) == std::optional<long>(1));
+  CHECK(threads(choose_kokkos_threads(UsableCpus{8, 0}, 2, plain)) == std::nullopt);    // no quota: OpenMP's
+  CHECK(threads(choose_kokkos_threads(UsableCpus{2, 4.0}, 2, plain)) == std::nullopt);  // quota above the mask
+  CHECK(threads(choose_kokkos_threads(UsableCpus{8, 2.5}, 3, with_flag)) == std::nullopt);
+  CHECK(threads(choose_kokkos_threads(UsableCpus{8, 2.5}, 3, with_other)) == std::optional<long>(2));
+  {
+    ScopedVariable named("OMP_NUM_THREADS", "64,2");
+    auto const choice = choose_kokkos_threads(UsableCpus{2, 0}, 2, plain);
+    CHECK(threads(choice) == std::optional<long>(2));
+    CHECK_THAT(choice.note, Contains("OMP_NUM_THREADS=64,2 asks for more threads than the 2 CPUs this process may "
+                                     "use: Kokkos gets 2") &&
+                                Contains("KOKKOS_NUM_THREADS=64 keeps 64"));
+    CHECK(threads(choose_kokkos_threads(UsableCpus{2, 0}, 3, with_flag)) == std::nullopt);
+    CHECK(threads(choose_kokkos_threads(UsableCpus{64, 0}, 2, plain)) == std::nullopt);  // as many CPUs as asked
+  }
+  {
+    ScopedVariable named("OMP_NUM_THREADS", "2");
+    CHECK(threads(choose_kokkos_threads(UsableCpus{8, 2.5}, 2, plain)) == std::nullopt);  // the user's, not above
+  }
+  ScopedVariable named("KOKKOS_NUM_THREADS", "64");
+  CHECK(threads(choose_kokkos_threads(UsableCpus{2, 0}, 2, plain)) == std::nullopt);
+}
+
 TEST_CASE("oversubscription: more host threads than the CPUs the process may use is named", "[environment]") {
   using joule::apps::oversubscription_warning;
   using joule::apps::UsableCpus;

@@ -119,13 +119,31 @@ line=$(openmp_line OMP_WAIT_POLICY=passive)
 line=$(openmp_line GOMP_SPINCOUNT=5)
 [ "$line" = "OpenMP waiting: GOMP_SPINCOUNT=5 (yours)" ] || fail "GOMP_SPINCOUNT=5: '$line'"
 checked=$((checked + 3))
+# A binding the user set: libgomp binds joule's first thread before main, and the exec that sets
+# GOMP_SPINCOUNT must not leave the new process with that one CPU (it would start one thread).
+if [ "$cpus" -ge 2 ]; then
+  env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY -u JOULE_OPENMP_WAIT -u OMP_NUM_THREADS OMP_PROC_BIND=spread \
+    OMP_PLACES=threads "$joule" info >"$work/out" 2>&1 || fail "OMP_PROC_BIND=spread joule info: $(cat "$work/out")"
+  grep -q "($cpus threads/concurrency)" "$work/out" || fail "OMP_PROC_BIND=spread: not $cpus threads: $(cat "$work/out")"
+  grep -q "^OpenMP waiting: GOMP_SPINCOUNT=1000 (joule" "$work/out" || fail "OMP_PROC_BIND=spread: $(cat "$work/out")"
+  checked=$((checked + 1))
+fi
 # More host threads than CPUs the process may use: a warning naming both (one CPU by taskset).
 if command -v taskset >/dev/null; then
-  env OMP_NUM_THREADS=3 taskset -c 0 "$joule" info >"$work/out" 2>&1 || fail "taskset joule info: $(cat "$work/out")"
-  grep -q "joule: warning: 3 host threads on 1 CPU this process may use (its affinity mask allows 1" "$work/out" ||
-    fail "3 threads on 1 CPU: no warning: $(cat "$work/out")"
+  # OpenMP's count (often set for other programs) gives way to the CPUs, with a note; Kokkos' own is kept.
+  env -u KOKKOS_NUM_THREADS OMP_NUM_THREADS=3 taskset -c 0 "$joule" info >"$work/out" 2>&1 ||
+    fail "taskset joule info: $(cat "$work/out")"
+  grep -q "joule: note: OMP_NUM_THREADS=3 asks for more threads than the 1 CPU this process may use: Kokkos gets 1" \
+    "$work/out" && grep -q "(1 threads/concurrency)" "$work/out" || fail "OMP_NUM_THREADS=3 on 1 CPU: $(cat "$work/out")"
+  ! grep -q "host threads on" "$work/out" || fail "OMP_NUM_THREADS=3 on 1 CPU: a warning: $(cat "$work/out")"
+  env -u OMP_NUM_THREADS KOKKOS_NUM_THREADS=3 taskset -c 0 "$joule" info >"$work/out" 2>&1 ||
+    fail "taskset joule info: $(cat "$work/out")"
+  grep -q "joule: warning: 3 host threads on 1 CPU this process may use (its affinity mask allows 1" "$work/out" &&
+    grep -q "(3 threads/concurrency)" "$work/out" || fail "3 threads on 1 CPU: no warning: $(cat "$work/out")"
+  # The host BLAS splits a GEMM over OpenMP's count: one thread per CPU at most, whatever Kokkos has.
+  grep -q "^host BLAS threads: 1 " "$work/out" || fail "3 threads on 1 CPU: BLAS threads: $(cat "$work/out")"
   env OMP_NUM_THREADS=1 taskset -c 0 "$joule" info >"$work/out" 2>&1 || fail "taskset joule info: $(cat "$work/out")"
   ! grep -q "host threads on" "$work/out" || fail "1 thread on 1 CPU: a warning: $(cat "$work/out")"
-  checked=$((checked + 2))
+  checked=$((checked + 3))
 fi
 echo "PASS: $checked cases"
