@@ -1,12 +1,15 @@
 #include "scheduler/report.hpp"
 
 #include "scheduler/profile.hpp"
+#include "scheduler/significance.hpp"
 #include "scheduler/statistics.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <optional>
+#include <stdexcept>
 #include <cstring>
 #include <cmath>
 #include <set>
@@ -112,17 +115,49 @@ void header_section(std::string& out, RunLogContents const& log) {
                        log.incomplete.size() == 1 ? " was" : "s were", fmt::join(log.incomplete, ", "));
 }
 
+// "+12.3% s" against the chosen trial: the mean per-step objective's difference, "s" where it is
+// beyond the noise (Welch, 95%; significance.hpp); "-" where there is nothing to compare.
+// Where the choice was confirmed in alternating rounds, the trial compared there shows the
+// rounds' verdict instead ("r": the trials were measured at other times, so a drift of the
+// machine shows in their difference; the rounds cancel it).
+std::string versus_chosen(TrialRecord const& t, RunLogContents const& log, Objective const* objective) {
+  TrialRecord const* chosen = log.trial(log.best);
+  if (!chosen || t.index == log.best || !t.ok() || !chosen->ok()) return "-";
+  if (auto const& c = log.choice; c && !c->confirm_ratios.empty()) {
+    auto const& rounds = c->best_vs_baseline;  // the search's best against the baseline
+    bool const best_row = t.index == c->best && log.best == c->baseline;
+    bool const baseline_row = t.index == c->baseline && log.best == c->best;
+    if ((best_row || baseline_row) && std::isfinite(rounds.difference)) {
+      double const d = best_row ? rounds.difference : 1 / (1 + rounds.difference) - 1;
+      return fmt::format("{:+.1f}%{}", 100 * d, rounds.significant ? "sr" : " r");
+    }
+  }
+  if (!objective) return "-";
+  auto const c = compare_trials(t, *chosen, log.trials, *objective);
+  if (!std::isfinite(c.difference)) return "-";
+  return fmt::format("{:+.1f}%{}", 100 * c.difference, c.significant ? " s" : "  ");
+}
+
 void trial_table(std::string& out, RunLogContents const& log) {
   std::string const energy_heading = log.header.energy_is_model() ? "E J (model)" : "E J";
-  out += "\nTrials (T, E: median time and energy per optimizer step; CI: 95% half-width of the objective)\n";
-  out += fmt::format("{:>4} {}  {:<10} {:>10} {:>12} {:>10} {:>7}  {}\n", "#", knob_headings(), "status", "T s",
-                     energy_heading, "objective", "CI", "reason");
+  std::optional<Objective> objective;
+  try {
+    objective = Objective::parse(log.header.objective);
+  } catch (std::invalid_argument const&) {  // a log from another version: no comparison column
+  }
+  out += "\nTrials (T, E: median time and energy per optimizer step; CI: 95% half-width of the objective; "
+         "vs chosen: the mean objective's difference, s: significant, beyond the noise of both (Welch, 95%; "
+         "trials measured at different times also differ by the machine's drift), r: from the alternating "
+         "rounds that confirmed the choice)\n";
+  out += fmt::format("{:>4} {}  {:<10} {:>10} {:>12} {:>10} {:>7} {:>10}  {}\n", "#", knob_headings(), "status", "T s",
+                     energy_heading, "objective", "CI", "vs chosen", "reason");
   for (auto const& t : log.trials) {
     std::string const ci = !std::isfinite(t.ci_relative) ? "-" : fmt::format("±{:.1f}%", 100 * t.ci_relative);
     std::string const mark = t.index == log.best ? "*" : " ";
-    out += fmt::format("{:>4}{}{}  {:<10} {:>10} {:>12} {:>10} {:>7}  {}\n", t.index, mark, knob_cells(t.knobs),
-                       to_string(t.status), number(t.time_per_step_s),
-                       number(t.energy_per_step_j, "{:.5g}"), number(t.objective, "{:.5g}"), ci, one_line(t.reason));
+    out += fmt::format("{:>4}{}{}  {:<10} {:>10} {:>12} {:>10} {:>7} {:>10}  {}\n", t.index, mark,
+                       knob_cells(t.knobs), to_string(t.status), number(t.time_per_step_s),
+                       number(t.energy_per_step_j, "{:.5g}"), number(t.objective, "{:.5g}"), ci,
+                       versus_chosen(t, log, objective ? &*objective : nullptr), one_line(t.reason));
   }
   out += "  (* chosen" + unset_legend() + ")\n";
 }
@@ -154,6 +189,7 @@ void chosen_section(std::string& out, RunLogContents const& log) {
   out += fmt::format("\nChosen configuration: trial {}: {}\n", best->index, best->knobs.describe());
   out += fmt::format("  {} s/step, {} J/step{}, objective {}\n", number(best->time_per_step_s),
                      number(best->energy_per_step_j, "{:.5g}"), model, number(best->objective, "{:.5g}"));
+  if (log.choice) out += fmt::format("  {}\n", log.choice->verdict);
   // Ok trials without finite figures cannot be compared: named, and left out of the comparison.
   std::vector<int> broken;
   for (auto const& t : log.trials)
@@ -188,7 +224,13 @@ void chosen_section(std::string& out, RunLogContents const& log) {
       saved_j >= 0 ? fmt::format("energy saved {}({:.2f} J/step{})", saved_pct.empty() ? "" : saved_pct + " ", saved_j, estimate)
                    : fmt::format("energy spent {}more ({:.2f} J/step{})", saved_pct.empty() ? "" : saved_pct + " ", -saved_j,
                                  estimate);
-  out += fmt::format("  against the fastest: {}, time lost {}\n", energy, lost_pct);
+  auto const time = compare_samples(best->step_time_s, fastest->step_time_s);
+  std::string const noise =
+      !std::isfinite(time.noise) ? ""
+      : time.significant         ? fmt::format(" (beyond the two trials' noise of ±{:.1f}%)", 100 * time.noise)
+                                 : fmt::format(" (within the two trials' noise of ±{:.1f}%: not distinguishable)",
+                                               100 * time.noise);
+  out += fmt::format("  against the fastest: {}, time lost {}{}\n", energy, lost_pct, noise);
 }
 
 // In flight: where the run switched, how many of its steps were the search's, and what the search

@@ -567,6 +567,26 @@ RunLogContents read_run_log_here(std::string const& path) {
     if (f.exists("/best") && is_complete(f, "/best")) {
       log.best = read_int(f, "/best", "trial");
       if (!log.trial(log.best)) damaged(f, fmt::format("/best names trial {}, which the log does not hold", log.best));
+      if (f.has_attribute("/best", "verdict")) {
+        ChoiceRecord c;
+        c.chosen = log.best;
+        c.best = read_int(f, "/best", "search_best");
+        c.baseline = read_int(f, "/best", "baseline");
+        c.runner_up = read_int(f, "/best", "runner_up");
+        for (int index : {c.best, c.baseline, c.runner_up})
+          if (index != -1 && !log.trial(index))
+            damaged(f, fmt::format("/best compares trial {}, which the log does not hold", index));
+        c.baseline_is = f.attribute_string("/best", "baseline_is");
+        c.verdict = f.attribute_string("/best", "verdict");
+        for (auto const& [name, out] : {std::pair{"vs_baseline", &c.best_vs_baseline},
+                                        std::pair{"vs_runner_up", &c.best_vs_runner_up}}) {
+          out->difference = f.attribute_double("/best", std::string(name) + "_difference");
+          out->noise = f.attribute_double("/best", std::string(name) + "_noise");
+          out->significant = f.attribute_int("/best", std::string(name) + "_significant") != 0;
+        }
+        if (f.exists("/best/confirm_ratios")) c.confirm_ratios = read_vector<double>(f, "/best/confirm_ratios");
+        log.choice = c;
+      }
     }
     if (f.exists("/pareto") && is_complete(f, "/pareto")) {
       auto const indices = read_vector<std::int32_t>(f, "/pareto/trials");
@@ -759,7 +779,7 @@ void RunLogWriter::append_trial(TrialRecord const& t) {
   });
 }
 
-void RunLogWriter::write_best(TrialRecord const& best) {
+void RunLogWriter::write_best(TrialRecord const& best, ChoiceRecord const* choice) {
   require_open("write /best");
   commit("write /best", Start::from_log, [&](H5File& f) {
     write_group(f, "/best", [&](std::string const& g) {
@@ -768,6 +788,20 @@ void RunLogWriter::write_best(TrialRecord const& best) {
       f.set_attribute(g, "time_per_step_s", best.time_per_step_s);
       f.set_attribute(g, "energy_per_step_j", best.energy_per_step_j);
       f.set_attribute(g, "objective", best.objective);
+      if (choice) {  // how it was chosen (scheduler/significance.hpp)
+        f.set_attribute(g, "search_best", (long long)choice->best);
+        f.set_attribute(g, "baseline", (long long)choice->baseline);
+        f.set_attribute(g, "runner_up", (long long)choice->runner_up);
+        f.set_attribute(g, "baseline_is", choice->baseline_is);
+        f.set_attribute(g, "verdict", choice->verdict);
+        for (auto const& [name, c] : {std::pair{"vs_baseline", &choice->best_vs_baseline},
+                                      std::pair{"vs_runner_up", &choice->best_vs_runner_up}}) {
+          f.set_attribute(g, std::string(name) + "_difference", c->difference);
+          f.set_attribute(g, std::string(name) + "_noise", c->noise);
+          f.set_attribute(g, std::string(name) + "_significant", (long long)c->significant);
+        }
+        if (!choice->confirm_ratios.empty()) write_doubles(f, g + "/confirm_ratios", choice->confirm_ratios);
+      }
     });
   });
 }

@@ -86,6 +86,7 @@ struct RunLogContents {
   RunHeader header;
   std::vector<TrialRecord> trials;
   int best = -1;            // trial index of /best; -1: not written (run stopped before the end)
+  std::optional<ChoiceRecord> choice;  // how /best was chosen; absent in logs before issue 41
   std::vector<int> pareto;  // trial indices of /pareto, as written
   std::optional<TrainRecord> train;
   std::optional<ProfileRecord> profile;  // tuning "profile" only
@@ -128,7 +129,7 @@ class RunLogWriter {
   // complete trial with that index is already in the log; the log is then unchanged.
   void append_trial(TrialRecord const& trial);
   // Replace /best, /pareto, /train (each may be written again, e.g. after a resume).
-  void write_best(TrialRecord const& best);
+  void write_best(TrialRecord const& best, ChoiceRecord const* choice = nullptr);
   void write_pareto(std::vector<TrialRecord> const& front);
   void write_train(TrainRecord const& train);
   // Replace /profile (a log whose header says tuning "profile").

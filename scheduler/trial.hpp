@@ -60,6 +60,26 @@ struct TrialRecord {
   bool ok() const { return status == TrialStatus::ok; }
 };
 
+// Two trials' objectives compared (scheduler/significance.hpp).
+struct TrialComparison {
+  double difference = kNaN;  // (mean_a − mean_b) / mean_b: −0.12 is a 12% lower objective
+  double noise = kNaN;       // t·se / mean_b: the smallest difference the test tells apart (±)
+  bool significant = false;  // |difference| > noise (false when either is NaN)
+};
+
+// How the choice was made: the search's best against the configuration's own settings (the
+// baseline) and the runner-up. Indices are TrialRecord::index; -1: none. In the log: /best.
+struct ChoiceRecord {
+  int best = -1, baseline = -1, runner_up = -1, chosen = -1;
+  TrialComparison best_vs_baseline, best_vs_runner_up;
+  // The best and the baseline measured again in alternating rounds (A B, B A, A B, ...), so that
+  // a slow drift of the machine's speed cancels: each round's objective of the best over the
+  // baseline's. best_vs_baseline then comes from these ratios (paired); empty: from the trials.
+  std::vector<double> confirm_ratios;
+  std::string baseline_is;  // "the configuration's own settings", ...
+  std::string verdict;      // one sentence: what was chosen and why
+};
+
 // The training run: offline, the run with the chosen configuration; in flight, the whole run,
 // its search included, each step with the trial whose configuration it ran in.
 struct TrainRecord {

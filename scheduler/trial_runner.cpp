@@ -275,7 +275,8 @@ std::string TrialRunner::unreachable_in_flight(Knobs const& k) const {
   return "";
 }
 
-TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_trial) {
+TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_trial, int max_repeats) {
+  if (max_repeats <= 0) max_repeats = settings_.max_repeats;
   TrialRecord r;
   r.knobs = k;
   r.warmup_steps = settings_.warmup_steps;
@@ -303,7 +304,8 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_tr
     auto const link_before = trainer->optimizer().offload_times();
     std::vector<double> per_step_objective;
     for (r.repeats = 1;; ++r.repeats) {
-      auto const s = run_steps(*trainer, settings_.measured_steps, live != nullptr, for_trial);
+      auto s = run_steps(*trainer, settings_.measured_steps, live != nullptr, for_trial);
+      if (filter_) filter_(k, s.seconds, s.joules);
       if (int(s.seconds.size()) < settings_.measured_steps) ended();
       r.step_time_s.insert(r.step_time_s.end(), s.seconds.begin(), s.seconds.end());
       r.measured_on.insert(r.measured_on.end(), s.steps.begin(), s.steps.end());
@@ -311,7 +313,7 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_tr
       for (std::size_t i = 0; i < s.seconds.size(); ++i)
         per_step_objective.push_back(objective_value(settings_.objective, s.joules[i], s.seconds[i], settings_.objective.p_max_w));
       r.ci_relative = relative_ci_half_width(per_step_objective);
-      if (r.repeats >= settings_.max_repeats || r.ci_relative <= settings_.ci_target) break;
+      if (r.repeats >= max_repeats || r.ci_relative <= settings_.ci_target) break;
       double const now = objective_value(settings_.objective, median(r.step_energy_j), median(r.step_time_s),
                                          settings_.objective.p_max_w);
       if (clearly_worse(now, r.ci_relative, leader_objective_, leader_ci_)) break;  // racing: no more rounds
@@ -356,6 +358,10 @@ double TrialRunner::quick_time_per_step(Knobs const& k) {
   return median(run_steps(*trainer, settings_.measured_steps, false, false).seconds);
 }
 
+TrialRecord TrialRunner::measure_round(Knobs const& k, Trainer* live) {
+  return measure_with(k, live, /*for_trial=*/false, /*max_repeats=*/1);  // the rounds' spread is the test
+}
+
 double TrialRunner::quick_time_per_step_on(Trainer& live, Knobs const& k) {
   return measure_with(k, &live, /*for_trial=*/false).time_per_step_s;
 }
@@ -374,6 +380,15 @@ void TrialRunner::record_live_step(StepRecord const& s, bool measured) {
 
 void TrialRunner::record_live_eval(int step, EvalResult const& e) {
   live_.record.evals.push_back({step, e.loss, e.accuracy, e.samples});
+}
+
+bool TrialRunner::runs_configuration(Knobs const& k) const {
+  for (auto const& knob : knob_table()) {
+    double const v = knob.get(k);
+    bool const unset = knob.has_unset && v == knob.unset;
+    if (!unset && (!knob.configured || v != knob.configured(base_))) return false;
+  }
+  return true;
 }
 
 void TrialRunner::begin_in_flight(Trainer&) {

@@ -83,6 +83,9 @@ class TrialRunner {
   std::string infeasible_reason(Knobs const& k) const;  // "" when it fits
 
   Config config_for(Knobs const& k, int steps) const;
+  // True when k runs the configuration as given: each knob unset or at the configuration's value,
+  // the power limit not touched. The choice is measured against this one (significance.hpp).
+  bool runs_configuration(Knobs const& k) const;
   // A trial on a trainer of its own (offline: its steps are thrown away).
   TrialRecord measure(Knobs const& k);
   // In flight: the running trainer `live` switches to k (Trainer::reconfigure) and its warm-up
@@ -96,6 +99,13 @@ class TrialRunner {
   // trainer of its own, or in flight on the running one (those steps are not marked measured:
   // no trial holds them).
   double quick_time_per_step(Knobs const& k);
+  // Tests only: rewrites each round's measured step times and energies before they are used (a
+  // synthetic landscape, injected noise); the steps themselves train as usual.
+  using MeasurementFilter = std::function<void(Knobs const&, std::vector<double>& seconds, std::vector<double>& joules)>;
+  void filter_measurements(MeasurementFilter filter) { filter_ = std::move(filter); }
+  // One round of k (warm-up, then tune.measured_steps, not recorded as a trial): for the
+  // alternating rounds that confirm a choice. In flight on `live`, else on a trainer of its own.
+  TrialRecord measure_round(Knobs const& k, Trainer* live);
   double quick_time_per_step_on(Trainer& live, Knobs const& k);
   // Trains base.train.steps with k; the trainer's progress lines go to `log`.
   TrainRecord train(Knobs const& k, std::ostream* log);
@@ -133,7 +143,8 @@ class TrialRunner {
   Steps run_steps(Trainer& trainer, int n, bool live, bool measured);
   // live: nullptr for a trainer of its own; for_trial: in flight, its measured steps are marked as
   // a trial's measurements (false: a drift check's)
-  TrialRecord measure_with(Knobs const& k, Trainer* live, bool for_trial = true);
+  // max_repeats: rounds of measured steps at most (0: the settings').
+  TrialRecord measure_with(Knobs const& k, Trainer* live, bool for_trial = true, int max_repeats = 0);
   TrainRecord train_with(Knobs const& k, Trainer* live, std::ostream* log,
                          std::function<int(Knobs const&)> const& trial_of = {});
   void switch_in_flight(Trainer& live, Knobs const& k);  // its power limit, then reconfigure
@@ -157,6 +168,7 @@ class TrialRunner {
   double budget_bytes_ = 0;
   std::string budget_source_;
   double leader_objective_ = kNaN, leader_ci_ = kNaN;
+  MeasurementFilter filter_;
   // In flight: the running trainer's record since begin_in_flight.
   struct LiveRun {
     bool started = false;

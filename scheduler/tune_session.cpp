@@ -119,15 +119,87 @@ void TuneSession::search(Trainer* live) {
   int const step_before = live ? live->step() : 0;
   result_ = run_search(strategy_, candidates, start_, settings_.objective,
                        [&](Knobs const& k) { return evaluate(k, live); });
+  if (result_.best < 0) throw std::runtime_error("every measured trial failed (see the reasons above); nothing to choose");
+  // The choice is measured against the configuration's own settings: measured here if the search
+  // passed them by (one more trial), else the search's start stands in.
+  auto const baseline_of = [&](auto const& accept) {
+    for (std::size_t i = 0; i < result_.trials.size(); ++i)
+      if (accept(result_.trials[i].knobs)) return int(i);
+    return -1;
+  };
+  auto const configured = [&](Knobs const& k) { return runner_.runs_configuration(k); };
+  std::string baseline_is = "the configuration's own settings";
+  if (baseline_of(configured) < 0)
+    if (auto const it = std::find_if(candidates.begin(), candidates.end(), configured); it != candidates.end()) {
+      say("  measuring the configuration's own settings, to compare the choice with:\n");
+      result_.trials.push_back(evaluate(*it, live));
+      result_.trials.back().index = int(result_.trials.size()) - 1;
+      result_.best = select_best(result_.trials, settings_.objective);
+      result_.pareto = pareto_front(result_.trials);
+    }
+  int baseline = baseline_of(configured);
+  if (baseline < 0) {
+    baseline = baseline_of([&](Knobs const& k) { return k == start_; });
+    baseline_is = "the search's start (the configuration's own settings are not a candidate)";
+  }
+  std::vector<TrialRecord> logged = result_.trials;  // named by their index in the log
+  for (auto& t : logged) t.index = finished(t.knobs)->index;
+  auto const ratios = baseline >= 0 && baseline != result_.best && comparable(logged[std::size_t(baseline)])
+                          ? confirm(logged[std::size_t(result_.best)], logged[std::size_t(baseline)], logged, live)
+                          : std::vector<double>{};
+  decision_ = decide_choice(logged, result_.best, baseline, baseline_is, settings_.objective, ratios);
+  for (std::size_t i = 0; i < logged.size(); ++i)
+    if (logged[i].index == decision_.chosen) result_.best = int(i);
+  say("  " + decision_.verdict + "\n");
   search_steps_ = live ? live->step() - step_before : 0;
   search_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  if (result_.best < 0) throw std::runtime_error("every measured trial failed (see the reasons above); nothing to choose");
   std::vector<TrialRecord> front;
   for (int i : result_.pareto) front.push_back(*finished(result_.trials[i].knobs));
   if (writer_) {
-    writer_->write_best(chosen());
+    writer_->write_best(chosen(), &decision_);
     writer_->write_pareto(front);
   }
+}
+
+std::vector<double> TuneSession::confirm(TrialRecord const& best, TrialRecord const& baseline,
+                                         std::vector<TrialRecord> const& trials, Trainer* live) {
+  std::vector<double> ratios;
+  if (settings_.confirm_rounds < 2) return ratios;
+  if (live) {  // in flight the rounds are the run's own steps: only where the run has them
+    int const needed = settings_.confirm_rounds * 2 * (settings_.warmup_steps + settings_.measured_steps);
+    int const left = live->config().train.steps - live->step();
+    if (left < needed) {
+      say(fmt::format("  not confirming trial {} against trial {}: the run has {} steps left, {} alternating rounds "
+                      "take {}; their trials decide\n", best.index, baseline.index, left, settings_.confirm_rounds,
+                      needed));
+      return ratios;
+    }
+  }
+  say(fmt::format("  confirming: trial {} against trial {} in {} alternating rounds (a slow drift of the machine "
+                  "cancels)\n", best.index, baseline.index, settings_.confirm_rounds));
+  double const p_max = objective_context(trials, settings_.objective).p_max_w;
+  auto const objective_of = [&](Knobs const& k) {
+    auto const r = runner_.measure_round(k, live);
+    return r.ok() ? objective_value(settings_.objective, r.energy_per_step_j, r.time_per_step_s, p_max) : kNaN;
+  };
+  for (int round = 0; round < settings_.confirm_rounds; ++round) {
+    // A B, then B A: a drift that is linear over a pair of rounds cancels over two pairs.
+    double a = kNaN, b = kNaN;
+    if (round % 2 == 0) {
+      a = objective_of(best.knobs);
+      b = objective_of(baseline.knobs);
+    } else {
+      b = objective_of(baseline.knobs);
+      a = objective_of(best.knobs);
+    }
+    if (!std::isfinite(a) || !std::isfinite(b) || b <= 0) {
+      say("  confirming stopped: a round did not measure (the run's end, or a failure); the trials decide\n");
+      return {};
+    }
+    ratios.push_back(a / b);
+    say(fmt::format("    round {}: {:.4g} / {:.4g} = {:.3f}\n", round + 1, a, b, a / b));
+  }
+  return ratios;
 }
 
 TrialRecord const& TuneSession::chosen() const {

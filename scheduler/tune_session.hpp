@@ -13,6 +13,7 @@
 // they end; on --resume the finished ones are replayed from the log, not measured again, so the
 // search takes the same path.
 #include "scheduler/run_log.hpp"
+#include "scheduler/significance.hpp"
 #include "scheduler/strategy.hpp"
 #include "scheduler/trial_runner.hpp"
 #include "scheduler/tune_settings.hpp"
@@ -50,6 +51,9 @@ class TuneSession {
   double search_seconds() const { return search_seconds_; }
   int search_steps() const { return search_steps_; }  // in flight: training steps the search ran
   TrialRecord const& chosen() const;  // after search()
+  // After search(): the best against the configuration's own settings (significance.hpp); the
+  // choice is the best only where the difference is beyond the machine's noise.
+  ChoiceRecord const& decision() const { return decision_; }
 
   // Trains with the choice and writes /train: offline a new trainer (its progress to `log`),
   // in flight the live run to its last step.
@@ -61,6 +65,10 @@ class TuneSession {
   void record_infeasible(Knobs const& k, std::string const& reason);
   TrialRecord evaluate(Knobs const& k, Trainer* live);
   void say(std::string const& text) const;
+  // The objective of `best` over `baseline`'s, one ratio per alternating round (tune.confirm_rounds);
+  // empty when confirmation is off or a round failed.
+  std::vector<double> confirm(TrialRecord const& best, TrialRecord const& baseline,
+                              std::vector<TrialRecord> const& trials, Trainer* live);
 
   TrialRunner& runner_;
   TuneSettings settings_;
@@ -75,6 +83,7 @@ class TuneSession {
   double drift_ = kNaN;
   double leader_ = kNaN;  // the best objective measured so far (TrialRunner::set_leader)
   SearchResult result_;
+  ChoiceRecord decision_;
   double search_seconds_ = 0;
   int search_steps_ = 0;
 };

@@ -84,7 +84,7 @@ TuneSettings parse_tune_settings(Config const& config) {
   std::vector<std::string> known;
   for (auto const& k : knob_table()) known.push_back(k.tune_field);
   for (char const* field : {"objective", "strategy", "warmup_steps", "measured_steps", "max_repeats", "ci_target",
-                            "reference_every", "device_memory_budget_mib", "train_after", "auto_exhaustive_limit"})
+                            "reference_every", "confirm_rounds", "device_memory_budget_mib", "train_after", "auto_exhaustive_limit"})
     known.push_back(field);
   for (auto const& item : t.items()) {
     bool found = false;
@@ -148,6 +148,8 @@ TuneSettings parse_tune_settings(Config const& config) {
   s.max_repeats = number<int>(t, "max_repeats", s.max_repeats, 1, 100);
   s.ci_target = number<double>(t, "ci_target", s.ci_target, 0.0, 1.0);
   s.reference_every = number<int>(t, "reference_every", s.reference_every, 0, 1 << 20);
+  s.confirm_rounds = number<int>(t, "confirm_rounds", s.confirm_rounds, 0, 100);
+  if (s.confirm_rounds == 1) fail_field("confirm_rounds", "is 0 (no confirmation) or at least 2: one round gives no spread to test with");
   s.device_memory_budget_mib = number<double>(t, "device_memory_budget_mib", 0.0, 0.0, 1e9);
   s.auto_exhaustive_limit = number<int>(t, "auto_exhaustive_limit", s.auto_exhaustive_limit, 0, 1 << 20);
   if (t.contains("train_after")) {

@@ -24,6 +24,7 @@ struct TuneSettings {
   int warmup_steps = 2, measured_steps = 4, max_repeats = 3;
   double ci_target = 0.05;                  // stop repeating when the objective's relative 95% CI is below
   int reference_every = 6;                  // re-measure the reference config after this many trials
+  int confirm_rounds = 4;                   // alternating rounds of the best and the baseline before a choice (0: none)
   double device_memory_budget_mib = 0;      // 0: the memory free now (core/train/memory_check.hpp)
   bool train_after = true;                  // train with the chosen configuration
 

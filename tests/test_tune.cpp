@@ -14,6 +14,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <random>
 
 using namespace joule;
 using namespace joule::scheduler;
@@ -428,4 +430,74 @@ TEST_CASE("in-flight tuning over micro-batches: the loss curve of the untuned ru
   INFO("largest relative loss difference " << worst);
   REQUIRE(worst < 1e-3);  // the same samples per step; float sums in another order
   e.sampler.stop();
+}
+
+TEST_CASE("in-flight tuning with an injected noisy objective: a choice beyond the noise is announced, one within "
+          "it keeps the configuration's settings, and the log says which",
+          "[tune][train][inflight][significance]") {
+  test::TempFile data(".h5");
+  auto j = test::tiny_config_json(data.path());
+  j["train"]["steps"] = 60;
+  j["train"]["eval_every"] = 0;
+  j["train"]["eval_samples"] = 4;
+  j["train"]["offload_ratio"] = 0.0;  // the configuration's own settings: offload 0
+  Config const cfg = with_tune(j, {{"offload_ratios", {0, 1}}, {"recompute_depths", {0}}, {"warmup_steps", 1},
+                                   {"measured_steps", 4}, {"max_repeats", 1}, {"reference_every", 0},
+                                   {"confirm_rounds", 4}});
+  write_synthetic(data.path(), SynthOptions::for_model(cfg.model, 40, 3));
+  auto const settings = parse_tune_settings(cfg);
+  Energy e;
+  e.sampler.start();
+  // The landscape: offload 1 takes 70% of offload 0's time at 100 W, each step times exp(noise·z).
+  // The machine's own times are replaced, so the verdict does not depend on how loaded it is.
+  auto const run = [&](double noise, std::uint64_t seed) {
+    TrialRunner runner(cfg, settings, e.monitor, e.regions, {}, {});
+    auto rng = std::make_shared<std::mt19937_64>(seed);
+    runner.filter_measurements([=](Knobs const& k, std::vector<double>& seconds, std::vector<double>& joules) {
+      std::normal_distribution<double> z(0, 1);
+      for (std::size_t i = 0; i < seconds.size(); ++i) {
+        seconds[i] = (k.offload_ratio == 1 ? 0.07 : 0.10) * std::exp(noise * z(*rng));
+        joules[i] = 100 * seconds[i];
+      }
+    });
+    test::TempFile log_path(".h5");
+    RunHeader header;
+    header.energy_kind = "model";
+    header.objective = settings.objective.name();
+    header.config_json = cfg.json;
+    auto writer = RunLogWriter::create(log_path.path(), header);
+    TuneSession session(runner, settings, nullptr);
+    session.use_log(&writer, {});
+    Trainer live(cfg, nullptr);
+    session.search(&live);
+    auto const decision = session.decision();
+    auto const train = session.train(&live, nullptr);
+    REQUIRE(live.step() == 60);
+    REQUIRE(train.knobs == session.chosen().knobs);
+    writer.close();
+    auto const log = read_run_log(log_path.path());
+    REQUIRE(log.choice);
+    REQUIRE(log.choice->verdict == decision.verdict);
+    REQUIRE(log.choice->confirm_ratios == decision.confirm_ratios);
+    REQUIRE(log.best == session.chosen().index);
+    return std::pair{decision, session.chosen().knobs};
+  };
+  SECTION("1% noise: offload 1 is chosen, confirmed in alternating rounds") {
+    auto const [d, knobs] = run(0.01, 1);
+    INFO(d.verdict);
+    REQUIRE(knobs.offload_ratio == 1);
+    REQUIRE(d.confirm_ratios.size() == 4);
+    REQUIRE(d.best_vs_baseline.significant);
+    REQUIRE(d.best_vs_baseline.difference == Approx(0.7 * 0.7 - 1).margin(0.03));  // E·T: 0.49
+    REQUIRE_THAT(d.verdict, Contains("chose trial"));
+  }
+  SECTION("100% noise: the search's best is not told apart, and offload 0 is kept") {
+    auto const [d, knobs] = run(1.0, 5);
+    INFO(d.verdict);
+    REQUIRE(d.best != d.baseline);  // the seed gives the case under test: a best other than offload 0
+    REQUIRE(knobs.offload_ratio == 0);
+    REQUIRE_FALSE(d.best_vs_baseline.significant);
+    REQUIRE_THAT(d.verdict, Contains("kept the configuration's own settings") &&
+                                Contains("no candidate was distinguishable from it under this machine's noise"));
+  }
 }
