@@ -4,8 +4,9 @@
     /usr/bin/python3 apps/scripts/plot_run.py RUN.h5 [--out DIR]
 
 DIR defaults to <stem>-plots/ next to the log. Writes, and prints the path of each:
-  pareto.png       time per step vs energy per step of every ok trial, the Pareto front joined,
-                   the chosen trial (/best) starred, infeasible and failed trials listed below
+  pareto.png       time per step vs energy per step of every ok trial with its 95% intervals of
+                   the mean, the Pareto front joined, the chosen trial (/best) starred and the
+                   verdict that chose it, infeasible and failed trials listed below
   power_trace.png  power (W) over time, one line per domain, for the best trial and /train
                    (an energy tool profile: for /profile, the whole program)
   regions.png      energy and time per named region, for the best trial and /train (a profile:
@@ -47,6 +48,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import textwrap
 import time
 
 import h5py
@@ -111,6 +113,21 @@ def floats(group, name):
     return np.asarray(group[name][()], dtype=float).reshape(-1)
 
 
+# Student's t, two-sided 95%, for 1..30 degrees of freedom (1.96 beyond): scheduler/statistics.cpp's.
+T975 = [12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
+        2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
+        2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423]
+
+
+def ci95(values):
+    """Half-width of the 95% interval of the mean (NaN with fewer than 2 finite values)."""
+    v = values[np.isfinite(values)] if len(values) else values
+    if len(v) < 2:
+        return math.nan
+    t = T975[len(v) - 2] if len(v) - 1 <= 30 else 1.96
+    return float(t * np.std(v, ddof=1) / math.sqrt(len(v)))
+
+
 def complete(obj):
     """The writer marks each group complete=1 after its contents are flushed; like joule's reader,
     groups without the mark (being written, or left half-written by a run that died) are ignored."""
@@ -169,6 +186,10 @@ class Trial:
         self.energy = number(attr(g, "energy_per_step_j"))
         self.objective = number(attr(g, "objective"))
         self.knobs = knobs_text(g)
+        # 95% half-widths of the mean time and energy per step over the measured steps (NaN with
+        # fewer than 2): the interval each trial is drawn with, so +-100% does not look like +-1%.
+        self.time_ci = ci95(floats(g, "step_time_s"))
+        self.energy_ci = ci95(floats(g, "step_energy_j"))
 
     @property
     def ok(self):
@@ -396,6 +417,9 @@ def plot_pareto(f, trials, incomplete, best, best_how, path, written):
                      ", ".join(incomplete[:20]) + (" ..." if len(incomplete) > 20 else ""))
     head = (f"not plotted: {len(bad)} of {len(trials)} trials infeasible or failed" if bad
             else f"all {len(trials)} trial(s) ran ok")
+    verdict = text(attr(group(f, "best"), "verdict", ""))
+    if verdict:  # how the choice was made: beyond the noise, or the configuration's settings kept
+        lines[:0] = textwrap.wrap("choice: " + verdict, 120, subsequent_indent="  ")
     lines = [ln if len(ln) <= 120 else ln[:117] + "..." for ln in lines]
 
     note_h = 0.2 * (len(lines) + 2)
@@ -405,6 +429,12 @@ def plot_pareto(f, trials, incomplete, best, best_how, path, written):
     if ok:
         ax.scatter([t.time for t in ok], [t.energy for t in ok], s=28, color="tab:gray",
                    alpha=0.75, label=f"ok trials ({len(ok)})", zorder=2)
+        with_ci = [t for t in ok if math.isfinite(t.time_ci) and math.isfinite(t.energy_ci)]
+        if with_ci:
+            ax.errorbar([t.time for t in with_ci], [t.energy for t in with_ci],
+                        xerr=[t.time_ci for t in with_ci], yerr=[t.energy_ci for t in with_ci],
+                        fmt="none", ecolor="tab:gray", alpha=0.5, lw=1, capsize=2, zorder=1,
+                        label="95% intervals of the mean (time, energy)")
     else:
         ax.text(0.5, 0.5, "no ok trial with finite time and energy per step",
                 ha="center", va="center", transform=ax.transAxes)
