@@ -148,16 +148,17 @@ void trial_table(std::string& out, RunLogContents const& log) {
   out += "\nTrials (T, E: median time and energy per optimizer step; CI: 95% half-width of the objective; "
          "vs chosen: the mean objective's difference, s: significant, beyond the noise of both (Welch, 95%; "
          "trials measured at different times also differ by the machine's drift), r: from the alternating "
-         "rounds that confirmed the choice)\n";
-  out += fmt::format("{:>4} {}  {:<10} {:>10} {:>12} {:>10} {:>7} {:>10}  {}\n", "#", knob_headings(), "status", "T s",
-                     energy_heading, "objective", "CI", "vs chosen", "reason");
+         "rounds that confirmed the choice; others: CPUs busy with other work while it measured)\n";
+  out += fmt::format("{:>4} {}  {:<10} {:>10} {:>12} {:>10} {:>7} {:>10} {:>6}  {}\n", "#", knob_headings(), "status",
+                     "T s", energy_heading, "objective", "CI", "vs chosen", "others", "reason");
   for (auto const& t : log.trials) {
     std::string const ci = !std::isfinite(t.ci_relative) ? "-" : fmt::format("±{:.1f}%", 100 * t.ci_relative);
     std::string const mark = t.index == log.best ? "*" : " ";
-    out += fmt::format("{:>4}{}{}  {:<10} {:>10} {:>12} {:>10} {:>7} {:>10}  {}\n", t.index, mark,
+    out += fmt::format("{:>4}{}{}  {:<10} {:>10} {:>12} {:>10} {:>7} {:>10} {:>6}  {}\n", t.index, mark,
                        knob_cells(t.knobs), to_string(t.status), number(t.time_per_step_s),
                        number(t.energy_per_step_j, "{:.5g}"), number(t.objective, "{:.5g}"), ci,
-                       versus_chosen(t, log, objective ? &*objective : nullptr), one_line(t.reason));
+                       versus_chosen(t, log, objective ? &*objective : nullptr), number(t.other_cpus, "{:.2f}"),
+                       one_line(t.reason));
   }
   out += "  (* chosen" + unset_legend() + ")\n";
 }
@@ -258,18 +259,35 @@ void in_flight_section(std::string& out, RunLogContents const& log) {
   out += fmt::format("  configuration from step (step:trial): {}{}\n",
                      fmt::join(switches.begin(), switches.begin() + std::min(shown, switches.size()), " "),
                      switches.size() > shown ? fmt::format(" ... ({} in all)", switches.size()) : "");
-  std::vector<double> chosen_s;
+  std::vector<double> chosen_s, chosen_in_search_s;
   double search_s = 0;
+  int const chosen_trial = t.steps.back().trial;
   for (std::size_t i = 0; i < t.steps.size(); ++i) {
-    if (i < search) search_s += t.steps[i].seconds;
-    else chosen_s.push_back(t.steps[i].seconds);
+    if (i < search) {
+      search_s += t.steps[i].seconds;
+      if (t.steps[i].trial == chosen_trial) chosen_in_search_s.push_back(t.steps[i].seconds);
+    } else {
+      chosen_s.push_back(t.steps[i].seconds);
+    }
   }
   if (chosen_s.empty()) return;
-  double const per_step = median(chosen_s);
+  // Like with like: the choice's own steps during the search (its trial, its confirming rounds)
+  // ran on the machine as it was then; the steps after it may run on a quieter or busier one.
+  auto const drift = compare_samples(chosen_s, chosen_in_search_s);
+  bool const during = chosen_in_search_s.size() >= 3;
+  double const per_step = during ? median(chosen_in_search_s) : median(chosen_s);
   double const extra = search_s - double(search) * per_step + t.switch_seconds;
   out += fmt::format("  tuning overhead, estimated from this run's steps: {:+.1f}% of {} steps with the choice "
-                     "({:+.2f} s: the search's {} steps against the choice's median {:.2f} ms/step, and the switches)\n",
-                     100 * extra / (double(t.steps.size()) * per_step), t.steps.size(), extra, search, 1e3 * per_step);
+                     "({:+.2f} s: the search's {} steps against the choice's median {:.2f} ms/step {}, and the "
+                     "switches)\n", 100 * extra / (double(t.steps.size()) * per_step), t.steps.size(), extra, search,
+                     1e3 * per_step,
+                     during ? fmt::format("over its {} steps during the search", chosen_in_search_s.size())
+                            : std::string("after the search"));
+  if (during && drift.significant)
+    out += fmt::format("  the machine's speed changed: the choice ran at {:.2f} ms/step during the search and {:.2f} "
+                       "after it ({:+.1f}%, beyond the noise of ±{:.1f}%), so the estimate above holds for the machine "
+                       "as it was during the search\n", 1e3 * median(chosen_in_search_s), 1e3 * median(chosen_s),
+                       100 * drift.difference, 100 * drift.noise);
 }
 
 void train_section(std::string& out, RunLogContents const& log) {
@@ -319,16 +337,17 @@ std::string format_run_csv(RunLogContents const& log) {
   std::string out = "index,status";
   for (auto const& k : knob_table()) out += fmt::format(",{}", k.name);
   out += ",time_per_step_s,energy_per_step_j,energy_kind,objective,ci_relative,repeats,warmup_steps,measured_steps,"
-         "drift,predicted_device_bytes,chosen,pareto,reason\n";
+         "drift,process_cpus,other_cpus,steal_share,predicted_device_bytes,chosen,pareto,reason\n";
   for (auto const& t : log.trials) {
     bool const on_front = std::find(log.pareto.begin(), log.pareto.end(), t.index) != log.pareto.end();
     std::string knobs;
     for (auto const& k : knob_table())
       knobs += "," + (k.integer ? fmt::format("{}", (long long)k.get(t.knobs)) : csv_number(k.get(t.knobs)));
-    out += fmt::format("{},{}{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", t.index, to_string(t.status), knobs,
-                       csv_number(t.time_per_step_s),
+    out += fmt::format("{},{}{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", t.index, to_string(t.status),
+                       knobs, csv_number(t.time_per_step_s),
                        csv_number(t.energy_per_step_j), csv_field(log.header.energy_kind), csv_number(t.objective),
                        csv_number(t.ci_relative), t.repeats, t.warmup_steps, t.measured_steps, csv_number(t.drift),
+                       csv_number(t.process_cpus), csv_number(t.other_cpus), csv_number(t.steal_share),
                        t.predicted_device_bytes, t.index == log.best ? 1 : 0, on_front ? 1 : 0, csv_field(t.reason));
   }
   return out;

@@ -235,6 +235,9 @@ TrialRecord read_trial(H5File const& f, std::string const& g, int index) {
   t.warmup_steps = read_int(f, g, "warmup_steps");
   t.measured_steps = read_int(f, g, "measured_steps");
   t.drift = f.attribute_double(g, "drift");
+  for (auto const& [name, value] : {std::pair{"process_cpus", &t.process_cpus}, std::pair{"other_cpus", &t.other_cpus},
+                                    std::pair{"steal_share", &t.steal_share}})
+    if (f.has_attribute(g, name)) *value = f.attribute_double(g, name);
   long long const bytes = f.attribute_int(g, "predicted_device_bytes");
   if (bytes < 0) damaged(f, fmt::format("attribute 'predicted_device_bytes' on {} is negative ({})", g, bytes));
   t.predicted_device_bytes = std::size_t(bytes);
@@ -767,6 +770,9 @@ void RunLogWriter::append_trial(TrialRecord const& t) {
       f.set_attribute(g, "warmup_steps", (long long)t.warmup_steps);
       f.set_attribute(g, "measured_steps", (long long)t.measured_steps);
       f.set_attribute(g, "drift", t.drift);
+      f.set_attribute(g, "process_cpus", t.process_cpus);
+      f.set_attribute(g, "other_cpus", t.other_cpus);
+      f.set_attribute(g, "steal_share", t.steal_share);
       f.set_attribute(g, "predicted_device_bytes", (long long)t.predicted_device_bytes);
       f.set_attribute(g, "link_bytes_per_step", t.link_bytes_per_step);
       write_doubles(f, g + "/step_time_s", t.step_time_s);

@@ -46,6 +46,10 @@ struct TrialRecord {
   int repeats = 0;              // measurement rounds taken
   int warmup_steps = 0, measured_steps = 0;
   double drift = kNaN;          // reference config's time per step now / at the start of the search
+  // How loaded the machine was while the trial measured (energy/machine_load.hpp), in CPUs: this
+  // process's CPU time and everything else's over the measured steps' wall time, and the share of
+  // CPU time the hypervisor stole. NaN where not readable, and in logs before issue 41.
+  double process_cpus = kNaN, other_cpus = kNaN, steal_share = kNaN;
   std::size_t predicted_device_bytes = 0;  // the memory model's prediction
   // Bytes the offloaded optimizer copied over the host link per measured step (gradients down,
   // weights up; Optimizer::OffloadTimes); NaN in logs before issue 29.

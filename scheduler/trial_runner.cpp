@@ -1,5 +1,7 @@
 #include "scheduler/trial_runner.hpp"
 
+#include "energy/machine_load.hpp"
+
 #include "core/train/memory_check.hpp"
 #include "scheduler/statistics.hpp"
 
@@ -301,6 +303,7 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_tr
     ended();
     auto const before = regions_.stats(/*settle=*/true);
     double const t_measure = monitor_.sampler().now();
+    auto const load_before = energy::read_load();
     auto const link_before = trainer->optimizer().offload_times();
     std::vector<double> per_step_objective;
     for (r.repeats = 1;; ++r.repeats) {
@@ -319,6 +322,12 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_tr
       if (clearly_worse(now, r.ci_relative, leader_objective_, leader_ci_)) break;  // racing: no more rounds
     }
     r.measured_steps = int(r.step_time_s.size());
+    {
+      auto const load = energy::load_between(load_before, energy::read_load());
+      r.process_cpus = load.process_cpus;
+      r.other_cpus = load.other_cpus;
+      r.steal_share = load.steal_share;
+    }
     {
       auto const link = trainer->optimizer().offload_times();
       r.link_bytes_per_step = (link.bytes_to_host + link.bytes_to_device - link_before.bytes_to_host -

@@ -17,9 +17,11 @@ std::string trial_line(TrialRecord const& r, std::string const& note) {
   std::string const link = std::isfinite(r.link_bytes_per_step) && r.link_bytes_per_step > 0
                                ? fmt::format(", link {:.3g} MB/step", r.link_bytes_per_step / 1e6)
                                : "";
-  return fmt::format("  trial {:>3}  {:<40} {:7.1f} ms/step {:9.3f} J/step  objective {:.4g}  (+-{:.1f}%, {} steps{}){}\n",
+  // Other work on the machine while it measured: a slow trial may be a busy machine's.
+  std::string const others = r.other_cpus >= 0.1 ? fmt::format(", others busy {:.1f} CPUs", r.other_cpus) : "";
+  return fmt::format("  trial {:>3}  {:<40} {:7.1f} ms/step {:9.3f} J/step  objective {:.4g}  (+-{:.1f}%, {} steps{}{}){}\n",
                      r.index, r.knobs.describe(), 1e3 * r.time_per_step_s, r.energy_per_step_j, r.objective,
-                     100 * r.ci_relative, r.measured_steps, link, note);
+                     100 * r.ci_relative, r.measured_steps, link, others, note);
 }
 
 TuneSession::TuneSession(TrialRunner& runner, TuneSettings const& settings, std::ostream* progress)

@@ -366,7 +366,12 @@ TEST_CASE("docs: run-log.md lists every group, dataset and attribute the run-log
     auto resumed = RunLogWriter::resume(log.path(), h);  // a crash and --resume: the `resumed` record
     resumed.append_trial(trial(2, TrialStatus::ok));
     resumed.append_trial(trial(3, TrialStatus::failed));
-    resumed.write_best(trial(2, TrialStatus::ok));
+    ChoiceRecord choice;  // how it was chosen: every attribute and the confirming rounds
+    choice.best = choice.chosen = 2;
+    choice.baseline = 0;
+    choice.verdict = "chose trial 2";
+    choice.confirm_ratios = {0.9, 0.92};
+    resumed.write_best(trial(2, TrialStatus::ok), &choice);
     resumed.write_pareto({trial(0, TrialStatus::ok), trial(2, TrialStatus::ok)});
     resumed.write_train(train());
   }

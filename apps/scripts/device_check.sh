@@ -194,7 +194,7 @@ if [ -n "$bundle" ]; then
   bundle_ld="$p/lib:$cuda_lib:/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   # A rehearsal on a machine without the driver loads the toolkit's stub libcuda (every call fails
   # with CUDA_ERROR_STUB_LIBRARY): the binaries start, and stop at their first GPU call.
-  if [ $rehearse = 1 ] && ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' && [ -f "$cuda_lib/stubs/libcuda.so" ]; then
+  if [ $rehearse = 1 ] && ! ldconfig -p 2>/dev/null | grep 'libcuda\.so\.1 ' >/dev/null && [ -f "$cuda_lib/stubs/libcuda.so" ]; then
     mkdir -p "$work/rehearsal-driver" && ln -sf "$cuda_lib/stubs/libcuda.so" "$work/rehearsal-driver/libcuda.so.1"
     bundle_ld+=":$work/rehearsal-driver"
   fi

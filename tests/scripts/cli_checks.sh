@@ -164,7 +164,8 @@ json.dump(c, open("cfg-tune.json", "w"))
 PY
 "$joule" tune --config cfg-tune.json --out run.h5 >tune.txt 2>&1 || fail "tune: $(cat tune.txt)"
 refused '^joule: error: run\.h5 exists: continue it with --resume' tune --config cfg-tune.json --out run.h5
-"$joule" inspect run.h5 | grep -q "Chosen configuration: trial" || fail "no chosen trial in run.h5"
+# (Captured first: under pipefail, grep -q leaving early can end joule's write in SIGPIPE.)
+report=$("$joule" inspect run.h5) && grep -q "Chosen configuration: trial" <<<"$report" || fail "no chosen trial in run.h5"
 # Flags inspect would ignore (issue 51): --objective ranks a replay's measurements only, and a
 # replay has no CSV form; each is an error naming both flags, not a report that silently ignores one.
 refused '^--objective requires --replay' inspect run.h5 --objective energy_under_slowdown

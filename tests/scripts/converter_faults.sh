@@ -324,6 +324,6 @@ rc=0; LD_PRELOAD="$fault_so" JOULE_FAULT_PATH=count.h5 JOULE_FAULT_AFTER_BYTES=3
 # Every byte allowed: the same run replaces the output with the new, valid file.
 run_faulty ENOSPC "$total" || { cat "$work/err"; fail "the run failed with all its $total bytes allowed"; }
 cmp -s "$out" "$work/good.copy" && fail "the shuffled output equals the old one (the test shows nothing)"
-"$joule" data info "$out" --config "$work/cfg.json" | grep -qF "4 samples, 1 frame(s) of 3x4x4, text length 12" ||
+"$joule" data info "$out" --config "$work/cfg.json" >"$work/info.out" && grep -qF "4 samples, 1 frame(s) of 3x4x4, text length 12" "$work/info.out" ||
   fail "the new output does not validate"
 echo "converter faults: ok"

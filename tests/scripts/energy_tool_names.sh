@@ -28,7 +28,7 @@ asan_options="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
 
 is_profile() {  # is_profile FILE: a whole profile of the program
   case "$1" in
-    *.h5) "$joule" inspect "$1" 2>&1 | grep -q "^joule energy profile $1" ;;
+    *.h5) "$joule" inspect "$1" >"$work/inspect.out" 2>&1; grep -q "^joule energy profile $1" "$work/inspect.out" ;;
     *.csv) grep -q "^region,solve," "$1" ;;
   esac
 }
