@@ -291,8 +291,11 @@ void spell_kokkos_flags_for_this_kokkos(int argc, char** args) {
 std::vector<environment::Description> environment_variables() {
   std::vector<environment::Description> rows;
   for (auto const& v : kKokkosVariables) rows.push_back(v.describe());
-  rows.push_back({kOmpNumThreadsName, "OpenMP's threads, Kokkos' thread count when KOKKOS_NUM_THREADS is not set",
-                  omp_allowed() + " (" + kThreadsWhy + ")", "one per CPU this process may use"});
+  rows.push_back({kOmpNumThreadsName,
+                  "OpenMP's threads, Kokkos' thread count when KOKKOS_NUM_THREADS is not set, at most one per CPU "
+                  "this process may use (more gives way to them, with a note; KOKKOS_NUM_THREADS keeps more)",
+                  omp_allowed() + " (" + kThreadsWhy + ")",
+                  "one per CPU this process may use (its affinity mask, or fewer under a cgroup CPU quota)"});
   rows.push_back({kOmpProcBind,
                   "OpenMP's thread binding: joule leaves threads unbound unless it or OMP_PLACES is set (a bound "
                   "thread cannot leave a CPU it shares with other work: a step beside a busy process took 1.2-1.35x "
