@@ -11,6 +11,8 @@
 #   make device-bundle KOKKOS_SRC=... KOKKOS_KERNELS_SRC=...   the device check's bundle: joule and the
 #                      check's tests built here for CUDA sm_90 with the libraries a GPU machine may
 #                      lack (<= 48 MiB, never committed), then rehearsed here up to the first GPU call
+#   make vec-report    GCC's vectorisation report for the host AdamW loop, here and (with Debian's
+#                      g++-aarch64-linux-gnu) for Grace's SVE and NEON; fails if it stays scalar
 #   make gpu-audit     the compile check with the whole GPU audit: every kernel's registers, spills
 #                      and occupancy on an H200 (ptxas), one training step of medium.json's launches
 #                      recorded on the CPU (threads each kernel exposes); fails on spills, occupancy
@@ -52,7 +54,7 @@ else
   PRESET ?= cpu
 endif
 
-.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize run bench bench-torch compile-check gpu-audit device-bundle clean
+.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize run bench bench-torch compile-check gpu-audit vec-report device-bundle clean
 all: build
 
 deps:
@@ -137,6 +139,9 @@ compile-check:
 	  export JOULE_GPU_AUDIT_LAUNCHES=$(GPU_AUDIT_DIR)/launches-tiny.json || \
 	  echo "compile-check: NOTE: $(BUILD)/apps/joule recorded no launches: TeamPolicy occupancy not gated"; fi; \
 	JOULE_GPU_AUDIT_DIR=$(GPU_AUDIT_DIR) bash cmake/compile-check/compile_check.sh
+
+vec-report: configure
+	bash apps/scripts/vec_report.sh $(CURDIR) $(KOKKOS)/include $(BUILD)/core/generated
 
 # The whole GPU audit (docs/gh200.md#the-gpu-audit): one training step of medium.json recorded on the
 # CPU (~30 s on 2 cores), then the compile check with its ptxas figures and the gates.
