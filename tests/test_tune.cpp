@@ -28,6 +28,15 @@ Config with_tune(nlohmann::json j, nlohmann::json tune) {
   return parse_config(j.dump(), "test config");
 }
 
+// The header of a tuning log with model energy, as the sessions below write it.
+RunHeader model_log_header(TuneSettings const& settings, Config const& cfg) {
+  RunHeader header;
+  header.energy_kind = "model";
+  header.objective = settings.objective.name();
+  header.config_json = cfg.json;
+  return header;
+}
+
 struct Energy {
   energy::Sampler sampler;
   energy::RegionRecorder regions;
@@ -232,11 +241,7 @@ TEST_CASE("in-flight tuning: the search runs on the run's own steps and ends wit
 
   // The session, in flight, with its log: 12 candidates over knobs neutral to the arithmetic.
   test::TempFile log_path(".h5");
-  RunHeader header;
-  header.energy_kind = "model";
-  header.objective = settings.objective.name();
-  header.config_json = cfg.json;
-  auto writer = RunLogWriter::create(log_path.path(), header);
+  auto writer = RunLogWriter::create(log_path.path(), model_log_header(settings, cfg));
   TuneSession session(runner, settings, nullptr);
   REQUIRE(session.feasible().size() == 2 * 3 * 2);
   session.use_log(&writer, {});
@@ -338,11 +343,8 @@ TEST_CASE("in-flight tuning: evaluations and checkpoints are never measured, and
   untuned.run();
   auto const a = parameters_of(untuned);
 
-  RunHeader header;
-  header.energy_kind = "model";
-  header.objective = settings.objective.name();
+  RunHeader header = model_log_header(settings, cfg);
   header.tuning = "in_flight";
-  header.config_json = cfg.json;
   // The first run is killed between steps 23 and 24: its last checkpoint is step 20's.
   int const killed_after = 23;
   std::vector<TrialRecord> measured_first;
@@ -461,11 +463,7 @@ TEST_CASE("in-flight tuning with an injected noisy objective: a choice beyond th
       }
     });
     test::TempFile log_path(".h5");
-    RunHeader header;
-    header.energy_kind = "model";
-    header.objective = settings.objective.name();
-    header.config_json = cfg.json;
-    auto writer = RunLogWriter::create(log_path.path(), header);
+    auto writer = RunLogWriter::create(log_path.path(), model_log_header(settings, cfg));
     TuneSession session(runner, settings, nullptr);
     session.use_log(&writer, {});
     Trainer live(cfg, nullptr);
