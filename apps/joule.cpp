@@ -18,30 +18,121 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <exception>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
 namespace {
 
-void print_version() {
+// `started`: false for `info --no-device`, which reports the build without starting Kokkos.
+void print_version(bool started) {
   fmt::print("joule {}\n", JOULE_VERSION);
-  fmt::print("Kokkos {}.{}.{}, default execution space {} ({} threads/concurrency)\n",
-             KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100,
-             Kokkos::DefaultExecutionSpace::name(), Kokkos::DefaultExecutionSpace().concurrency());
+  if (started)
+    fmt::print("Kokkos {}.{}.{}, default execution space {} ({} threads/concurrency)\n", KOKKOS_VERSION / 10000,
+               KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100, Kokkos::DefaultExecutionSpace::name(),
+               Kokkos::DefaultExecutionSpace().concurrency());
+  else
+    fmt::print("Kokkos {}.{}.{}, default execution space {} (not started: --no-device)\n", KOKKOS_VERSION / 10000,
+               KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100, Kokkos::DefaultExecutionSpace::name());
   fmt::print("GEMMs (train.precision): fp32: {}; bf16: {}\n", joule::gemm_path(joule::Precision::fp32),
              joule::gemm_path(joule::Precision::bf16));
   fmt::print("attention: fp32: {}; bf16: {}\n", joule::attention_path(joule::Precision::fp32),
              joule::attention_path(joule::Precision::bf16));
   fmt::print("OpenMP waiting: {}\n", joule::apps::openmp_wait_text());
-  if (long const blas = joule::apps::library_threads(); blas > 0)
+  if (long const blas = started ? joule::apps::library_threads() : 0; blas > 0)
     fmt::print("host BLAS threads: {} (Kokkos' threads, at most one per CPU this process may use)\n", blas);
 }
+
+// Commands that only read files or sensors, or write a dataset: they run where there is no device
+// (a CUDA build on a login node, where users read their run logs) and never start Kokkos. Every
+// other command starts it. `info --no-device` joins them.
+constexpr char const* kDeviceFreeCommands[] = {"inspect", "data info", "data synth", "energy probe"};
+
+// The subcommand parsed, as typed: "inspect", "data info"; "" for none.
+std::string command_path(CLI::App& app) {
+  std::string path;
+  for (CLI::App* cur = &app; !cur->get_subcommands().empty();) {
+    cur = cur->get_subcommands().front();
+    path += (path.empty() ? "" : " ") + cur->get_name();
+  }
+  return path;
+}
+
+bool starts_no_device(std::string const& command, bool info_no_device) {
+  if (command == "info") return info_no_device;
+  return std::find(std::begin(kDeviceFreeCommands), std::end(kDeviceFreeCommands), command) !=
+         std::end(kDeviceFreeCommands);
+}
+
+// Kokkos, started on demand with the --kokkos-* arguments (after joule's own are parsed), and
+// finalised when this goes out of scope, after everything that ran on it.
+class KokkosStart {
+ public:
+  explicit KokkosStart(std::vector<char*> args) : args_(std::move(args)) {
+    joule::apps::spell_kokkos_flags_for_this_kokkos(static_cast<int>(args_.size()), args_.data());
+    help_asked_ = std::any_of(args_.begin() + 1, args_.end(), [](char const* a) { return std::strcmp(a, "--kokkos-help") == 0; });
+    args_.push_back(nullptr);
+  }
+  bool help_asked() const { return help_asked_; }
+  bool started() const { return guard_.has_value(); }
+
+  // Starts Kokkos; returns 0, or the exit status after an error naming what is wrong.
+  int start() {
+    try {
+      joule::reserve_host_cores_from_environment();  // JOULE_HOST_CORES: before Kokkos starts its threads
+      // No more threads than CPUs where Kokkos would take OpenMP's count (apps/environment.hpp).
+      auto const choice = joule::apps::choose_kokkos_threads(joule::apps::usable_cpus(), static_cast<int>(args_.size()) - 1,
+                                                             args_.data());
+      if (choice.threads) {
+        ::setenv("KOKKOS_NUM_THREADS", std::to_string(*choice.threads).c_str(), 0);
+        if (!choice.note.empty()) fmt::print(stderr, "joule: note: {}\n", choice.note);
+      }
+    } catch (joule::environment::Error const& e) {
+      fmt::print(stderr, "joule: error: {}\n", e.what());
+      return 1;
+    } catch (std::exception const& e) {
+      fmt::print(stderr, "joule: error: {}\n", e.what());
+      return 2;
+    }
+    int count = static_cast<int>(args_.size()) - 1;
+    guard_.emplace(count, args_.data());  // consumes the --kokkos-* arguments it knows
+    if (help_asked_) return 0;            // Kokkos has printed its options
+    if (count > 1) {
+      std::vector<std::string> unknown(args_.begin() + 1, args_.begin() + count);
+      fmt::print(stderr, "joule: error: Kokkos did not take {}: its options are listed by `joule --kokkos-help`\n",
+                 fmt::join(unknown, " "));
+      return 1;
+    }
+    long const host_threads = Kokkos::DefaultHostExecutionSpace().concurrency();
+    auto const cpus = joule::apps::usable_cpus();
+    if (auto const warning = joule::apps::oversubscription_warning(host_threads, cpus); !warning.empty())
+      std::fputs(("joule: warning: " + warning + "\n").c_str(), stderr);
+    joule::apps::cap_library_threads(host_threads, cpus.count());
+    return 0;
+  }
+
+  // For a command that runs without Kokkos: --kokkos-* arguments given to it would do nothing.
+  void not_needed(std::string const& command) const {
+    if (args_.size() > 2) {
+      std::vector<std::string> given(args_.begin() + 1, args_.end() - 1);
+      fmt::print(stderr, "joule: note: {} not used: `joule {}` does not start Kokkos\n", fmt::join(given, " "),
+                 command);
+    }
+  }
+
+ private:
+  std::vector<char*> args_;  // argv[0], the --kokkos-* arguments, nullptr
+  bool help_asked_ = false;
+  std::optional<Kokkos::ScopeGuard> guard_;
+};
 
 // CLI11 says only "A subcommand is required" when the word after `joule` (or `joule data`, `joule
 // energy`) is not one of its subcommands. Returns the message to print instead: which command,
@@ -85,12 +176,6 @@ int main(int argc, char** argv) {
     // Every variable and numeric --kokkos-* flag, like configuration values, before Kokkos (or
     // OpenMP, at its first parallel region) can abort or crash on one (apps/environment.hpp).
     joule::apps::validate_environment_and_kokkos_flags(argc, argv);
-    joule::reserve_host_cores_from_environment();  // JOULE_HOST_CORES: before Kokkos starts its threads
-    // No more threads than CPUs where Kokkos would take OpenMP's count (apps/environment.hpp).
-    if (auto const choice = joule::apps::choose_kokkos_threads(joule::apps::usable_cpus(), argc, argv); choice.threads) {
-      ::setenv("KOKKOS_NUM_THREADS", std::to_string(*choice.threads).c_str(), 0);
-      if (!choice.note.empty()) fmt::print(stderr, "joule: note: {}\n", choice.note);
-    }
   } catch (joule::environment::Error const& e) {
     fmt::print(stderr, "joule: error: {}\n", e.what());
     return 1;  // bad input, as a bad configuration value is
@@ -98,29 +183,18 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "joule: error: {}\n", e.what());
     return 2;
   }
-  // Kokkos prints its own options for --help as well as --kokkos-help: it gets --help (and -h)
-  // hidden behind a placeholder, so `joule ... --help` prints joule's help only.
-  constexpr char const* kHelpPlaceholder = "--joule-help";
-  bool kokkos_help = false;
-  std::vector<char*> args(argv, argv + argc + 1);  // argv[argc] is nullptr
-  for (int i = 1; i < argc; ++i) {
-    std::string const arg = argv[i];
-    if (arg == "--help" || arg == "-h") args[i] = const_cast<char*>(kHelpPlaceholder);
-    kokkos_help = kokkos_help || arg == "--kokkos-help";
+  // --kokkos-* arguments are Kokkos' (they take their value after '='), the rest joule's: joule
+  // parses first, and Kokkos starts only for a command that computes (KokkosStart above).
+  std::vector<char*> args{argv[0]}, kokkos_args{argv[0]};
+  for (int i = 1; i < argc; ++i)
+    (std::string_view(argv[i]).substr(0, 9) == "--kokkos-" ? kokkos_args : args).push_back(argv[i]);
+  args.push_back(nullptr);
+  KokkosStart kokkos(std::move(kokkos_args));
+  if (kokkos.help_asked()) {  // `joule --kokkos-help`: Kokkos prints its options as it starts
+    if (int const rc = kokkos.start(); rc != 0) return rc;
+    return 0;
   }
-  joule::apps::spell_kokkos_flags_for_this_kokkos(argc, args.data());
-  int args_left = argc;
-  Kokkos::ScopeGuard kokkos(args_left, args.data());  // consumes --kokkos-* arguments
-  if (kokkos_help) return 0;  // Kokkos has printed its options
-  {
-    long const host_threads = Kokkos::DefaultHostExecutionSpace().concurrency();
-    auto const cpus = joule::apps::usable_cpus();
-    if (auto const warning = joule::apps::oversubscription_warning(host_threads, cpus); !warning.empty())
-      std::fputs(("joule: warning: " + warning + "\n").c_str(), stderr);
-    joule::apps::cap_library_threads(host_threads, cpus.count());
-  }
-  for (int i = 1; i < args_left; ++i)
-    if (std::string(args[i]) == kHelpPlaceholder) args[i] = const_cast<char*>("--help");
+  int const args_left = static_cast<int>(args.size()) - 1;
 
   CLI::App app{"joule: energy-aware training of multimodal transformers on Kokkos", "joule"};
   app.formatter(std::make_shared<UsageFirst>());  // before the subcommands, which copy it
@@ -182,6 +256,9 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
 
   auto* info_cmd = app.add_subcommand("info", "print versions and the execution space");
+  bool info_no_device = false;
+  info_cmd->add_flag("--no-device", info_no_device,
+                     "versions and build settings only: do not start Kokkos or its device (a login node)");
   auto const run_train = joule::apps::add_train_command(app);
   auto const run_data = joule::apps::add_data_command(app);
   auto const run_energy = joule::apps::add_energy_command(app);
@@ -204,6 +281,11 @@ int main(int argc, char** argv) {
         return e.get_exit_code();
       }
     return app.exit(e);
+  }
+  if (std::string const command = command_path(app); starts_no_device(command, info_no_device)) {
+    kokkos.not_needed(command);
+  } else if (int const rc = kokkos.start(); rc != 0) {
+    return rc;
   }
   // What a command printed must reach standard output whole: a full disk or a closed pipe there is
   // an error (a short report written to /dev/full used to be lost with exit status 0).
@@ -244,7 +326,7 @@ int main(int argc, char** argv) {
       bench.steps = suite == "step" || suite == "all";
       return joule::apps::run_bench(bench);
     }
-    if (*info_cmd) print_version();
+    if (*info_cmd) print_version(kokkos.started());
     for (auto const& run : {run_train, run_data, run_energy, run_tune, run_inspect, run_caption})
       if (int const rc = run(); rc >= 0) return rc;
     return 0;

@@ -204,17 +204,23 @@ if [ -n "$bundle" ]; then
   # Every library every binary needs, found (a rehearsal has no driver: libcuda is left out there).
   step libraries 10 host bash -c 'rc=0; for b in "${@:3}"; do m="$(env -i LD_LIBRARY_PATH="$1" ldd "$b" | grep "not found" | grep -vE "$2")"; [ -z "$m" ] || { echo "$b: $m"; rc=1; }; done; [ $rc = 1 ] || echo "every library of $(( $# - 2 )) binaries found"; exit $rc' \
     _ "$bundle_ld" "$([ $rehearse = 1 ] && echo '^[[:space:]]*libcuda\.so' || echo '^$')" "$p/bin/joule" "$p/lib/libjoule_energy_tool.so" "${test_exes[@]}"
-  # Every binary starts: joule --help, each test executable lists its tests. Both initialise Kokkos,
+  # Every binary starts: joule info, each test executable lists its tests. Both initialise Kokkos,
   # the first GPU call: in a rehearsal the stub driver refuses it, which is as far as one can go.
+  # Then the commands that need no device run whole with the GPU hidden (CUDA_VISIBLE_DEVICES=):
+  # they never start Kokkos (a login node's use), in a rehearsal too.
   built=1
   # (Catch2 v2 exits with the number of tests it lists: listing any is success.)
-  step starts 10 host env "LD_LIBRARY_PATH=$bundle_ld" bash -c 'rc=0; for b in "${@:2}"; do
-      a=--list-test-names-only; [ "${b##*/}" = joule ] && a=--help
+  step starts 10 host env "LD_LIBRARY_PATH=$bundle_ld" bash -c 'rc=0; for b in "${@:3}"; do
+      a=--list-test-names-only; [ "${b##*/}" = joule ] && a=info
       n="$("$b" "$a" 2>"$b.err" | wc -l)"
       if [ "$n" -gt 0 ]; then echo "${b##*/} $a: ok ($n lines)"
       elif [ "$1" = 1 ] && grep -q cudaErrorStubLibrary "$b.err"; then echo "${b##*/} $a: reached the first GPU call (Kokkos::initialize; the stub driver refuses it)"
-      else echo "${b##*/} $a: FAILED"; cat "$b.err"; rc=1; fi; rm -f "$b.err"; done; exit $rc' \
-    _ "$rehearse" "$p/bin/joule" "${test_exes[@]}" || built=0
+      else echo "${b##*/} $a: FAILED"; cat "$b.err"; rc=1; fi; rm -f "$b.err"; done
+      j="$3" d="$2/no-device.h5"; rm -f "$d"
+      for c in "--help" "info --no-device" "data synth --out $d --count 4" "data info $d"; do
+        if CUDA_VISIBLE_DEVICES= $j $c >"$2/no-device.out" 2>&1; then echo "joule $c, GPU hidden: ok"
+        else echo "joule $c, GPU hidden: FAILED"; cat "$2/no-device.out"; rc=1; fi; done; exit $rc' \
+    _ "$rehearse" "$work" "$p/bin/joule" "${test_exes[@]}" || built=0
 else
 : "${Kokkos_ROOT:?give --bundle BUNDLE (apps/scripts/device_bundle.sh) or Kokkos_ROOT (a CUDA + OpenMP Kokkos 4.x/5.x with Kokkos-Kernels)}"
 cmake_args=()

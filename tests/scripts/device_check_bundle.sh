@@ -33,6 +33,9 @@ tar -xzf "$work/o1/logs.tar.gz" -C "$work/o1"
 n="$(grep -c '^== ' "$work/o1/logs/tests_gpu.log")"
 [ "$n" -ge 2 ] || fail "step 1 ran tests from $n executables (expected the ordering and offload tests of several)"
 grep -q "All tests passed" "$work/o1/logs/tests_gpu.log" || fail "step 1: no 'All tests passed'"
+for c in "--help" "info --no-device" "data synth" "data info"; do  # commands that start no device
+  grep -q "^joule $c.*, GPU hidden: ok" "$work/o1/logs/starts.log" || fail "starts: joule $c with the GPU hidden: $(cat "$work/o1/logs/starts.log")"
+done
 ! grep -qiE "test cases failed|No test cases matched" "$work/o1/logs/tests_gpu.log" || fail "step 1: a test failed or none matched"
 # The names with a comma are escaped for Catch2 (e.g. 'reported, an event-ordered one is not').
 if grep -q "," <("$1" --list-test-names-only 2>/dev/null | grep -E 'ordering|offload|bitwise|same bits'); then
