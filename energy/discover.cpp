@@ -125,6 +125,22 @@ std::vector<std::unique_ptr<Source>> discover_sources(SourceOptions const& optio
     for (auto const& c : s->channels()) measured = measured || (c.measured && c.quantity != Quantity::gauge);
     if (!s->channels().empty()) found.push_back(std::move(s));
   }
+  // A GPU inside a module meter: where NVML gives no module power, local rank 0 counts the node's
+  // module meters whole (hwmon), so another rank's GPU is in them already and counts there only.
+  if (options.local_rank > 0) {
+    bool own_module = false;
+    for (auto const& s : found)
+      for (auto const& c : s->channels()) own_module = own_module || c.domain == kDomainModule;
+    if (auto const meters = node_module_meters(options); !own_module && !meters.empty()) {
+      std::string const why = "inside this node's module meters (hwmon " + meters.front() +
+                              (meters.size() > 1 ? " ... " + meters.back() : std::string()) +
+                              "), which local rank 0 counts";
+      for (auto& s : found) s->count_elsewhere(kDomainGpu, why);
+      if (attempts)
+        for (auto& a : *attempts)
+          if (a.source == "hwmon") a.outcome += "; its module meters hold this process's GPU: it counts there";
+    }
+  }
   if (!measured || options.force_model) found.push_back(open_model(options));
   return found;
 }

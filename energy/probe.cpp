@@ -28,7 +28,10 @@ std::string format_probe(Sampler& sampler, std::vector<SourceAttempt> const& att
       double const v = trace.empty() ? std::nan("") : trace.back().values[i];
       char const* unit = ch[i].channel.quantity == Quantity::gauge ? "" : " W";
       out << "  " << ch[i].channel.domain << ": " << ch[i].channel.sensor << "  now "
-          << (std::isnan(v) ? std::string("n/a") : number_text("%.1f", v) + unit) << "\n";
+          << (std::isnan(v) ? std::string("n/a") : number_text("%.1f", v) + unit)
+          << (ch[i].channel.counted_elsewhere.empty() ? "" : "  (not in this process's total: " +
+                                                                 ch[i].channel.counted_elsewhere + ")")
+          << "\n";
     }
   }
   for (auto const& n : sampler.notes()) out << "note: " << n << "\n";

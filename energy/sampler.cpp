@@ -213,7 +213,9 @@ TotalRule total_rule(std::vector<Sampler::ChannelInfo> const& channels) {
     std::map<std::string, std::string> source_of;
     for (std::size_t i = 0; i < channels.size(); ++i) {
       auto const& c = channels[i];
-      if (c.channel.quantity == Quantity::gauge || !domains.count(c.channel.domain)) continue;
+      if (c.channel.quantity == Quantity::gauge || !c.channel.counted_elsewhere.empty() ||
+          !domains.count(c.channel.domain))
+        continue;
       auto const [it, first] = source_of.emplace(c.channel.domain, c.source);
       if (first || it->second == c.source) idx.push_back(i);
     }
@@ -224,6 +226,9 @@ TotalRule total_rule(std::vector<Sampler::ChannelInfo> const& channels) {
   if (has(kDomainModule)) {
     r.channels = pick({kDomainModule});
     r.description = "module (Grace Hopper module power: GPU + CPU + memory)";
+    if (r.channels.size() > 1)  // hwmon's meters, one per superchip: every GPU of the node is in them
+      r.description = "module (Grace Hopper module power: GPU + CPU + memory, " + std::to_string(r.channels.size()) +
+                      " superchips: the node's other ranks count none of it)";
   } else if (has(kDomainGpu) && has(kDomainPackage)) {
     r.channels = pick({kDomainGpu, kDomainPackage});
     r.description = "gpu + package (NVIDIA GPU and CPU packages)";
@@ -233,6 +238,15 @@ TotalRule total_rule(std::vector<Sampler::ChannelInfo> const& channels) {
   } else if (has(kDomainGpu)) {
     r.channels = pick({kDomainGpu});
     r.description = "gpu (the CPU could not be measured)";
+  } else if (auto const elsewhere = std::find_if(channels.begin(), channels.end(), [](auto const& c) {
+               return !c.channel.counted_elsewhere.empty();
+             });
+             elsewhere != channels.end() && !has(kDomainModel)) {
+    // Everything this process measures another process of the node counts: its share is there.
+    r.description = "none in this process: its " + elsewhere->channel.domain + " is " +
+                    elsewhere->channel.counted_elsewhere;
+    r.measured = true;
+    return r;
   } else {
     r.channels = pick({kDomainModel});
     r.description = "model (CPU-time estimate: nothing could be measured)";

@@ -34,6 +34,9 @@ struct Channel {
   // The sensor's own update period or averaging window in seconds (0: finer than any sampling
   // rate joule uses). A region shorter than this is below what the sensor can resolve.
   double resolution_s = 0;
+  // Non-empty: this channel's hardware is inside a sensor another process of this node counts
+  // (why, e.g. the module meters local rank 0 reads): shown, never in this process's total.
+  std::string counted_elsewhere = {};
 };
 
 class Source {
@@ -46,6 +49,11 @@ class Source {
   virtual void read(std::vector<double>& values) = 0;
   // Things a user should know: unreadable files, unsupported scopes, lost sensors.
   std::vector<std::string> const& notes() const { return notes_; }
+  // Marks this source's channels of `domain` as counted by another process of the node (why).
+  void count_elsewhere(std::string const& domain, std::string const& why) {
+    for (auto& c : channels_)
+      if (c.domain == domain) c.counted_elsewhere = why;
+  }
 
  protected:
   std::vector<Channel> channels_;
@@ -117,6 +125,9 @@ std::unique_ptr<Source> open_nvml(SourceOptions const& options, SourceAttempt* a
 std::unique_ptr<Source> open_hwmon(SourceOptions const& options, SourceAttempt* attempt = nullptr);
 std::unique_ptr<Source> open_rapl(SourceOptions const& options, SourceAttempt* attempt = nullptr);
 std::unique_ptr<Source> open_model(SourceOptions const& options);
+// The node's module meters (hwmon "Module Power Socket N", GPU + CPU + memory of a Grace Hopper
+// superchip), by label, whatever the local rank: they contain every GPU of the node.
+std::vector<std::string> node_module_meters(SourceOptions const& options);
 
 // All sources found, in order of preference; the model only when none measures anything (or
 // force_model). Notes about sources that were looked for and not usable go to `notes`; what was

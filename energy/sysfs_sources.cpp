@@ -307,6 +307,14 @@ std::unique_ptr<Source> open_hwmon(SourceOptions const& options, SourceAttempt* 
   return s->channels().empty() && s->notes().empty() ? nullptr : std::move(s);
 }
 
+std::vector<std::string> node_module_meters(SourceOptions const& options) {
+  std::vector<std::string> labels;
+  HwmonSource const meters(options.hwmon_root);
+  for (auto const& c : meters.channels())
+    if (c.domain == kDomainModule) labels.push_back(c.sensor.substr(0, c.sensor.find(" (")).substr(6));  // "hwmon "
+  return labels;
+}
+
 std::unique_ptr<Source> open_rapl(SourceOptions const& options, SourceAttempt* attempt) {
   SourceAttempt local;
   SourceAttempt& a = attempt ? *attempt : local;

@@ -629,3 +629,87 @@ TEST_CASE("energy sources: a negative hwmon or RAPL reading is refused, with a n
   for (auto const& n : run_notes) said += n.find(cpu_file + " holds a negative") != std::string::npos;
   CHECK(said == 1);
 }
+
+namespace {
+// The hardware a counted channel covers on a Grace Hopper node, superchip s: "gpu s", "cpu s"
+// (Grace and its memory), "sysio s". NVML device N is superchip N's GPU; hwmon names its socket.
+std::vector<std::string> hardware_of(Sampler::ChannelInfo const& c) {
+  auto const& sensor = c.channel.sensor;
+  auto const& domain = c.channel.domain;
+  auto const number_after = [&](std::string const& what) {
+    auto const at = sensor.find(what);
+    REQUIRE(at != std::string::npos);
+    return std::to_string(std::atoi(sensor.c_str() + at + what.size()));
+  };
+  std::string const s = c.source == "nvml" ? number_after("nvml gpu ") : number_after("Socket ");
+  if (domain == kDomainModule) return {"gpu " + s, "cpu " + s, "sysio " + s};
+  if (domain == kDomainGpu) return {"gpu " + s};
+  if (domain == kDomainPackage || domain == kDomainCpu) return {"cpu " + s};
+  if (domain == kDomainSysio) return {"sysio " + s};
+  FAIL("a total counts " << domain << " (" << sensor << ")");
+  return {};
+}
+}  // namespace
+
+// Every process of a node sums into the job's energy (the trial runner adds the ranks' totals),
+// so across the node's ranks each piece of hardware must be in exactly one total: with NVML's
+// module scope or without it, with hwmon's module meters, its Grace/CPU/SysIO meters only, or
+// none, for 1, 2 and 4 GH200s and one rank per GPU. Without NVML's module scope local rank 0
+// used to count every Module Power Socket while ranks 1-3 counted their GPU again.
+TEST_CASE("energy sources: no rail is counted twice on a node, whatever the NVML scopes, hwmon meters and ranks",
+          "[energy][node]") {
+  EnvGuard env;
+  for (char const* v : {"FAKE_NVML_ENERGY", "FAKE_NVML_LOST_AFTER", "FAKE_NVML_INIT_ERROR", "FAKE_NVML_POWER_MW"})
+    env.unset(v);
+  env.set("FAKE_NVML_C2C", "1");
+  enum class Meters { none, grace_only, modules };
+  for (int const gpus : {1, 2, 4})
+    for (bool const nvml_module : {false, true})
+      for (Meters const meters : {Meters::none, Meters::grace_only, Meters::modules}) {
+        TempDir t;
+        auto o = nvml_options(t);
+        o.local_size = gpus;
+        o.cuda_device_by_local_rank = true;
+        int hwmon = 0;
+        auto const meter = [&](std::string const& label, char const* microwatts) {
+          std::string const dir = "hwmon/hwmon" + std::to_string(hwmon++) + "/device/";
+          t.write(dir + "power1_oem_info", label);
+          t.write(dir + "power1_average", microwatts);
+        };
+        for (int s = 0; s < gpus && meters != Meters::none; ++s) {
+          std::string const socket = " Power Socket " + std::to_string(s);
+          if (meters == Meters::modules) meter("Module" + socket, "500000000");
+          meter("Grace" + socket, "150000000");
+          meter("CPU" + socket, "100000000");
+          meter("SysIO" + socket, "20000000");
+        }
+        env.set("FAKE_NVML_DEVICES", std::to_string(gpus));
+        if (nvml_module) env.set("FAKE_NVML_MODULE_MW", "480000");
+        else env.unset("FAKE_NVML_MODULE_MW");
+        std::map<std::string, int> counted;
+        std::string totals;
+        for (int rank = 0; rank < gpus; ++rank) {
+          o.local_rank = rank;
+          std::vector<Sampler::ChannelInfo> channels;
+          for (auto const& s : discover_sources(o))
+            for (auto const& c : s->channels()) channels.push_back({s->name(), c});
+          auto const rule = total_rule(channels);
+          totals += "\n  rank " + std::to_string(rank) + ": " + rule.description;
+          INFO(gpus << " GPU(s), NVML module scope " << nvml_module << ", hwmon meters " << int(meters) << totals);
+          REQUIRE(rule.measured);
+          for (auto const i : rule.channels)
+            for (auto const& hardware : hardware_of(channels[i])) ++counted[hardware];
+        }
+        INFO(gpus << " GPU(s), NVML module scope " << nvml_module << ", hwmon meters " << int(meters) << totals);
+        for (auto const& [hardware, times] : counted) {
+          INFO(hardware);
+          CHECK(times == 1);
+        }
+        // Nothing measured is left out: every rank's GPU, and with module power (NVML's or
+        // hwmon's) or Grace meters, each superchip's CPU.
+        for (int s = 0; s < gpus; ++s) {
+          CHECK(counted.count("gpu " + std::to_string(s)) == 1);
+          if (nvml_module || meters != Meters::none) CHECK(counted.count("cpu " + std::to_string(s)) == 1);
+        }
+      }
+}
