@@ -148,7 +148,8 @@ void trial_table(std::string& out, RunLogContents const& log) {
   out += "\nTrials (T, E: median time and energy per optimizer step; CI: 95% half-width of the objective; "
          "vs chosen: the mean objective's difference, s: significant, beyond the noise of both (Welch, 95%; "
          "trials measured at different times also differ by the machine's drift), r: from the alternating "
-         "rounds that confirmed the choice; others: CPUs busy with other work while it measured)\n";
+         "rounds that confirmed the choice; others: CPUs busy with other work while it measured; ~ after E: "
+         "steps shorter than the energy sensor's update interval, E the mean over the measured window)\n";
   out += fmt::format("{:>4} {}  {:<10} {:>10} {:>12} {:>10} {:>7} {:>10} {:>6}  {}\n", "#", knob_headings(), "status",
                      "T s", energy_heading, "objective", "CI", "vs chosen", "others", "reason");
   for (auto const& t : log.trials) {
@@ -156,7 +157,8 @@ void trial_table(std::string& out, RunLogContents const& log) {
     std::string const mark = t.index == log.best ? "*" : " ";
     out += fmt::format("{:>4}{}{}  {:<10} {:>10} {:>12} {:>10} {:>7} {:>10} {:>6}  {}\n", t.index, mark,
                        knob_cells(t.knobs), to_string(t.status), number(t.time_per_step_s),
-                       number(t.energy_per_step_j, "{:.5g}"), number(t.objective, "{:.5g}"), ci,
+                       number(t.energy_per_step_j, "{:.5g}") + (t.energy_below_resolution() ? "~" : ""),
+                       number(t.objective, "{:.5g}"), ci,
                        versus_chosen(t, log, objective ? &*objective : nullptr), number(t.other_cpus, "{:.2f}"),
                        one_line(t.reason));
   }

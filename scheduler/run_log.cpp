@@ -236,7 +236,8 @@ TrialRecord read_trial(H5File const& f, std::string const& g, int index) {
   t.measured_steps = read_int(f, g, "measured_steps");
   t.drift = f.attribute_double(g, "drift");
   for (auto const& [name, value] : {std::pair{"process_cpus", &t.process_cpus}, std::pair{"other_cpus", &t.other_cpus},
-                                    std::pair{"steal_share", &t.steal_share}})
+                                    std::pair{"steal_share", &t.steal_share},
+                                    std::pair{"energy_resolution_s", &t.energy_resolution_s}})
     if (f.has_attribute(g, name)) *value = f.attribute_double(g, name);
   long long const bytes = f.attribute_int(g, "predicted_device_bytes");
   if (bytes < 0) damaged(f, fmt::format("attribute 'predicted_device_bytes' on {} is negative ({})", g, bytes));
@@ -773,6 +774,8 @@ void RunLogWriter::append_trial(TrialRecord const& t) {
       f.set_attribute(g, "process_cpus", t.process_cpus);
       f.set_attribute(g, "other_cpus", t.other_cpus);
       f.set_attribute(g, "steal_share", t.steal_share);
+      f.set_attribute(g, "energy_resolution_s", t.energy_resolution_s);
+      f.set_attribute(g, "energy_below_resolution", (long long)(t.energy_below_resolution() ? 1 : 0));
       f.set_attribute(g, "predicted_device_bytes", (long long)t.predicted_device_bytes);
       f.set_attribute(g, "link_bytes_per_step", t.link_bytes_per_step);
       write_doubles(f, g + "/step_time_s", t.step_time_s);

@@ -33,6 +33,10 @@ struct PowerTrace {
   std::vector<double> watts;   // [n, domains.size()], row-major
 };
 
+// A trial's energy integrates at least this many updates of its slowest sensor before the trial
+// may stop repeating (a 50 ms hwmon meter: 0.5 s of measured steps), unless max_repeats ends it.
+inline constexpr double kMinSensorUpdates = 10;
+
 struct TrialRecord {
   int index = -1;  // 0-based, in measuring order; /trials/NNNN in the log
   Knobs knobs;
@@ -50,6 +54,13 @@ struct TrialRecord {
   // process's CPU time and everything else's over the measured steps' wall time, and the share of
   // CPU time the hypervisor stole. NaN where not readable, and in logs before issue 41.
   double process_cpus = kNaN, other_cpus = kNaN, steal_share = kNaN;
+  // The update interval of the energy total's slowest sensor (or the sampling period, if longer):
+  // steps shorter than it are below resolution, and their energy is the mean over the measured
+  // window, at least kMinSensorUpdates of it where the repeats allow. NaN in logs before issue 53.
+  double energy_resolution_s = kNaN;
+  bool energy_below_resolution() const {
+    return std::isfinite(energy_resolution_s) && time_per_step_s < energy_resolution_s;
+  }
   std::size_t predicted_device_bytes = 0;  // the memory model's prediction
   // Bytes the offloaded optimizer copied over the host link per measured step (gradients down,
   // weights up; Optimizer::OffloadTimes); NaN in logs before issue 29.

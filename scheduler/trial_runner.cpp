@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <new>
+#include <numeric>
 #include <ostream>
 
 namespace joule::scheduler {
@@ -20,6 +21,8 @@ namespace joule::scheduler {
 namespace {
 
 double mib(double bytes) { return bytes / 1048576.0; }
+
+double sum(std::vector<double> const& values) { return std::accumulate(values.begin(), values.end(), 0.0); }
 
 // A failed trial's reason: never empty (an empty text would read as "no failure" to first_error).
 std::string failure_reason(std::exception const& e) {
@@ -283,6 +286,7 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_tr
   r.knobs = k;
   r.warmup_steps = settings_.warmup_steps;
   r.predicted_device_bytes = predicted_device_bytes(k);
+  r.energy_resolution_s = monitor_.resolution_s();
   double const t_start = monitor_.sampler().now();
   bool stepping = false;
   try {
@@ -316,10 +320,12 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_tr
       for (std::size_t i = 0; i < s.seconds.size(); ++i)
         per_step_objective.push_back(objective_value(settings_.objective, s.joules[i], s.seconds[i], settings_.objective.p_max_w));
       r.ci_relative = relative_ci_half_width(per_step_objective);
-      if (r.repeats >= max_repeats || r.ci_relative <= settings_.ci_target) break;
+      // Energy integrates enough of its sensor's updates before the trial may stop early.
+      bool const enough_updates = sum(r.step_time_s) >= kMinSensorUpdates * r.energy_resolution_s;
+      if (r.repeats >= max_repeats || (r.ci_relative <= settings_.ci_target && enough_updates)) break;
       double const now = objective_value(settings_.objective, median(r.step_energy_j), median(r.step_time_s),
                                          settings_.objective.p_max_w);
-      if (clearly_worse(now, r.ci_relative, leader_objective_, leader_ci_)) break;  // racing: no more rounds
+      if (enough_updates && clearly_worse(now, r.ci_relative, leader_objective_, leader_ci_)) break;  // racing
     }
     r.measured_steps = int(r.step_time_s.size());
     {
@@ -334,7 +340,10 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_tr
                                link_before.bytes_to_device) / std::max(1, r.measured_steps);
     }
     r.time_per_step_s = median(r.step_time_s);
-    r.energy_per_step_j = median(r.step_energy_j);
+    // A step shorter than the sensor's update has no energy of its own: each is an interpolation
+    // of readings around it, and only their sum over the window is measured.
+    r.energy_per_step_j = r.energy_below_resolution() ? sum(r.step_energy_j) / double(r.step_energy_j.size())
+                                                      : median(r.step_energy_j);
     r.objective = objective_value(settings_.objective, r.energy_per_step_j, r.time_per_step_s, settings_.objective.p_max_w);
     r.regions = region_delta(before);
     r.power = power_between(t_measure, monitor_.sampler().now());

@@ -14,7 +14,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <numeric>
 #include <random>
 
 using namespace joule;
@@ -41,7 +43,8 @@ struct Energy {
   energy::Sampler sampler;
   energy::RegionRecorder regions;
   energy::Monitor monitor;
-  Energy() : sampler(model_only()), regions(sampler), monitor(sampler) {}
+  explicit Energy(double rate_hz = energy::Sampler::kDefaultRateHz)
+      : sampler(model_only(), rate_hz), regions(sampler), monitor(sampler) {}
   static std::vector<std::unique_ptr<energy::Source>> model_only() {
     energy::SourceOptions o;
     o.nvml_library = "none";
@@ -112,7 +115,7 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
                                    {"measured_steps", 3}, {"max_repeats", 2}});
   write_synthetic(data.path(), SynthOptions::for_model(cfg.model, 24, 3));
   auto settings = parse_tune_settings(cfg);
-  Energy e;
+  Energy e(5000);  // sampled at 5 kHz: a round of tiny steps covers enough updates to race (below)
   e.sampler.start();
   TrialRunner runner(cfg, settings, e.monitor, e.regions, {}, {});
   auto const space = runner.space();
@@ -197,7 +200,10 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
     double const first_round = objective_value(never_precise.objective, median(e3), median(t3),
                                                never_precise.objective.p_max_w);
     INFO("first round: objective " << first_round << ", ci " << relative_ci_half_width(objectives));
-    return clearly_worse(first_round, relative_ci_half_width(objectives), leader, 0.01);
+    // ... once the round's steps cover enough updates of the energy sensor (here the sampler's
+    // 100 Hz: tiny steps of a few ms do not, and the trial goes on).
+    bool const enough_updates = t3[0] + t3[1] + t3[2] >= kMinSensorUpdates * t.energy_resolution_s;
+    return enough_updates && clearly_worse(first_round, relative_ci_half_width(objectives), leader, 0.01);
   };
   for (double const leader : {r.objective * 1e-3, r.objective * 1e3}) {  // far better, far worse
     racing.set_leader(leader, 0.01);
@@ -498,4 +504,75 @@ TEST_CASE("in-flight tuning with an injected noisy objective: a choice beyond th
     REQUIRE_THAT(d.verdict, Contains("kept the configuration's own settings") &&
                                 Contains("no candidate was distinguishable from it under this machine's noise"));
   }
+}
+
+// A step shorter than its energy sensor's update (hwmon: 50 ms) has no energy of its own: the
+// trial says so, takes the mean over its window, and measures at least kMinSensorUpdates updates
+// before it may stop (issue 53). A fake Grace meter sets the update interval.
+TEST_CASE("trial runner: energy below the sensor's resolution is flagged and measured longer", "[tune][train]") {
+  test::TempFile data(".h5");
+  auto j = test::tiny_config_json(data.path());
+  Config const cfg = with_tune(j, {{"offload_ratios", {0}}, {"recompute_depths", {0}}, {"warmup_steps", 1},
+                                   {"measured_steps", 3}, {"max_repeats", 6}});
+  write_synthetic(data.path(), SynthOptions::for_model(cfg.model, 24, 3));
+  auto settings = parse_tune_settings(cfg);
+  settings.ci_target = 100;  // any interval would do: only the sensor's updates keep it measuring
+  char folder[] = "/tmp/joule-test-hwmon-XXXXXX";
+  REQUIRE(mkdtemp(folder) != nullptr);
+  std::string const hwmon = folder;
+  auto const measure_with_interval = [&](char const* interval_ms) {
+    std::string const dir = hwmon + "/hwmon0/device";
+    REQUIRE(std::system(("mkdir -p " + dir).c_str()) == 0);
+    std::ofstream(dir + "/power1_oem_info") << "Module Power Socket 0\n";
+    std::ofstream(dir + "/power1_average") << "300000000\n";  // 300 W
+    std::ofstream(dir + "/power1_average_interval") << interval_ms << "\n";
+    energy::SourceOptions o;
+    o.nvml_library = "none";
+    o.powercap_root = "/nonexistent";
+    o.hwmon_root = hwmon;
+    o.local_rank = 0;
+    energy::Sampler sampler(energy::discover_sources(o));
+    energy::RegionRecorder regions(sampler);
+    energy::Monitor monitor(sampler);
+    sampler.start();
+    TrialRunner runner(cfg, settings, monitor, regions, {}, {});
+    Knobs k;
+    k.micro_batch = cfg.train.micro_batch;
+    auto const r = runner.measure(k);
+    sampler.stop();
+    return r;
+  };
+  auto const window = [](std::vector<double> const& t, std::size_t n) {
+    return std::accumulate(t.begin(), t.begin() + std::min(n, t.size()), 0.0);
+  };
+
+  SECTION("a 5 s meter: every step is below it, and no number of repeats reaches 10 updates") {
+    auto const r = measure_with_interval("5000");
+    INFO(r.reason);
+    REQUIRE(r.ok());
+    REQUIRE(r.energy_resolution_s == Approx(5.0));
+    REQUIRE(r.time_per_step_s < 5.0);
+    REQUIRE(r.energy_below_resolution());
+    REQUIRE(r.repeats == 6);  // kept measuring to max_repeats, though the CI target was met at once
+    double const mean = std::accumulate(r.step_energy_j.begin(), r.step_energy_j.end(), 0.0) / r.step_energy_j.size();
+    REQUIRE(r.energy_per_step_j == Approx(mean));
+    auto const line = trial_line(r);
+    REQUIRE_THAT(line, Contains("steps below the energy sensor's 5000 ms: J/step is the mean over") &&
+                           Contains("(too few: energy cannot rank it)"));
+  }
+  SECTION("a 20 ms meter: the trial stops once its steps cover 10 updates (0.2 s), not before") {
+    auto const r = measure_with_interval("20");
+    INFO(r.reason);
+    REQUIRE(r.ok());
+    REQUIRE(r.energy_resolution_s == Approx(0.02));
+    REQUIRE(r.energy_below_resolution() == (r.time_per_step_s < 0.02));
+    double const all = window(r.step_time_s, r.step_time_s.size());
+    REQUIRE((all >= 10 * 0.02 || r.repeats == 6));
+    // It stopped at the first repeat that covered them: the repeats before it did not.
+    double const before_last = window(r.step_time_s, r.step_time_s.size() - 3);
+    INFO("measured " << all << " s in " << r.repeats << " repeats");
+    if (r.repeats > 1) REQUIRE(before_last < 10 * 0.02);
+    if (!r.energy_below_resolution()) REQUIRE_THAT(trial_line(r), !Contains("below the energy sensor"));
+  }
+  std::system(("rm -rf " + hwmon).c_str());
 }
