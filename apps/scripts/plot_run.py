@@ -5,15 +5,28 @@
 
 DIR defaults to <stem>-plots/ next to the log. Writes, and prints the path of each:
   pareto.png       time per step vs energy per step of every ok trial with its 95% intervals of
-                   the mean, the Pareto front joined, the chosen trial (/best) starred and the
-                   verdict that chose it, infeasible and failed trials listed below
-  power_trace.png  power (W) over time, one line per domain, for the best trial and /train
+                   the mean, the Pareto front joined, the chosen trial (/best) starred under it
+                   and the baseline boxed, the verdict that chose it, infeasible and failed trials
+                   listed below; where the front and the choice crowd together, that part is drawn
+                   again enlarged beside the plot. Each trial is labelled with its index where the
+                   label overlaps nothing (the choice, the baseline and the front first); those
+                   left without a place are listed below the plot
+  power_trace.png  power (W, from 0) over time, one line per domain, for the best trial and /train
                    (an energy tool profile: for /profile, the whole program)
   regions.png      energy and time per named region, for the best trial and /train (a profile:
-                   its regions and its kernels, the MAX_BARS largest by energy each)
+                   its regions and its kernels, the MAX_BARS largest by energy each), as a tree:
+                   a region opened inside another is indented under it, its parent's bar pale
+                   behind its own (figures are inclusive: rows do not add up). The log stores
+                   regions by name; the nesting is the log's own where it has one (a `parent`
+                   column, or names that are paths "step/forward"), else joule's (JOULE_NESTING)
   loss.png         training loss per step of /train, eval losses marked
 A run tuned in flight (`joule train --tune`) gets its configuration changes (dotted, labelled with
-the trial) and the search (shaded) on the loss and the /train power curves.
+the trial in staggered rows above the plot) and the search (shaded) on the loss and the /train
+power curves. The run's energy source is named once, in each figure's title.
+
+--describe FILE writes a JSON summary of each plot written (- : stdout, after the paths): its
+titles, each axes' title, labels, limits and legend entries, the texts that reach outside the
+figure and the pairs of texts that overlap (tests/scripts/plot_run_check.sh checks them).
 
 A plot whose data is missing (no /train group, no power samples...) is skipped with a one-line
 note on stderr; the others are still written. Before anything is written, every PNG path is
@@ -55,6 +68,10 @@ import h5py
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.text  # noqa: E402
+import matplotlib.patches  # noqa: E402
+import matplotlib.ticker  # noqa: E402
+import matplotlib.transforms  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -169,6 +186,51 @@ def knobs_text(g):
             value = k.get("format", "{}").format(v)
         parts.append(f"{k.get('label', k['name'])} {value}{k.get('unit', '')}")
     return ", ".join(parts)
+
+
+def energy_words(f):
+    """The run's energy source, named once: "energy: measured (NVML gpu + RAPL package)" or "energy:
+    a model's estimate, not a measurement (CPU-time estimate: nothing could be measured)"."""
+    source = text(attr(f, "energy_source", "")).strip()
+    if text(attr(f, "energy_kind", "")) != "model":
+        return "energy: measured" + (f" ({source})" if source else "")
+    if source.startswith("model (") and source.endswith(")"):  # "model (why)": the why alone
+        source = source[len("model ("):-1]
+    return "energy: a model's estimate, not a measurement" + (
+        f" ({source})" if source and source != "model" else "")
+
+
+def split_top(s):
+    """s split at its commas outside parentheses, each part stripped."""
+    parts, depth, cur = [], 0, ""
+    for c in s:
+        depth += (c == "(") - (c == ")")
+        if c == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += c
+    return parts + [cur.strip()]
+
+
+def domain_label(column):
+    """A power column "domain (source)" with each name once: "model (model, model)" (joule's CPU-time
+    model) reads "model estimate", "cpu (rapl, rapl)" reads "cpu (rapl)", "gpu (nvml)" stays."""
+    i = column.find(" (")
+    if i < 0 or not column.endswith(")"):
+        return column
+    domain, extras = column[:i], []
+    for part in split_top(column[i + 2:-1]):
+        if part and part != domain and part not in extras:
+            extras.append(part)
+    if not extras:
+        return f"{domain} estimate" if domain == "model" else domain
+    return f"{domain} ({', '.join(extras)})"
+
+
+def wrap(line, width):
+    """A title line wrapped (not cut) at `width` characters."""
+    return "\n".join(textwrap.wrap(line, width, break_on_hyphens=False)) if line else ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,12 +396,63 @@ def free_space(folder):
         free /= 1024
 
 
+DESCRIBE = None  # --describe: a list that save() adds each written figure's summary to
+
+
+def describe(fig, name):
+    """What a figure shows, as --describe writes it: its titles; each axes' title, labels, limits and
+    legend entries; the texts that reach outside the figure; the pairs of texts that overlap."""
+    fig.canvas.draw()  # at the figure's own dpi, which fig.bbox is in
+    renderer = fig.canvas.get_renderer()
+    fb = fig.bbox
+    ticks, drawn_ticks = set(), []
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                ticks.update((id(tick.label1), id(tick.label2)))
+        if not ax.axison:
+            continue
+        for axis in (ax.xaxis, ax.yaxis):  # the ticks drawn: those within the axis' view
+            lo, hi = sorted(axis.get_view_interval())
+            eps = 1e-9 * (hi - lo)
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if lo - eps <= tick.get_loc() <= hi + eps:
+                    drawn_ticks += [lab for lab in (tick.label1, tick.label2) if lab.get_visible()]
+    texts = [t for t in fig.findobj(matplotlib.text.Text) if id(t) not in ticks] + drawn_ticks
+    boxes = [(t.get_text(), text_box(t, renderer)) for t in texts if t.get_visible() and t.get_text().strip()]
+    outside = [f"{s!r} at ({b.x0:.0f}, {b.y0:.0f})-({b.x1:.0f}, {b.y1:.0f}) in a {fb.width:.0f}x{fb.height:.0f} figure"
+               for s, b in boxes
+               if b.x0 < fb.x0 - 1 or b.y0 < fb.y0 - 1 or b.x1 > fb.x1 + 1 or b.y1 > fb.y1 + 1]
+    overlapping = []
+    for i, (s1, b1) in enumerate(boxes):
+        for s2, b2 in boxes[i + 1:]:
+            w = min(b1.x1, b2.x1) - max(b1.x0, b2.x0)
+            h = min(b1.y1, b2.y1) - max(b1.y0, b2.y0)
+            if w > 1 and h > 1:
+                overlapping.append([s1, s2])
+
+    def titles(f):
+        own = [f._suptitle.get_text()] if getattr(f, "_suptitle", None) is not None else []
+        return own + [t for sub in getattr(f, "subfigs", []) for t in titles(sub)]
+
+    axes = []
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        axes.append({"title": " | ".join(t for t in (ax.get_title("left"), ax.get_title(), ax.get_title("right")) if t),
+                     "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
+                     "xlim": [float(v) for v in ax.get_xlim()], "ylim": [float(v) for v in ax.get_ylim()],
+                     "yscale": ax.get_yscale(), "axis_on": bool(ax.axison),
+                     "legend": [t.get_text() for t in legend.get_texts()] if legend is not None else []})
+    return {"plot": name, "size_px": [round(fb.width), round(fb.height)], "titles": titles(fig),
+            "axes": axes, "texts_outside_figure": outside, "overlapping_texts": overlapping}
+
+
 def save(fig, path, written):
     """Writes the figure to a temporary in the plot's folder, fsyncs it and renames it over `path`:
     a failed write (full disk, quota, I/O error) leaves the previous plot as it was and removes the
     temporary; it raises WriteFailed naming the file, the error and the free space."""
     folder = os.path.dirname(path) or "."
-    tmp, previous, renamed = None, False, False
+    tmp, previous, renamed, done = None, False, False, False
     try:
         os.makedirs(folder, exist_ok=True)
         previous = os.path.exists(path)
@@ -362,6 +475,7 @@ def save(fig, path, written):
             os.fsync(dfd)  # the rename itself reaches the disk
         finally:
             os.close(dfd)
+        done = True
     except (Exception, KeyboardInterrupt) as e:
         if tmp is not None and not renamed:
             try:
@@ -381,8 +495,72 @@ def save(fig, path, written):
         raise WriteFailed(f"cannot write {path}{f' (temporary {tmp})' if tmp else ''}: {why}; "
                           f"{free_space(folder)}; {kept}") from None
     finally:
+        if done and DESCRIBE is not None:
+            DESCRIBE.append(describe(fig, os.path.basename(path)))
         plt.close(fig)
     written.append(path)
+
+
+def text_box(t, renderer):
+    """The display extent of a text alone (an annotation's leader line left out)."""
+    if isinstance(t, matplotlib.text.Annotation):
+        t.update_positions(renderer)
+    return matplotlib.text.Text.get_window_extent(t, renderer)
+
+
+def overlaps(box, others, pad=1.0):
+    return any(box.x0 < o.x1 + pad and o.x0 < box.x1 + pad and box.y0 < o.y1 + pad and o.y0 < box.y1 + pad
+               for o in others)
+
+
+def place_labels(ax, items, obstacles):
+    """Labels each point of `items` ([(x, y, text, text properties)], most important first) beside it
+    where the label overlaps neither a marker, the legend nor a label placed before, trying ever
+    farther offsets (a leader line joins a far one); returns the texts that found no free place.
+    The figure's layout is fixed first (the labels are placed in its final coordinates)."""
+    fig = ax.figure
+    fig.canvas.draw()
+    fig.set_layout_engine("none")
+    renderer = fig.canvas.get_renderer()
+    inner = ax.get_window_extent(renderer).padded(-2)
+    taken = list(obstacles)
+    legend = ax.get_legend()
+    if legend is not None:
+        taken.append(legend.get_window_extent(renderer))
+    directions = [(1, 1), (1, 0), (0, 1), (1, -1), (-1, 1), (-1, 0), (0, -1), (-1, -1)]
+    crowded = []
+    for x, y, label, props in items:
+        probe = ax.annotate(label, (x, y), xytext=(0, 0), textcoords="offset points", **props)
+        spot = None
+        for r in (3, 8, 14, 22, 32, 44):
+            for dx, dy in directions:
+                probe.xyann = (dx * r / (1.4 if dx and dy else 1), dy * r / (1.4 if dx and dy else 1))
+                probe.set_ha("left" if dx > 0 else "right" if dx < 0 else "center")
+                probe.set_va("bottom" if dy > 0 else "top" if dy < 0 else "center")
+                box = text_box(probe, renderer)
+                if (inner.x0 <= box.x0 and box.x1 <= inner.x1 and inner.y0 <= box.y0 and box.y1 <= inner.y1
+                        and not overlaps(box, taken)):
+                    spot = (probe.xyann, probe.get_ha(), probe.get_va(), r, box)
+                    break
+            if spot:
+                break
+        probe.remove()
+        if spot is None:
+            crowded.append(label)
+            continue
+        xy, ha, va, r, box = spot
+        arrow = dict(arrowstyle="-", lw=0.5, color="gray", shrinkA=0, shrinkB=3) if r >= 14 else None
+        ax.annotate(label, (x, y), xytext=xy, textcoords="offset points", ha=ha, va=va,
+                    arrowprops=arrow, **props)
+        taken.append(box)
+    return crowded
+
+
+def marker_box(ax, x, y, size_pt2, renderer_dpi):
+    """The display extent of a scatter marker of area size_pt2 (points squared) at data (x, y)."""
+    px, py = ax.transData.transform((x, y))
+    r = math.sqrt(size_pt2) / 2 * renderer_dpi / 72 + 1
+    return matplotlib.transforms.Bbox([[px - r, py - r], [px + r, py + r]])
 
 
 def plot_pareto(f, trials, incomplete, best, best_how, path, written):
@@ -391,13 +569,15 @@ def plot_pareto(f, trials, incomplete, best, best_how, path, written):
                    (f" ({len(incomplete)} incomplete)" if incomplete else ""))
     kind = text(attr(f, "energy_kind", "measured"))
     kind_label = "model" if kind == "model" else "measured"
-    source = text(attr(f, "energy_source", ""))
     objective = text(attr(f, "objective", ""))
     front_idx, front_src = pareto_indices(f, trials)
     by_index = {t.index: t for t in trials}
     front = sorted((by_index[i] for i in front_idx if i in by_index and by_index[i].plottable),
                    key=lambda t: t.time)
     ok = [t for t in trials if t.plottable]
+    best_group = group(f, "best")
+    baseline = by_index.get(int(number(attr(best_group, "baseline"), default=-1)))
+    baseline_is = text(attr(best_group, "baseline_is", "")) or "baseline"
 
     lines = []
     bad = [t for t in trials if not t.ok]
@@ -417,56 +597,166 @@ def plot_pareto(f, trials, incomplete, best, best_how, path, written):
                      ", ".join(incomplete[:20]) + (" ..." if len(incomplete) > 20 else ""))
     head = (f"not plotted: {len(bad)} of {len(trials)} trials infeasible or failed" if bad
             else f"all {len(trials)} trial(s) ran ok")
-    verdict = text(attr(group(f, "best"), "verdict", ""))
+    verdict = text(attr(best_group, "verdict", ""))
     if verdict:  # how the choice was made: beyond the noise, or the configuration's settings kept
         lines[:0] = textwrap.wrap("choice: " + verdict, 120, subsequent_indent="  ")
     lines = [ln if len(ln) <= 120 else ln[:117] + "..." for ln in lines]
 
-    note_h = 0.2 * (len(lines) + 2)
-    fig = plt.figure(figsize=(8.5, 5.5 + note_h))
-    gs = fig.add_gridspec(2, 1, height_ratios=[5.5, note_h], hspace=0.25)
-    ax = fig.add_subplot(gs[0])
-    if ok:
-        ax.scatter([t.time for t in ok], [t.energy for t in ok], s=28, color="tab:gray",
-                   alpha=0.75, label=f"ok trials ({len(ok)})", zorder=2)
-        with_ci = [t for t in ok if math.isfinite(t.time_ci) and math.isfinite(t.energy_ci)]
-        if with_ci:
-            ax.errorbar([t.time for t in with_ci], [t.energy for t in with_ci],
-                        xerr=[t.time_ci for t in with_ci], yerr=[t.energy_ci for t in with_ci],
-                        fmt="none", ecolor="tab:gray", alpha=0.5, lw=1, capsize=2, zorder=1,
-                        label="95% intervals of the mean (time, energy)")
+    # The front and the choice often sit in a tight cluster far from the slow trials: that part is
+    # drawn again, enlarged, beside the plot, where its trials are labelled.
+    zoom = zoom_box(ok, [t for t in front + [best, baseline] if t is not None and t.plottable])
+
+    # Rows for the notes, the head and three spare: the labels left off where the trials crowd.
+    note_h = 0.17 * (len(lines) + 4)
+    fig = plt.figure(figsize=(11.5 if zoom else 10.5, 5.8 + note_h), layout="constrained")
+    gs = fig.add_gridspec(2, 2, height_ratios=[5.8, note_h], width_ratios=[5.0, 2.7 if zoom else 1.7])
+    ax = fig.add_subplot(gs[0, 0])
+    if zoom:
+        right = gs[0, 1].subgridspec(2, 1, height_ratios=[1.0, 2.4])
+        lax, zax = fig.add_subplot(right[0]), fig.add_subplot(right[1])
     else:
+        lax, zax = fig.add_subplot(gs[0, 1]), None
+    lax.axis("off")  # the legend's, beside the plot: it covers no trial
+
+    def draw(a, legend):
+        """The trials, their intervals, the front, the choice and the baseline on axes `a`."""
+        name = (lambda s: s) if legend else (lambda s: None)
+        if ok:
+            a.scatter([t.time for t in ok], [t.energy for t in ok], s=28, color="tab:gray",
+                      alpha=0.75, label=name(f"ok trials ({len(ok)})"), zorder=2)
+            with_ci = [t for t in ok if math.isfinite(t.time_ci) and math.isfinite(t.energy_ci)]
+            if with_ci:
+                a.errorbar([t.time for t in with_ci], [t.energy for t in with_ci],
+                           xerr=[t.time_ci for t in with_ci], yerr=[t.energy_ci for t in with_ci],
+                           fmt="none", ecolor="tab:gray", alpha=0.5, lw=1, capsize=2, zorder=1,
+                           label=name("95% interval of the mean\n(time and energy per step)"))
+        # The choice's star goes under the front and the trials (zorder), so that a chosen trial
+        # on the front still shows the front's marker at its centre.
+        if best is not None and best.plottable:
+            a.scatter([best.time], [best.energy], marker="*", s=360, color="gold", edgecolor="black",
+                      lw=0.8, zorder=1.5, label=name(f"{best_how}: #{best.index:04d}"))
+        if baseline is not None and baseline.plottable and baseline is not best:
+            a.scatter([baseline.time], [baseline.energy], marker="s", s=110, facecolor="none",
+                      edgecolor="black", lw=1.2, zorder=1.6,
+                      label=name(wrap(f"{baseline_is}: #{baseline.index:04d}", 34)))
+        if front:
+            a.plot([t.time for t in front], [t.energy for t in front], "-o", color="tab:red",
+                   ms=6, lw=1.5, zorder=3, label=name(wrap(f"Pareto front ({front_src}): {len(front)} trial"
+                                                          + ("s" if len(front) != 1 else ""), 34)))
+        a.grid(True, alpha=0.3)
+
+    draw(ax, True)
+    cut = False
+    if ok:  # the limits: the trials, with their intervals up to 3/4 of their spread beyond them
+        for axis, value, half in ((ax.set_xlim, "time", "time_ci"), (ax.set_ylim, "energy", "energy_ci")):
+            v = np.array([getattr(t, value) for t in ok])
+            h = np.nan_to_num(np.array([getattr(t, half) for t in ok]))
+            lo, hi, span = v.min(), v.max(), np.ptp(v) or (abs(v.max()) * 0.2 or 1.0)
+            low = min((v - h).min(), lo - 0.06 * span)
+            high = max((v + h).max(), hi + 0.06 * span)
+            low2, high2 = max(low, lo - 0.75 * span), min(high, hi + 0.75 * span)
+            cut |= low2 > low or high2 < high
+            low2, high2 = low2 - 0.02 * (high2 - low2), high2 + 0.02 * (high2 - low2)
+            if lo >= 0:
+                low2 = max(low2, 0.0)  # no negative time or energy: an interval below 0 is cut at 0
+                cut |= low2 > low
+            axis(low2, high2)
+    if cut:
+        for bars in ax.containers:
+            if bars.get_label().startswith("95% interval"):
+                bars.set_label(bars.get_label() + ";\nsome cut at the plot's edge")
+    if not ok:
         ax.text(0.5, 0.5, "no ok trial with finite time and energy per step",
                 ha="center", va="center", transform=ax.transAxes)
-    if front:
-        ax.plot([t.time for t in front], [t.energy for t in front], "-o", color="tab:red",
-                ms=7, lw=1.5, label=f"Pareto front ({front_src})", zorder=3)
-    if best is not None and best.plottable:
-        ax.scatter([best.time], [best.energy], marker="*", s=320, color="gold", edgecolor="black",
-                   zorder=4, label=f"{best_how}: #{best.index:04d}")
-    labelled = ok if len(ok) <= MAX_LABELLED else list({t.index: t for t in front + [best] if t}.values())
-    for t in labelled:
-        if t.plottable:
-            ax.annotate(f"{t.index}", (t.time, t.energy), textcoords="offset points",
-                        xytext=(4, 4), fontsize=7, color="dimgray")
+    if zoom:
+        (x0, x1), (y0, y1) = zoom
+        ax.add_patch(matplotlib.patches.Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, ls="--", lw=0.8,
+                                                  edgecolor="tab:blue", zorder=0.5,
+                                                  label="enlarged below right"))
+        draw(zax, False)
+        zax.set_xlim(x0, x1)
+        zax.set_ylim(y0, y1)
+        zax.tick_params(labelsize=7)
+        zax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))
+        zax.set_title("enlarged: the front and the choice", fontsize=8, color="tab:blue")
+        for side in zax.spines.values():
+            side.set_edgecolor("tab:blue")
+            side.set_linestyle("--")
     ax.set_xlabel("time per step (s)")
     ax.set_ylabel(f"energy per step (J, {kind_label})")
-    title = "trials: time vs energy per step"
-    if objective:
-        title += f"  (objective: {objective})"
-    sub = f"energy {kind_label}" + (f" from {source}" if source else "")
+    title = "trials: time vs energy per step" + (f" (objective: {objective})" if objective else "")
+    sub = [wrap(energy_words(f), 110)]
     if best is not None:
-        sub += f"; {best_how} #{best.index:04d}: {best.knobs}"
-    ax.set_title(f"{title}\n{sub if len(sub) <= 110 else sub[:107] + '...'}", fontsize=9)
-    ax.grid(True, alpha=0.3)
+        choice = f"{best_how}: #{best.index:04d}" + (f" ({best.knobs})" if best.knobs else "")
+        if baseline is best:
+            choice += f", {baseline_is}"
+        sub.append(wrap(choice, 110))
+    ax.set_title("\n".join([title] + sub), fontsize=9)
     if ok or front:
-        ax.legend(fontsize=8, loc="best")
-    tax = fig.add_subplot(gs[1])
+        lax.legend(*ax.get_legend_handles_labels(), fontsize=8, loc="upper left", borderaxespad=0)
+    tax = fig.add_subplot(gs[1, :])
     tax.axis("off")
-    tax.text(0.0, 1.0, "\n".join([head] + lines),
-             va="top", ha="left", fontsize=7.5, family="monospace", transform=tax.transAxes)
-    fig.subplots_adjust(left=0.1, right=0.97, top=0.9, bottom=0.03)
+    note_text = tax.text(0.0, 1.0, "\n".join([head] + lines), va="top", ha="left", fontsize=7.5,
+                         family="monospace", transform=tax.transAxes)
+
+    # Labels: the choice, the baseline and the front first, then the other ok trials (up to
+    # MAX_LABELLED), each where it overlaps nothing (in the enlarged part: there); the ones that
+    # found no place are listed.
+    if ok:
+        chosen = [t for t in (best, baseline) if t is not None and t.plottable]
+        order = list({t.index: t for t in chosen + front + (ok if len(ok) <= MAX_LABELLED else [])}.values())
+        fig.canvas.draw()
+        fig.set_layout_engine("none")
+
+        def inside(t):
+            return zoom is not None and zoom[0][0] <= t.time <= zoom[0][1] and zoom[1][0] <= t.energy <= zoom[1][1]
+
+        crowded = []
+        for a, mine in ((ax, [t for t in order if not inside(t)]), (zax, [t for t in order if inside(t)])):
+            if a is None or not mine:
+                continue
+            markers = [marker_box(a, t.time, t.energy, 28, fig.dpi) for t in ok]
+            if best is not None and best.plottable:
+                markers.append(marker_box(a, best.time, best.energy, 360, fig.dpi))
+            items = []
+            for t in mine:
+                important = t is best or t is baseline
+                colour = "darkred" if t in front else "black" if important else "dimgray"
+                items.append((t.time, t.energy, f"{t.index}",
+                              dict(fontsize=7.5 if important else 7, color=colour,
+                                   fontweight="bold" if important else "normal", zorder=5)))
+            crowded += place_labels(a, items, markers)
+        if crowded:
+            note_text.set_text(note_text.get_text() + "\n" + wrap(
+                "not labelled (no free place beside them): " + ", ".join(crowded), 120))
     save(fig, path, written)
+
+
+def zoom_box(ok, key):
+    """((x0, x1), (y0, y1)): the part of the plot around the `key` trials (the front, the choice) and
+    the trials crowded near them, worth drawing enlarged: it holds at least 3 trials and spans at
+    most a third of the trials' spread each way; None otherwise."""
+    if len(ok) < 4 or not key:
+        return None
+    xs, ys = np.array([t.time for t in ok]), np.array([t.energy for t in ok])
+    wx, wy = np.ptp(xs), np.ptp(ys)
+    if wx <= 0 or wy <= 0:
+        return None
+    x0, x1 = min(t.time for t in key), max(t.time for t in key)
+    y0, y1 = min(t.energy for t in key), max(t.energy for t in key)
+    while True:  # take in every trial within 1/20 of the spread of the box, until none is left
+        near = ((xs >= x0 - 0.05 * wx) & (xs <= x1 + 0.05 * wx) & (ys >= y0 - 0.05 * wy) & (ys <= y1 + 0.05 * wy))
+        nx0, nx1 = min(x0, xs[near].min()), max(x1, xs[near].max())
+        ny0, ny1 = min(y0, ys[near].min()), max(y1, ys[near].max())
+        if (nx0, nx1, ny0, ny1) == (x0, x1, y0, y1):
+            break
+        x0, x1, y0, y1 = nx0, nx1, ny0, ny1
+    px, py = max(0.12 * (x1 - x0), 0.01 * wx), max(0.12 * (y1 - y0), 0.01 * wy)
+    x0, x1, y0, y1 = x0 - px, x1 + px, y0 - py, y1 + py
+    held = ((xs >= x0) & (xs <= x1) & (ys >= y0) & (ys <= y1)).sum()
+    if held < 3 or (x1 - x0) > wx / 3 or (y1 - y0) > wy / 3:
+        return None
+    return (float(x0), float(x1)), (float(y0), float(y1))
 
 
 def sources(f, best, best_how):
@@ -513,19 +803,42 @@ def switch_points(train):
     return points, (step[search - 1] if 0 < search <= step.size else None)
 
 
+SWITCH_ROWS = 3  # rows of trial labels over a plot's configuration changes (crowded ones left off)
+SWITCH_ROW_PT = 8  # their height, points
+
+
 def mark_switches(ax, points, search_end, x_of, first_x):
-    """Dotted lines where the configuration changed, each labelled with its trial; the search shaded."""
+    """Dotted lines where the configuration changed, each labelled with its trial above the plot (in
+    up to SWITCH_ROWS staggered rows; a label with no free place in any row is left off); the search
+    shaded. Returns the rows used, for the title's pad."""
     if search_end is not None:
         ax.axvspan(first_x, x_of(search_end), color="tab:purple", alpha=0.07, label="search (in flight)")
-    for n, (step, began, trial) in enumerate(points):
-        x = x_of(step) if began is None else began
-        if not math.isfinite(x):
+    xs = [(x_of(step) if began is None else began, trial) for step, began, trial in points]
+    xs = [(x, trial) for x, trial in xs if math.isfinite(x)]
+    # Where each label goes, in the axes' width: the limits as they stand (the data is drawn), the
+    # width the axes has before the layout (which widens it: an estimate on the safe side).
+    lo, hi = ax.get_xlim()
+    width_in = ax.get_position().width * ax.figure.get_figwidth() * 0.9
+    ends = [-math.inf] * SWITCH_ROWS  # per row, where its last label ends (fraction of the axes)
+    labels, crowded = [], 0
+    for x, trial in xs:
+        start = (x - lo) / (hi - lo) if hi > lo else 0.0
+        end = start + (len(str(trial)) * 0.62 * 6 + 3) / 72 / width_in  # 6 pt digits and a gap
+        row = next((r for r in range(SWITCH_ROWS) if ends[r] <= start), None)
+        if row is None:
+            crowded += 1
             continue
-        ax.axvline(x, color="tab:purple", lw=0.7, ls=":", alpha=0.8,
-                   label="configuration change" if n == 0 else None)
-        if len(points) <= 40:
-            ax.text(x, 1.0, f"{trial}", transform=ax.get_xaxis_transform(), fontsize=6,
-                    color="tab:purple", ha="left", va="bottom")
+        ends[row] = end
+        labels.append((x, trial, row))
+    change = "configuration change (trial above)"
+    if crowded:
+        change += f"; {crowded} label{'s' if crowded != 1 else ''} left off"
+    for n, (x, trial) in enumerate(xs):
+        ax.axvline(x, color="tab:purple", lw=0.7, ls=":", alpha=0.8, label=change if n == 0 else None)
+    for x, trial, row in labels:
+        ax.annotate(f"{trial}", (x, 1.0), xycoords=ax.get_xaxis_transform(), xytext=(0.5, 1 + SWITCH_ROW_PT * row),
+                    textcoords="offset points", fontsize=6, color="tab:purple", ha="left", va="bottom")
+    return 1 + max((row for _, _, row in labels), default=-1)
 
 
 def plot_power(f, best, best_how, path, written):
@@ -536,19 +849,25 @@ def plot_power(f, best, best_how, path, written):
     if not any(t.size and np.isfinite(w).any() for _, t, w, _ in traces):
         raise Skip("no power samples (power_time_s/power_w empty or all NaN) in "
                    + " or ".join(g.name for _, g in srcs))
-    fig, axes = plt.subplots(len(traces), 1, figsize=(9, 3.6 * len(traces)), squeeze=False)
+    fig, axes = plt.subplots(len(traces), 1, figsize=(9, 0.4 + 3.6 * len(traces)), squeeze=False,
+                             layout="constrained")
+    fig.suptitle(wrap("power over time, per domain; " + energy_words(f), 110), fontsize=9)
     for ax, (label, t, w, domains) in zip(axes[:, 0], traces):
-        ax.set_title(label if len(label) <= 100 else label[:97] + "...", fontsize=9)
         ax.set_xlabel("time (s)")
         ax.set_ylabel("power (W)")
+        rows = 0
         if not t.size or not np.isfinite(w).any():
             ax.text(0.5, 0.5, "no power samples", ha="center", va="center", transform=ax.transAxes)
+            ax.set_title(wrap(label, 110), fontsize=9)
             continue
         for j, name in enumerate(domains):
             col = w[:, j]
             fin = np.isfinite(col)
             mean = f", mean {np.mean(col[fin]):.1f} W" if fin.any() else ", no finite samples"
-            ax.plot(t, col, lw=1.1, marker="." if t.size < 50 else None, label=f"{name}{mean}")
+            ax.plot(t, col, lw=1.1, marker="." if t.size < 50 else None, label=f"{domain_label(name)}{mean}")
+        fin = w[np.isfinite(w)]
+        if fin.size and fin.min() >= 0:  # power from 0: the swings at their true size
+            ax.set_ylim(0, max(fin.max() * 1.08, 1e-9))
         if label.startswith("train run"):  # in flight: where the run switched, on its time axis
             points, search_end = switch_points(group(f, "train"))
             end = floats(group(f, "train"), "step_end_s")
@@ -556,10 +875,10 @@ def plot_power(f, best, best_how, path, written):
             if points and end.size == step.size:
                 def time_of(s):
                     return float(end[np.searchsorted(step, s)])
-                mark_switches(ax, points, search_end, time_of, 0.0)
+                rows = mark_switches(ax, points, search_end, time_of, 0.0)
+        ax.set_title(wrap(label, 110), fontsize=9, pad=6 + SWITCH_ROW_PT * rows)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
     save(fig, path, written)
 
 
@@ -571,6 +890,97 @@ def largest(rows, label):
     return sorted(rows, key=lambda r: -(r[3] if math.isfinite(r[3]) else -math.inf))[:MAX_BARS]
 
 
+# Where joule's own code opens its regions (core/train/trainer.cpp, core/model/*, captioning.cpp): each
+# name's enclosing regions, the usual one first. The run log stores regions by name alone (each
+# inclusive of what it holds, a name's calls summed wherever they were opened), so this is how
+# plot_regions nests them when the log says nothing itself (a `parent` column, or names that are
+# paths "step/forward"). d2h, h2d and optimizer_host run on other lanes beside the step: top-level.
+JOULE_NESTING = {
+    "joule::block_forward": ("forward",),
+    "joule::block_backward": ("backward",),
+    "ulysses_all_to_all": ("joule::block_forward", "joule::block_backward"),
+    "forward": ("step", "greedy_captions", "evaluate"),
+    "backward": ("step",),
+    "optimizer_device": ("step",),
+    "comm": ("step",),
+    "greedy_captions": ("evaluate",),
+}
+
+
+def read_parents(g, table, names):
+    """Each region's parent by the log itself: a `parent` string column ("" = top level), or names
+    that are paths ("step/forward": inside "step"); None when the log has neither."""
+    r = g.get(table) if g is not None else None
+    if isinstance(r, h5py.Group) and isinstance(r.get("parent"), h5py.Dataset):
+        parents = strings(r["parent"])
+        if len(parents) == len(names):
+            return parents
+    if any("/" in n.strip("/") for n in names):
+        return [n.strip("/").rpartition("/")[0] for n in names]
+    return None
+
+
+def region_tree(regs, parents):
+    """The rows of a region table in tree order: [(depth, prefix, row, parent row or None, also)],
+    siblings by energy (else time), largest first; `prefix` draws the tree ("├─ ", "│  └─ ");
+    `also` names the other enclosing regions a name was opened in too (joule's nesting only). A
+    child must fit in its parent (time and energy no larger): one that does not is drawn top-level."""
+    by_name = {r[0]: r for r in regs}
+    known = parents is not None
+
+    def fits(child, parent):
+        return all(not (math.isfinite(child[k]) and math.isfinite(parent[k])) or child[k] <= parent[k] * 1.001 + 1e-12
+                   for k in (2, 3))
+
+    parent_of, also = {}, {}
+    for i, r in enumerate(regs):
+        if known:
+            name = parents[i]
+            candidates = [name] if name else []
+            if name and name not in by_name:  # a path whose parent is not a row: its nearest row
+                while name and name not in by_name:
+                    name = name.rpartition("/")[0]
+                candidates = [name] if name else []
+        else:
+            candidates = [p for p in JOULE_NESTING.get(r[0], ()) if p in by_name]
+        chosen = next((p for p in candidates if p != r[0] and fits(r, by_name[p])), None)
+        if chosen is not None:
+            parent_of[r[0]] = chosen
+            also[r[0]] = [p for p in candidates if p != chosen]
+    # A cycle (only from a malformed parent column) is broken: its members go top-level.
+    for name in list(parent_of):
+        seen, p = {name}, parent_of.get(name)
+        while p is not None and p not in seen:
+            seen.add(p)
+            p = parent_of.get(p)
+        if p is not None:
+            parent_of.pop(name, None)
+    children = {}
+    for r in regs:
+        children.setdefault(parent_of.get(r[0]), []).append(r)
+
+    def size(r):
+        return (r[3] if math.isfinite(r[3]) else -math.inf, r[2] if math.isfinite(r[2]) else -math.inf)
+
+    out = []
+
+    def walk(parent, depth, lead):
+        kids = sorted(children.get(parent, []), key=size, reverse=True)
+        for k, r in enumerate(kids):
+            last = k == len(kids) - 1
+            prefix = "" if depth == 0 else lead + ("└─ " if last else "├─ ")
+            out.append((depth, prefix, r, by_name.get(parent), also.get(r[0], [])))
+            walk(r[0], depth + 1, "" if depth == 0 else lead + ("   " if last else "│  "))
+
+    walk(None, 0, "")
+    return out
+
+
+def short_name(name, parents):
+    """A region's own name: a path's last part."""
+    return name.strip("/").rpartition("/")[2] if parents is not None and "/" in name.strip("/") else name
+
+
 def plot_regions(f, best, best_how, path, written):
     srcs = sources(f, best, best_how)
     if not srcs:
@@ -579,43 +989,79 @@ def plot_regions(f, best, best_how, path, written):
     data = []
     for label, g in srcs:
         if g.name == "/profile":  # the energy tool's: its kernels too, the largest of each
-            data.append((label, g.name, "region", largest(read_regions(g), f"{g.name}/regions")))
-            data.append((label, g.name + "/kernels", "kernel", largest(read_regions(g, "kernels"), f"{g.name}/kernels")))
+            regs = largest(read_regions(g), f"{g.name}/regions")
+            data.append((label, g.name, "region", regs, read_parents(g, "regions", [r[0] for r in regs])))
+            kern = largest(read_regions(g, "kernels"), f"{g.name}/kernels")
+            data.append((label, g.name + "/kernels", "kernel", kern, None))
         else:
-            data.append((label, g.name, "region", read_regions(g)))
+            regs = read_regions(g)
+            data.append((label, g.name, "region", regs, read_parents(g, "regions", [r[0] for r in regs])))
     data = [d for d in data if d[3]]
     if not data:
         raise Skip("no regions subgroup (or an empty one) in " + " or ".join(g.name for _, g in srcs))
-    rows = len(data)
-    height = max(2.8, 0.32 * max(len(r) for _, _, _, r in data) + 1.4)
-    fig, axes = plt.subplots(rows, 2, figsize=(11, height * rows), squeeze=False)
-    for (label, gname, what, regs), (ax_e, ax_t) in zip(data, axes):
-        names = [r[0] for r in regs]
-        calls = [r[1] for r in regs]
-        for ax, col, xlabel, colour in ((ax_e, 3, f"energy (J, {kind})", "tab:orange"),
-                                        (ax_t, 2, "time (s)", "tab:blue")):
-            vals = np.array([r[col] for r in regs], dtype=float)
+    trees = []  # per table: its rows in tree order, and how their nesting is known
+    for label, gname, what, regs, parents in data:
+        if what == "kernel":
+            trees.append(([(0, "", r, None, []) for r in sorted(regs, key=lambda r: -(r[3] if math.isfinite(r[3]) else -math.inf))],
+                          "kernels, largest energy first"))
+            continue
+        rows = region_tree(regs, parents)
+        if parents is not None:
+            how = "nesting as the log records it"
+        elif any(depth for depth, _, _, _, _ in rows):
+            how = "nesting as joule's code opens its regions (the log stores names alone)"
+        else:
+            how = "regions by name (the log does not record how they nest)"
+        trees.append((rows, how))
+    nested = any(depth for rows, _ in trees for depth, _, _, _, _ in rows)
+    heights = [max(2.4, 0.3 * len(d[3]) + 1.5) for d in data]
+    fig = plt.figure(figsize=(11, sum(heights) + 0.9), layout="constrained")
+    head = "energy and time per region"
+    if nested:
+        head += ("; indented: opened inside the region above it (a region's figures include those of "
+                 "the regions inside it, so rows do not add up; regions on other threads or streams "
+                 "overlap in time); the pale bar behind a row is its parent's")
+    fig.suptitle(wrap(head + "; " + energy_words(f), 150), fontsize=8.5)
+    subfigs = fig.subfigures(len(data), 1, height_ratios=heights, squeeze=False)[:, 0]
+    for sub, (label, gname, what, regs, parents), (rows, how) in zip(subfigs, data, trees):
+        sub.suptitle(wrap(f"{label} ({gname}): {how}", 150), fontsize=9)
+        ax_e, ax_t = sub.subplots(1, 2, sharey=True)
+        y = np.arange(len(rows))
+        names = []
+        for depth, prefix, r, parent, also in rows:
+            calls = f" ({int(r[1])}x" if math.isfinite(r[1]) else " ("
+            extra = f"; also in {', '.join(also)}" if also else ""
+            tag = f"{calls}{extra})" if calls != " (" or extra else ""
+            names.append(f"{prefix}{short_name(r[0], parents)}{tag.replace(' (; ', ' (')}")
+        for ax, col, xlabel, cmap in ((ax_e, 3, f"energy (J, {kind})", plt.cm.Oranges),
+                                      (ax_t, 2, "time (s)", plt.cm.Blues)):
+            vals = np.array([r[col] for _, _, r, _, _ in rows], dtype=float)
             fin = np.isfinite(vals)
-            y = np.arange(len(regs))
-            ax.barh(y, np.where(fin, vals, 0.0), color=colour)
-            ax.set_yticks(y)
-            ax.set_yticklabels([f"{n} ({int(c)}x)" if math.isfinite(c) else n
-                                for n, c in zip(names, calls)], fontsize=8)
-            ax.invert_yaxis()
+            pvals = np.array([p[col] if p is not None and math.isfinite(p[col]) else 0.0
+                              for _, _, _, p, _ in rows], dtype=float)
+            depths = np.array([d for d, _, _, _, _ in rows])
+            ax.barh(y, pvals, height=0.8, color="0.88", zorder=1)  # the parent's extent, behind
+            ax.barh(y, np.where(fin, vals, 0.0), height=0.62,
+                    color=[cmap(0.75 - 0.17 * min(int(d), 3)) for d in depths], zorder=2)
             ax.set_xlabel(xlabel)
             ax.grid(True, axis="x", alpha=0.3)
             top = np.max(vals[fin]) if fin.any() else 0.0
             for yi, v, good in zip(y, vals, fin):
-                ax.text(v if good else 0.0, yi, f" {v:.3g}" if good else " n/a", va="center",
-                        fontsize=7)
-            ax.set_xlim(0, top * 1.18 if top > 0 else 1.0)
+                ax.text(v if good else 0.0, yi, f" {v:.3g}" if good and abs(v) < 1000 else
+                        f" {v:.0f}" if good else " n/a", va="center", fontsize=7, zorder=3)
+            ax.set_xlim(0, top * 1.2 if top > 0 else 1.0)
             if not fin.any():
                 ax.text(0.5, 0.5, f"no {xlabel.split()[0]} recorded", ha="center", va="center",
                         transform=ax.transAxes)
-        short = label if len(label) <= 70 else label[:67] + "..."
-        ax_e.set_title(f"{short}: energy per {what}", fontsize=9)
-        ax_t.set_title(f"{gname}: time per {what}", fontsize=9)
-    fig.tight_layout()
+        # Left-aligned (monospace) so that the tree's indentation lines up: the labels start a
+        # fixed distance left of the axis, as wide as the longest.
+        ax_e.set_yticks(y)
+        ax_e.set_yticklabels(names, fontsize=8, family="monospace", ha="left")
+        ax_e.tick_params(axis="y", length=0, pad=4 + 0.61 * 8 * max(len(n) for n in names))
+        ax_t.tick_params(axis="y", left=False, labelleft=False)
+        ax_e.invert_yaxis()
+        ax_e.set_title(f"energy per {what}", fontsize=9)
+        ax_t.set_title(f"time per {what}", fontsize=9)
     save(fig, path, written)
 
 
@@ -635,12 +1081,13 @@ def plot_loss(f, path, written):
         step = np.arange(1, loss.size + 1, dtype=float)
     if not np.isfinite(loss).any():
         raise Skip("/train/loss is all NaN")
-    fig, ax = plt.subplots(figsize=(8.5, 5))
+    fig, ax = plt.subplots(figsize=(8.5, 5), layout="constrained")
     ax.plot(step, loss, lw=1.2, marker="." if loss.size < 60 else None, color="tab:blue",
             label="training loss")
     points, search_end = switch_points(tr)
+    rows = 0
     if points:  # in flight: the switch points, each at the first step of its configuration
-        mark_switches(ax, [(p, None, t) for p, _, t in points], search_end, lambda s: s, step[0])
+        rows = mark_switches(ax, [(p, None, t) for p, _, t in points], search_end, lambda s: s, step[0])
     eval_step, eval_loss = floats(tr, "eval_step"), floats(tr, "eval_loss")
     n = min(eval_step.size, eval_loss.size)
     if n:
@@ -671,9 +1118,8 @@ def plot_loss(f, path, written):
     title = "training loss"
     if n and math.isfinite(eval_loss[n - 1]):
         title += f" (final held-out loss {eval_loss[n - 1]:.4g})"
-    ax.set_title(title)
+    ax.set_title(title, pad=6 + SWITCH_ROW_PT * rows)
     ax.grid(True, alpha=0.3)
-    fig.tight_layout()
     save(fig, path, written)
 
 
@@ -719,7 +1165,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("log", help="the run log (HDF5) written by joule tune")
     ap.add_argument("--out", help="output folder (default: <stem>-plots/ next to the log)")
+    ap.add_argument("--describe", metavar="FILE",
+                    help="also write a JSON summary of each plot written to FILE (- for stdout, after the "
+                         "paths): its titles, each axes' title, labels, limits and legend entries, the "
+                         "texts that reach outside the figure and the pairs of texts that overlap")
     args = ap.parse_args()
+    global DESCRIBE
+    DESCRIBE = [] if args.describe else None
 
     if not os.path.isfile(args.log):
         print(f"{PROG}: {args.log}: no such file", file=sys.stderr)
@@ -782,6 +1234,17 @@ def main():
                 failed += 1
     for p in written:
         print(p)
+    if args.describe:
+        summary = json.dumps({"log": args.log, "plots": DESCRIBE}, indent=1)
+        try:
+            if args.describe == "-":
+                print(summary)
+            else:
+                with open(args.describe, "w") as out_file:
+                    out_file.write(summary + "\n")
+        except OSError as e:
+            note(f"--describe {args.describe}: cannot write: {e.strerror or e}")
+            failed += 1
     if failed:
         return 1
     if not written:

@@ -4,7 +4,11 @@
 # The script must exit 0 on LOG, print and write pareto.png, power_trace.png, regions.png and
 # loss.png into OUTDIR, each a valid PNG (magic bytes) of more than 5 kB with more than a handful
 # of distinct pixel colours and some coloured (non-grey) pixels, i.e. data drawn; and it must exit 2, writing no plot, on an HDF5 file that is not a
-# joule run log and on a file that is not HDF5 at all.
+# joule run log and on a file that is not HDF5 at all. What the plots show, from the script's own
+# --describe summary (issue 53): no text reaches outside its figure and no two texts overlap; each
+# legend names each entry once, and no power column names its source twice ("model (model,
+# model)"); the power axes start at 0 W; pareto.png draws the 95% intervals when the log's trials
+# have two or more measured steps.
 #   plot_run_check.sh --faults FAULT_WRITES_SO SCRIPT
 # Writing under a fault instead (tests/support/fault_writes.c): on a small run log of its own (a
 # /train loss curve, made here in a second), loss.png is plotted once, then again with its writes
@@ -61,7 +65,7 @@ work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 plots=(pareto.png power_trace.png regions.png loss.png)
 rm -f "${plots[@]/#/$outdir/}"
 rc=0
-"$py" "$script" "$log" --out "$outdir" >"$work/stdout" 2>"$work/stderr" || rc=$?
+"$py" "$script" "$log" --out "$outdir" --describe "$work/describe.json" >"$work/stdout" 2>"$work/stderr" || rc=$?
 if [ "$rc" -ne 0 ]; then
   cat "$work/stdout" "$work/stderr" >&2
   fail "plot_run.py exited $rc on $log"
@@ -109,6 +113,53 @@ for name in names:
               "coloured pixels (want > 16 and >= 200)", file=sys.stderr)
         bad += 1
 sys.exit(1 if bad else 0)
+PY
+
+# What the plots show (--describe): nothing cut off or overlapping, each source and entry named once,
+# power from 0 W, the trials' intervals drawn.
+"$py" - "$work/describe.json" "$log" <<'PY' || fail "a plot reads wrong, see above"
+import json
+import re
+import sys
+
+import h5py
+import numpy as np
+
+plots = {p["plot"]: p for p in json.load(open(sys.argv[1]))["plots"]}
+bad = []
+for name, p in sorted(plots.items()):
+    for t in p["texts_outside_figure"]:
+        bad.append(f"{name}: text outside the figure: {t}")
+    for a, b in p["overlapping_texts"]:
+        bad.append(f"{name}: texts overlap: {a!r} and {b!r}")
+    for ax in p["axes"]:
+        legend = ax["legend"]
+        if len(set(legend)) != len(legend):
+            bad.append(f"{name}: a legend entry twice: {legend}")
+        if any(t.endswith("...") or t.endswith("\u2026") for t in [ax["title"]] + p["titles"]):
+            bad.append(f"{name}: a title cut short: {ax['title']!r}")
+power = plots.get("power_trace.png")
+for ax in power["axes"] if power else []:
+    if ax["ylabel"].startswith("power") and ax["ylim"][0] != 0:
+        bad.append(f"power_trace.png: {ax['title']!r}: the power axis starts at {ax['ylim'][0]}, not 0")
+    for entry in ax["legend"]:
+        if re.search(r"\(([^,()]+)(, \1)+[,)]", entry) or re.match(r"([^ (]+) \(\1[,)]", entry):
+            bad.append(f"power_trace.png: {entry!r} names its source twice")
+with h5py.File(sys.argv[2], "r") as f:  # trials with 2+ measured steps: their intervals are drawn
+    trials = f["trials"].values() if isinstance(f.get("trials"), h5py.Group) else []
+    intervals = any(np.isfinite(np.asarray(g.get("step_time_s", [])[()], dtype=float)).sum() >= 2
+                    and g.attrs.get("status", b"ok") in (b"ok", "ok") and g.attrs.get("complete", 0) == 1
+                    for g in trials if isinstance(g, h5py.Group) and "step_energy_j" in g)
+if intervals:
+    entries = [e for ax in plots["pareto.png"]["axes"] for e in ax["legend"]]
+    if not any(e.startswith("95% interval") for e in entries):
+        bad.append(f"pareto.png: the log's trials have intervals but the legend has none: {entries}")
+for line in bad:
+    print(f"plot_run_check: {line}", file=sys.stderr)
+if bad:
+    sys.exit(1)
+print(f"plots read right: {', '.join(sorted(plots))} (nothing cut off or overlapping, legends unique, "
+      f"power from 0 W{', intervals drawn' if intervals else ''})")
 PY
 
 # Not a joule run log: an HDF5 file of another format, and a file that is not HDF5.
