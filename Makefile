@@ -19,7 +19,12 @@
 #                      < 25 % or < 1/4 of a wave, less cmake/compile-check/gpu_audit_allow.json;
 #                      then the roofline MODEL of that step on a GH200 (docs/roofline.md)
 # Use your own Kokkos install (e.g. CUDA on a GH200 node):
-#   make test Kokkos_ROOT=/path/to/kokkos [PRESET=gh200]
+#   make test Kokkos_ROOT=/path/to/kokkos [PRESET=gh200] [HDF5_ROOT=... NCCL_ROOT=... CUDAToolkit_ROOT=...]
+# A Kokkos_ROOT or another *_ROOT (or JOULE_NO_APT=1, or a system without dpkg/apt: RHEL, SLES, Cray,
+# Spack's apps/spack/spack.yaml) means no apt and no sudo: install-deps.sh only checks what is there
+# and names what is missing with the minimum version. Variables given to make reach CMake through the
+# environment, where it reads every <Package>_ROOT (NCCL_ROOT too). The gh200 preset compiles
+# with $Kokkos_ROOT/bin/nvcc_wrapper; CMAKE_ARGS=-DCMAKE_CXX_COMPILER=/path/to/nvcc_wrapper overrides.
 # Or build Kokkos + Kokkos-Kernels from your source trees (e.g. the 4.6.01 release tags) first;
 # each backend and version gets its own cache prefix and build folder:
 #   make test KOKKOS_SRC=~/src/kokkos KOKKOS_KERNELS_SRC=~/src/kokkos-kernels [JOULE_KOKKOS_BACKEND=cuda]

@@ -18,8 +18,20 @@
 #                        Kokkos that has a patch in cmake/patches (4.6.01), a copy of KOKKOS_SRC
 #                        is patched and built; the tree itself is never changed
 #   JOULE_WITH_TORCH=1   also install Debian's python3-torch (golden files, PyTorch bench)
-#   Kokkos_ROOT          if set, the user's own Kokkos is used and nothing is built
+#   Kokkos_ROOT          if set, the user's own Kokkos is used and nothing is built, nor installed
+#   JOULE_NO_APT=1       never call dpkg, apt or sudo (see below); JOULE_NO_APT=0 keeps the Debian
+#                        path even with a *_ROOT given
 #   --print-prefix       print the prefix these settings build into, and do nothing else
+# Without apt (RHEL, SLES, Cray, Spack, modules): when Kokkos_ROOT or another dependency's *_ROOT
+# is given (KokkosKernels_ROOT, HDF5_ROOT, NCCL_ROOT, CUDAToolkit_ROOT, MPI_HOME, Catch2_ROOT,
+# nlohmann_json_ROOT, CLI11_ROOT, fmt_ROOT, ZLIB_ROOT), with JOULE_NO_APT=1, or where dpkg-query or
+# apt-get is missing, nothing is installed and no dpkg, apt or sudo is called: the script checks
+# what is there, where CMake will look (each *_ROOT first, then CMAKE_PREFIX_PATH, the prefixes of
+# PATH's bin folders, /usr/local and /usr), names what is missing with the minimum version joule
+# needs and exits non-zero if a required one is (optional ones get a note). Kokkos is then the
+# user's (Kokkos_ROOT) or built from KOKKOS_SRC + KOKKOS_KERNELS_SRC. The check follows CXX (the
+# compiler), JOULE_WITH_MPI=OFF and JOULE_ENABLE_TESTS=OFF (MPI, Catch2 not checked; give CMake the
+# same in CMAKE_ARGS) and JOULE_STB_INCLUDE_DIR.
 set -euo pipefail
 
 log() { printf '[joule deps] %s\n' "$*" >&2; }
@@ -60,6 +72,295 @@ fi
 prefix="${JOULE_DEPS_PREFIX:-$default_prefix}"
 if [ "${1:-}" = --print-prefix ]; then echo "$prefix"; exit 0; fi
 
+# --- Without apt: what is there, checked -----------------------------------------------------------
+# The minimum versions are what joule's build asks: CMakePresets.json (CMake 3.21; CMakeLists.txt
+# alone: 3.19), find_package(Kokkos 3.4), find_package(nlohmann_json 3.9), Catch2 2.13 to 3.x
+# (tests/CMakeLists.txt), a GH200 build Kokkos 4.0 (JOULE_GH200); and what the code calls: HDF5
+# 1.10.5 (H5Dget_num_chunks), MPI 3 (MPI_Iallreduce), C++17 with <filesystem> (GCC 9, Clang 9).
+# The tested versions are Debian 12's (README.md, "Dependencies").
+dep_roots=(Kokkos_ROOT KokkosKernels_ROOT HDF5_ROOT NCCL_ROOT CUDAToolkit_ROOT MPI_HOME Catch2_ROOT
+           nlohmann_json_ROOT CLI11_ROOT fmt_ROOT ZLIB_ROOT)
+no_apt_why=""
+if [ "${JOULE_NO_APT:-}" = 1 ]; then
+  no_apt_why="JOULE_NO_APT=1"
+elif [ "${JOULE_NO_APT:-}" != 0 ]; then
+  for v in "${dep_roots[@]}"; do
+    if [ -n "${!v:-}" ]; then no_apt_why="$v is given"; break; fi
+  done
+  if [ -z "$no_apt_why" ] && ! { command -v dpkg-query && command -v apt-get; } >/dev/null 2>&1; then
+    no_apt_why="no dpkg-query/apt-get here"
+  fi
+fi
+
+search_prefixes() {  # search_prefixes PKG: the prefixes CMake searches for PKG, its PKG_ROOT first
+  local var="${1}_ROOT" p
+  [ -n "${!var:-}" ] && printf '%s\n' "${!var}"
+  local IFS=:
+  for p in ${CMAKE_PREFIX_PATH:-}; do [ -n "$p" ] && printf '%s\n' "$p"; done
+  for p in $PATH; do case "$p" in */bin|*/sbin) printf '%s\n' "${p%/*}";; esac; done
+  printf '%s\n' /usr/local /usr
+}
+config_version() {  # config_version DIR NAME: PACKAGE_VERSION from NAME's config-version file in DIR
+  local f
+  for f in "$1/${2}ConfigVersion.cmake" "$1/${2}-config-version.cmake" \
+           "$1/$(printf '%s' "$2" | tr '[:upper:]' '[:lower:]')-config-version.cmake"; do
+    if [ -f "$f" ]; then
+      sed -n -E 's/^ *[Ss][Ee][Tt] *\( *PACKAGE_VERSION +"([0-9][^" ]*)".*/\1/p' "$f" | head -1
+      return 0
+    fi
+  done
+}
+# find_config NAME PREFIX...: sets cfg_dir, cfg_prefix and cfg_version to where find_package(NAME)
+# would find NAME's CMake configuration (CMake's search layout on Unix); returns 1 if nowhere.
+find_config() {
+  local name="$1" lower p d; lower="$(printf '%s' "$1" | tr '[:upper:]' '[:lower:]')"; shift
+  cfg_dir="" cfg_prefix="" cfg_version=""
+  local restore; restore="$(shopt -p nullglob nocaseglob || true)"
+  shopt -s nullglob nocaseglob
+  for p in "$@"; do
+    [ -d "$p" ] || continue
+    for d in "$p" "$p"/cmake "$p"/"$name"* "$p"/"$name"*/cmake \
+             "$p"/{lib/*-linux-gnu,lib64,lib,lib32,libx32,share}/cmake/"$name"* \
+             "$p"/{lib/*-linux-gnu,lib64,lib,lib32,libx32,share}/"$name"* \
+             "$p"/{lib/*-linux-gnu,lib64,lib,lib32,libx32,share}/"$name"*/cmake; do
+      if [ -f "$d/${name}Config.cmake" ] || [ -f "$d/${lower}-config.cmake" ]; then
+        cfg_dir="$d" cfg_prefix="$p" cfg_version="$(config_version "$d" "$name")"
+        eval "$restore"; return 0
+      fi
+    done
+  done
+  eval "$restore"; return 1
+}
+# find_pkg NAME [PREFIX...]: find_config over NAME_ROOT, NAME_DIR (both as CMake reads them from
+# the environment too), PREFIX..., then the rest.
+find_pkg() {
+  local name="$1" var="${1}_ROOT" dir="${1}_DIR" pfx; shift
+  mapfile -t pfx < <(search_prefixes "$name")
+  find_config "$name" ${!var:+"${!var}"} ${!dir:+"${!dir}"} "$@" "${pfx[@]}"
+}
+find_in_prefixes() {  # find_in_prefixes PKG PATH-UNDER-PREFIX...: the first that exists
+  local p rel
+  while read -r p; do
+    for rel in "${@:2}"; do
+      for f in "$p"/$rel; do [ -e "$f" ] && { printf '%s\n' "$f"; return 0; }; done
+    done
+  done < <(search_prefixes "$1")
+  return 1
+}
+header_define() {  # header_define FILE MACRO: the value of #define MACRO in FILE
+  sed -n -E "s/^#[ \t]*define[ \t]+$2[ \t]+\"?([^\" \t]*)\"?.*/\1/p" "$1" | head -1
+}
+
+check_deps() {  # everything joule's build looks for; with Kokkos only when Kokkos_ROOT is given
+  local errors=() notes=() v f w cxx kk_prefix="" kokkos_cuda=0 kokkos_h="" kk_h=""
+  ok()   { log "  ok       $*"; }
+  need() { errors+=("$*"); log "  MISSING  $*"; }
+  note() { notes+=("$*"); log "  note     $*"; }
+  log "checking joule's dependencies without apt ($no_apt_why):"
+
+  # CMake: the presets (make) need 3.21, CMakeLists.txt 3.19.
+  if command -v cmake >/dev/null; then
+    v="$(cmake --version | sed -n 's/^cmake version \([0-9][0-9.]*\).*/\1/p')"
+    if version_lt "$v" 3.21; then need "CMake >= 3.21 (CMakePresets.json; 3.19 for CMakeLists.txt alone): found $v at $(command -v cmake)"
+    else ok "CMake $v"; fi
+  else need "CMake >= 3.21: no cmake on PATH"; fi
+
+  # The C++ compiler: C++17 with <filesystem> (GCC >= 9, Clang >= 9); others are not compared.
+  cxx="${CXX:-}"
+  if [ -z "$cxx" ]; then for w in g++ c++ clang++ CC; do command -v "$w" >/dev/null && { cxx="$w"; break; }; done; fi
+  if [ -z "$cxx" ] || ! command -v "${cxx%% *}" >/dev/null; then
+    need "a C++17 compiler (GCC >= 9 or Clang >= 9): $([ -n "$cxx" ] && echo "CXX=$cxx not found" || echo "none of g++, c++, clang++, CC on PATH")"
+  else
+    local first; first="$($cxx --version 2>/dev/null | head -1 || true)"
+    if [[ "$first" =~ clang\ version\ ([0-9]+(\.[0-9]+)*) ]]; then
+      v="${BASH_REMATCH[1]}"
+      if version_lt "$v" 9; then need "Clang >= 9 (C++17 with <filesystem>): found $v ($cxx)"; else ok "C++ compiler: Clang $v ($cxx)"; fi
+    elif [[ "$first" =~ (g\+\+|GCC|gcc) ]]; then
+      v="$($cxx -dumpfullversion -dumpversion 2>/dev/null || true)"
+      if version_lt "$v" 9; then need "GCC >= 9 (C++17 with <filesystem>): found $v ($cxx)"; else ok "C++ compiler: GCC $v ($cxx)"; fi
+    else
+      ok "C++ compiler: $cxx (${first:-version not read}; not compared: joule needs C++17 with <filesystem>)"
+    fi
+  fi
+
+  # Kokkos + Kokkos-Kernels: the user's install (Kokkos_ROOT), or built below from source trees.
+  if [ -n "${Kokkos_ROOT:-}" ]; then
+    if find_config Kokkos "$Kokkos_ROOT"; then
+      v="${cfg_version:-unknown}"
+      if [ "$v" = unknown ]; then note "Kokkos at $cfg_dir: version not read (joule needs >= 3.4)"
+      elif version_lt "$v" 3.4; then need "Kokkos >= 3.4: found $v at $cfg_dir (Kokkos_ROOT=$Kokkos_ROOT)"
+      else ok "Kokkos $v ($cfg_dir)"; fi
+      kokkos_h="$(find "$Kokkos_ROOT" -maxdepth 3 -name KokkosCore_config.h 2>/dev/null | head -1)"
+      if [ -n "$kokkos_h" ] && grep -Eq '^#[ \t]*define[ \t]+KOKKOS_ENABLE_CUDA([ \t]|$)' "$kokkos_h"; then
+        kokkos_cuda=1
+        [ "$v" != unknown ] && version_lt "$v" 4.0 &&
+          note "Kokkos $v has CUDA: the gh200 preset (JOULE_GH200) needs Kokkos >= 4.0"
+        grep -Eq '^#[ \t]*define[ \t]+KOKKOS_ARCH_HOPPER90([ \t]|$)' "$kokkos_h" ||
+          note "Kokkos at $Kokkos_ROOT is not built for Hopper (Kokkos_ARCH_HOPPER90): the gh200 preset refuses it"
+        grep -Eq '^#[ \t]*define[ \t]+KOKKOS_ENABLE_OPENMP([ \t]|$)' "$kokkos_h" ||
+          note "Kokkos at $Kokkos_ROOT has no OpenMP backend: the gh200 preset refuses it"
+      fi
+    else
+      need "Kokkos >= 3.4: no KokkosConfig.cmake under Kokkos_ROOT=$Kokkos_ROOT (an install prefix, with lib/cmake/Kokkos or lib64/cmake/Kokkos)"
+    fi
+    # Kokkos-Kernels: KokkosKernels_ROOT, else next to Kokkos, else where CMake looks.
+    if find_pkg KokkosKernels "$Kokkos_ROOT"; then
+      ok "Kokkos-Kernels ${cfg_version:-(version not read)} ($cfg_dir; no version asked, use the one matching Kokkos)"
+      kk_prefix="$cfg_prefix"
+      kk_h="$(find "$kk_prefix" -maxdepth 3 -name KokkosKernels_config.h 2>/dev/null | head -1)"
+    else
+      need "Kokkos-Kernels (the release matching Kokkos): no KokkosKernelsConfig.cmake in KokkosKernels_ROOT, Kokkos_ROOT or the usual prefixes"
+    fi
+  fi
+
+  # HDF5 (C): found by CMake's FindHDF5 through h5cc/h5pcc (HDF5_ROOT/bin, PATH) or its CMake config.
+  local hdf5="" hdf5_v=""
+  for w in ${HDF5_ROOT:+"$HDF5_ROOT/bin/h5pcc" "$HDF5_ROOT/bin/h5cc"} "$(command -v h5pcc || true)" "$(command -v h5cc || true)"; do
+    if [ -n "$w" ] && [ -x "$w" ]; then
+      hdf5="$w"; hdf5_v="$("$w" -showconfig 2>/dev/null | sed -n 's/^ *HDF5 Version: *\([0-9][0-9.]*\).*/\1/p' | head -1 || true)"
+      break
+    fi
+  done
+  if [ -z "$hdf5" ]; then
+    local pfx; mapfile -t pfx < <(search_prefixes HDF5)
+    if find_config hdf5 "${pfx[@]}"; then hdf5="$cfg_dir"; hdf5_v="$cfg_version"; fi
+  fi
+  if [ -z "$hdf5" ] && command -v pkg-config >/dev/null && pkg-config --exists hdf5 2>/dev/null; then
+    hdf5="pkg-config hdf5"; hdf5_v="$(pkg-config --modversion hdf5)"
+  fi
+  if [ -z "$hdf5" ]; then need "HDF5 >= 1.10.5 (C library): no h5cc/h5pcc (HDF5_ROOT/bin or PATH), no hdf5-config.cmake, no hdf5.pc"
+  elif [ -z "$hdf5_v" ]; then note "HDF5 at $hdf5: version not read (joule needs >= 1.10.5)"
+  elif version_lt "$hdf5_v" 1.10.5; then need "HDF5 >= 1.10.5 (H5Dget_num_chunks): found $hdf5_v ($hdf5)"
+  else ok "HDF5 $hdf5_v ($hdf5)"; fi
+
+  # MPI (MPI 3): CMake's FindMPI, through the compiler wrapper (MPI_HOME/bin or PATH) or Cray's CC.
+  if [ "${JOULE_WITH_MPI:-ON}" = OFF ]; then
+    note "MPI not checked (JOULE_WITH_MPI=OFF; configure with CMAKE_ARGS=-DJOULE_WITH_MPI=OFF too)"
+  else
+    w=""
+    for f in ${MPI_HOME:+"$MPI_HOME/bin/mpicxx"} mpicxx mpic++ mpiCC; do
+      if [ -x "$f" ] || command -v "$f" >/dev/null 2>&1; then w="$(command -v "$f")"; break; fi
+    done
+    if [ -n "$w" ]; then
+      v="$("$w" --showme:version 2>/dev/null || { command -v mpichversion >/dev/null && mpichversion | head -1; } ||
+           { command -v mpiexec >/dev/null && mpiexec --version 2>/dev/null | head -1; } || true)"
+      v="$(printf '%s\n' "$v" | head -1 | sed -e 's/^[^ :]*: //' -e 's/ (Language: [^)]*)//')"
+      ok "MPI: ${v:-version not read} ($w; joule needs MPI 3)"
+    elif [ -n "${CRAY_MPICH_DIR:-}${CRAY_MPICH_VERSION:-}" ] && command -v CC >/dev/null; then
+      ok "MPI: Cray MPICH ${CRAY_MPICH_VERSION:-} through the CC wrapper"
+    else
+      need "MPI (MPI 3, e.g. Open MPI >= 1.8 or MPICH >= 3.0): no mpicxx (MPI_HOME/bin or PATH); or build without MPI: JOULE_WITH_MPI=OFF and CMAKE_ARGS=-DJOULE_WITH_MPI=OFF"
+    fi
+    command -v mpiexec >/dev/null || command -v mpirun >/dev/null || command -v srun >/dev/null ||
+      note "no mpiexec, mpirun or srun on PATH: the mpirun tests need a launcher"
+  fi
+
+  # The header-only and small libraries, as find_package finds them.
+  if [ "${JOULE_ENABLE_TESTS:-ON}" = OFF ]; then note "Catch2 not checked (JOULE_ENABLE_TESTS=OFF)"
+  elif find_pkg Catch2; then
+    v="${cfg_version:-unknown}"
+    if [ "$v" != unknown ] && { version_lt "$v" 2.13 || ! version_lt "$v" 4; }; then
+      need "Catch2 2.13+ or 3.x (the tests): found $v at $cfg_dir"
+    else ok "Catch2 $v ($cfg_dir)"; fi
+  else need "Catch2 2.13+ or 3.x (the tests; Catch2Config.cmake): not found (Catch2_ROOT, CMAKE_PREFIX_PATH, /usr/local, /usr)"; fi
+  if find_pkg nlohmann_json; then
+    v="${cfg_version:-unknown}"
+    if [ "$v" != unknown ] && version_lt "$v" 3.9; then need "nlohmann-json >= 3.9: found $v at $cfg_dir"
+    else ok "nlohmann-json $v ($cfg_dir)"; fi
+  else need "nlohmann-json >= 3.9 (nlohmann_jsonConfig.cmake): not found (nlohmann_json_ROOT, CMAKE_PREFIX_PATH, /usr/local, /usr)"; fi
+  if find_pkg CLI11; then ok "CLI11 ${cfg_version:-(version not read)} ($cfg_dir)"
+  else need "CLI11 (CLI11Config.cmake; 2.1.2 tested): not found (CLI11_ROOT, CMAKE_PREFIX_PATH, /usr/local, /usr)"; fi
+  if find_pkg fmt; then ok "fmt ${cfg_version:-(version not read)} ($cfg_dir)"
+  else need "fmt (fmt-config.cmake; 9.1.0 tested): not found (fmt_ROOT, CMAKE_PREFIX_PATH, /usr/local, /usr)"; fi
+  if f="$(find_in_prefixes stb include/stb/stb_image.h)" ||
+     { [ -n "${JOULE_STB_INCLUDE_DIR:-}" ] && [ -f "$JOULE_STB_INCLUDE_DIR/stb/stb_image.h" ] && f="$JOULE_STB_INCLUDE_DIR/stb/stb_image.h"; }; then
+    ok "stb_image ($f)"
+  else need "stb (stb/stb_image.h, header only: the image files of joule caption): not found; give CMAKE_ARGS=-DJOULE_STB_INCLUDE_DIR=<folder holding stb/>"; fi
+  if f="$(find_in_prefixes ZLIB include/zlib.h)"; then ok "zlib $(header_define "$f" ZLIB_VERSION) ($f)"
+  else need "zlib (zlib.h): not found (ZLIB_ROOT, CMAKE_PREFIX_PATH, /usr/local, /usr)"; fi
+
+  # A BLAS: what a Kokkos-Kernels with the BLAS TPL links (an install built elsewhere carries its
+  # own path), and what the OpenMP build from source trees needs.
+  if f="$(find_in_prefixes OpenBLAS 'lib/*-linux-gnu/openblas-openmp/libopenblas.so*' 'lib64/libopenblas*.so*' 'lib/libopenblas*.so*' 'lib/*-linux-gnu/libopenblas*.so*')"; then
+    ok "OpenBLAS ($f)"
+  elif [ -z "${Kokkos_ROOT:-}" ] && [ "$backend" = openmp ]; then
+    need "OpenBLAS (libopenblas, its OpenMP build preferred; Kokkos-Kernels' BLAS TPL): not found (OpenBLAS_ROOT, CMAKE_PREFIX_PATH, /usr/local, /usr)"
+  elif [ -n "$kk_h" ] && grep -Eq '^#[ \t]*define[ \t]+KOKKOSKERNELS_ENABLE_TPL_BLAS([ \t]|$)' "$kk_h"; then
+    note "no libopenblas found, and Kokkos-Kernels at $kk_prefix uses a BLAS TPL: its library must be where that build found it"
+  else note "no OpenBLAS found (not needed by this Kokkos-Kernels)"; fi
+
+  # A CUDA Kokkos (a GH200 build): the toolkit, cuBLASLt, nvcc_wrapper; NCCL is optional.
+  if [ "$kokkos_cuda" = 1 ] || [ "$backend" = cuda ]; then
+    local cuda=""
+    for f in ${CUDAToolkit_ROOT:+"$CUDAToolkit_ROOT/bin/nvcc"} ${CUDA_HOME:+"$CUDA_HOME/bin/nvcc"} ${CUDA_PATH:+"$CUDA_PATH/bin/nvcc"} "$(command -v nvcc || true)" /usr/local/cuda/bin/nvcc; do
+      if [ -n "$f" ] && [ -x "$f" ]; then cuda="$(cd "$(dirname "$f")/.." && pwd)"; break; fi
+    done
+    if [ -z "$cuda" ]; then need "the CUDA toolkit (nvcc; CUDA 12.x or 13.0): no nvcc in CUDAToolkit_ROOT/bin, CUDA_HOME/bin or PATH"
+    else
+      ok "CUDA $("$cuda/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') ($cuda)"
+      if compgen -G "$cuda/lib64/libcublasLt.so*" >/dev/null || compgen -G "$cuda/targets/*/lib/libcublasLt.so*" >/dev/null ||
+         compgen -G "$cuda/lib/libcublasLt.so*" >/dev/null; then ok "cuBLASLt ($cuda)"
+      else need "cuBLASLt (libcublasLt, part of the CUDA toolkit: joule's bf16 GEMMs): not found under $cuda"; fi
+    fi
+    if [ -n "${Kokkos_ROOT:-}" ] && [ "$kokkos_cuda" = 1 ]; then
+      [ -x "$Kokkos_ROOT/bin/nvcc_wrapper" ] ||
+        note "no $Kokkos_ROOT/bin/nvcc_wrapper (the gh200 preset's compiler): give CMAKE_ARGS=-DCMAKE_CXX_COMPILER=/path/to/nvcc_wrapper"
+      if [ -n "$kk_h" ] && ! grep -Eq '^#[ \t]*define[ \t]+KOKKOSKERNELS_ENABLE_TPL_CUBLAS([ \t]|$)' "$kk_h"; then
+        note "Kokkos-Kernels at $kk_prefix has no cuBLAS TPL: the gh200 preset refuses it"
+      fi
+    fi
+    f="$( { [ -n "${NCCL_ROOT:-}" ] && [ -f "$NCCL_ROOT/include/nccl.h" ] && echo "$NCCL_ROOT/include/nccl.h"; } ||
+          { [ -n "$cuda" ] && [ -f "$cuda/include/nccl.h" ] && echo "$cuda/include/nccl.h"; } ||
+          find_in_prefixes NCCL include/nccl.h || true)"
+    if [ -n "$f" ] && ! compgen -G "$(dirname "$f")/../lib*/libnccl.so*" >/dev/null &&
+       ! compgen -G "$(dirname "$f")/../lib/*-linux-gnu/libnccl.so*" >/dev/null && ! compgen -G "$cuda/lib64/libnccl.so*" >/dev/null; then
+      note "$f has no libnccl.so beside it: NCCL will not be used (GPU collectives through MPI)"
+    elif [ -n "$f" ]; then
+      ok "NCCL $(header_define "$f" NCCL_MAJOR).$(header_define "$f" NCCL_MINOR).$(header_define "$f" NCCL_PATCH) ($f; CMake reads NCCL_ROOT from the environment)"
+    else note "no NCCL (nccl.h in NCCL_ROOT/include or the CUDA toolkit): GPU collectives go through MPI (host-staged)"; fi
+  fi
+
+  # Python 3 for apps/scripts and their tests (not for the build itself; the tests run
+  # /usr/bin/python3 where there is one); PyTorch for bench-torch.
+  local py=/usr/bin/python3
+  [ -x "$py" ] || py="$(command -v python3 || true)"
+  if [ -n "$py" ]; then
+    local want=(numpy h5py PIL matplotlib) missing_py
+    [ "${JOULE_WITH_TORCH:-0}" = 1 ] && want+=(torch)
+    missing_py="$("$py" - "${want[@]}" 2>/dev/null <<'PY' || echo "${want[*]}"
+import importlib.util, sys
+print(" ".join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))
+PY
+)"
+    if [[ " $missing_py " == *" torch "* ]]; then
+      need "PyTorch for python3 (JOULE_WITH_TORCH=1: the golden files, make bench-torch)"
+      missing_py="${missing_py/torch/}"
+    fi
+    missing_py="$(echo $missing_py)"
+    if [ -n "$missing_py" ]; then note "$py lacks $missing_py: apps/scripts and some tests need numpy, h5py, PIL and matplotlib"
+    else ok "$py $("$py" -c 'import sys; print(sys.version.split()[0])') with ${want[*]}"; fi
+  else note "no python3: apps/scripts and some tests need it (with numpy, h5py, PIL and matplotlib)"; fi
+
+  if [ "${#errors[@]}" -gt 0 ]; then
+    printf '[joule deps] ERROR: %d required dependencies missing or too old (%s: nothing was installed):\n' \
+      "${#errors[@]}" "$no_apt_why" >&2
+    printf '  - %s\n' "${errors[@]}" >&2
+    printf '[joule deps] give each one'"'"'s prefix as <Package>_ROOT (make ... HDF5_ROOT=...), or in CMAKE_PREFIX_PATH; on Debian, JOULE_NO_APT=0 installs them with apt\n' >&2
+    exit 1
+  fi
+  log "all required dependencies found${notes[0]:+ (${#notes[@]} notes above)}"
+}
+
+if [ -n "$no_apt_why" ]; then
+  check_deps
+  if [ -n "${Kokkos_ROOT:-}" ]; then
+    log "Kokkos_ROOT=$Kokkos_ROOT given: using that Kokkos, building none, installing nothing"
+    exit 0
+  fi
+  [ "$from_source" = 1 ] ||
+    die "without apt ($no_apt_why) Debian's Kokkos 3.4.1 cannot be fetched: give Kokkos_ROOT=<your Kokkos + Kokkos-Kernels install> or KOKKOS_SRC + KOKKOS_KERNELS_SRC (source trees to build), or JOULE_NO_APT=0 on Debian"
+fi
+
 # --- Debian packages --------------------------------------------------------------------------------
 packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libhdf5-dev catch2
           libopenblas-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev
@@ -88,7 +389,19 @@ jobs="${JOBS:-$(nproc)}"
 # OpenBLAS's OpenMP build, named by full path: it then shares the OpenMP thread pool with
 # Kokkos instead of spinning its own pthreads against it (which slowed small GEMMs several-fold),
 # whatever the system's libblas alternative points to.
-openblas_dir=/usr/lib/$(gcc -print-multiarch)/openblas-openmp
+openblas_dir=""
+if [ -z "$no_apt_why" ]; then
+  openblas_dir=/usr/lib/$(gcc -print-multiarch)/openblas-openmp
+  openblas_name=openblas
+elif [ "$backend" = openmp ]; then
+  # Without apt: the libopenblas the check found, its OpenMP build where there is one (Debian's
+  # openblas-openmp folder, Fedora/RHEL's libopenblaso).
+  openblas_lib="$(find_in_prefixes OpenBLAS 'lib/*-linux-gnu/openblas-openmp/libopenblas.so' 'lib64/libopenblaso.so' \
+                  'lib/libopenblaso.so' 'lib64/libopenblas.so' 'lib/libopenblas.so' 'lib/*-linux-gnu/libopenblas.so')" ||
+    die "no libopenblas.so (OpenBLAS_ROOT, CMAKE_PREFIX_PATH, /usr/local, /usr): Kokkos-Kernels' BLAS TPL needs it"
+  openblas_dir="$(dirname "$openblas_lib")"
+  openblas_name="$(basename "$openblas_lib" .so)"; openblas_name="${openblas_name#lib}"
+fi
 
 # What each backend means, as Kokkos / Kokkos-Kernels options (one table for both sources).
 kokkos_options=(-DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=ON)
@@ -137,9 +450,9 @@ if [ "$backend" = cuda ]; then
     fi
   fi
 else
-  kernels_options+=(-DKokkosKernels_ENABLE_TPL_BLAS=ON -DBLAS_LIBRARIES=openblas -DBLAS_LIBRARY_DIRS="$openblas_dir"
-                    -DLAPACK_LIBRARIES=openblas -DLAPACK_LIBRARY_DIRS="$openblas_dir")
-  tpl_text="blas=$openblas_dir/libopenblas"
+  kernels_options+=(-DKokkosKernels_ENABLE_TPL_BLAS=ON -DBLAS_LIBRARIES="$openblas_name" -DBLAS_LIBRARY_DIRS="$openblas_dir"
+                    -DLAPACK_LIBRARIES="$openblas_name" -DLAPACK_LIBRARY_DIRS="$openblas_dir")
+  tpl_text="blas=$openblas_dir/lib$openblas_name"
 fi
 
 # Bump v when the build recipe changes, so cached prefixes are rebuilt. A source tree enters the
