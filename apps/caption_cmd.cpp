@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -123,13 +124,18 @@ std::vector<std::string> good_image_files(CaptionOptions const& o, ModelConfig c
   std::vector<std::uint8_t> scratch(std::size_t(m.channels) * m.image_size * m.image_size);
   std::vector<std::string> good;
   bad = listing.unusable;
+  // What was made to fit the model (said once, not per file): other sizes, other channel counts.
+  std::size_t resized = 0;
+  std::map<int, std::size_t> converted;  // by the file's channel count
   for (auto const& file : listing.files) {
     if (o.limit && good.size() == std::size_t(*o.limit)) {
       bad.erase(std::remove_if(bad.begin(), bad.end(), [&](BadImage const& b) { return b.path > file; }), bad.end());
       break;
     }
     try {
-      load_image(file, m.channels, m.image_size, resize, scratch.data());
+      auto const shape = load_image(file, m.channels, m.image_size, resize, scratch.data());
+      resized += shape.width != m.image_size || shape.height != m.image_size;
+      if (shape.channels != m.channels) ++converted[shape.channels];
       good.push_back(file);
     } catch (BadImageError const& e) {
       bad.push_back({e.path(), e.reason()});
@@ -148,6 +154,19 @@ std::vector<std::string> good_image_files(CaptionOptions const& o, ModelConfig c
   if (!bad.empty())
     fmt::print(stderr, "--images {}: skipping {} damaged or unreadable image file(s) (listed at the end)\n", o.images,
                bad.size());
+  if (resized > 0)
+    fmt::print(stderr, "--images {}: {} of {} image(s) resized to the model's {}x{} ({}; --resize none refuses them)\n",
+               o.images, resized, good.size(), m.image_size, m.image_size, o.resize);
+  if (!converted.empty()) {
+    auto const kind = [](int c) {
+      return c == 1 ? "grey" : c == 2 ? "grey with alpha" : c == 3 ? "RGB" : c == 4 ? "RGBA" : "other";
+    };
+    std::vector<std::string> parts;
+    for (auto const& [channels, count] : converted) parts.push_back(fmt::format("{} {}", count, kind(channels)));
+    fmt::print(stderr, "--images {}: converted to the model's {} channel(s) ({}): {}\n", o.images, m.channels,
+               m.channels == 1 ? "grey" : m.channels == 3 ? "RGB, alpha dropped, grey copied to each" : "stb_image's rule",
+               fmt::join(parts, ", "));
+  }
   return good;
 }
 

@@ -500,7 +500,7 @@ Axis axis(int in, int out, Resize resize) {
 
 }  // namespace
 
-void load_image(std::string const& path, int channels, int size, Resize resize, std::uint8_t* out) {
+ImageShape load_image(std::string const& path, int channels, int size, Resize resize, std::uint8_t* out) {
   Bytes const bytes = read_whole_file(path);
   if (bytes.empty()) throw BadImageError(path, "an empty file, not an image");
   if (bytes.size() > std::size_t(std::numeric_limits<int>::max()))
@@ -522,7 +522,7 @@ void load_image(std::string const& path, int channels, int size, Resize resize, 
   if (w == size && h == size) {
     for (int c = 0; c < channels; ++c)
       for (int i = 0; i < size * size; ++i) out[c * size * size + i] = src[i * channels + c];
-    return;
+    return {w, h, in_channels};
   }
   Axis const ax = axis(w, size, resize), ay = axis(h, size, resize);
   // With alpha, colours are filtered premultiplied (as PIL does for RGBA, except with nearest), so a
@@ -553,6 +553,7 @@ void load_image(std::string const& path, int channels, int size, Resize resize, 
       for (int c = 0; c < channels; ++c)
         out[(std::size_t(c) * size + y) * size + x] = std::uint8_t(std::clamp(std::lround(result[c]), 0L, 255L));
     }
+  return {w, h, in_channels};
 }
 
 }  // namespace joule::apps

@@ -48,6 +48,10 @@ ImageFolder image_files(std::string const& folder);
 // Decodes `path` into `out` (channels * size * size bytes, channel-major as the dataset's /images).
 // Throws BadImageError if the file cannot be read, is damaged or is not an image; and
 // std::runtime_error, naming the file, if (Resize::none) it is not size x size.
-void load_image(std::string const& path, int channels, int size, Resize resize, std::uint8_t* out);
+// Returns what the file held, so that a caller can say what was converted to the model's shape.
+struct ImageShape {
+  int width = 0, height = 0, channels = 0;  // channels: 1 grey, 2 grey + alpha, 3 RGB, 4 RGBA
+};
+ImageShape load_image(std::string const& path, int channels, int size, Resize resize, std::uint8_t* out);
 
 }  // namespace joule::apps

@@ -104,6 +104,7 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
   if (world) world->barrier();
   if (!std::filesystem::exists(cfg.data.path))
     throw DatasetError(cfg.data.path + ": no such dataset (pass --make-data to generate the synthetic shapes data there)");
+  Dataset::check_shape(cfg.data.path, cfg.model);  // a wrong image size ends the job before its log exists
 
   energy::Sampler sampler(energy::discover_sources(energy::SourceOptions::from_environment()));
   auto const regions = make_region_recorder(sampler, energy::edge_mode_from_string(job.energy_regions));

@@ -53,6 +53,9 @@ class Dataset {
   // match the model's. The file is read in a child process first (io::read_in_child), so a
   // file that crashes the HDF5 library is an error here, not a crash.
   static Dataset open(std::string const& path, ModelConfig const* model = nullptr);
+  // The structure alone (datasets, types, shapes, the model's image and text shapes), not every
+  // sample: a job checks it before it writes anything (a run log), and opens the file later.
+  static void check_shape(std::string const& path, ModelConfig const& model);
 
   std::string const& path() const { return path_; }
   DatasetShape const& shape() const { return shape_; }

@@ -157,6 +157,14 @@ if "$joule" caption --checkpoint "$work/ck.h5" --images "$work/wrong" --resize n
   echo "a 9x8 image was captioned with --resize none by an 8x8 model"; exit 1
 fi
 grep -q "big.png" "$work/err" || { cat "$work/err"; exit 1; }
+# Resized and converted images are said, once for the folder: the 9x8 one (bilinear, the default)
+# and a colour one made here (the model reads grey).
+$py -c "from PIL import Image; Image.new('RGB', (8, 8), (200, 30, 30)).save('$work/wrong/colour.png')"
+"$joule" caption --checkpoint "$work/ck.h5" --images "$work/wrong" >"$work/out" 2>"$work/err" || { cat "$work/err"; exit 1; }
+grep -q "^--images $work/wrong: 1 of [0-9]* image(s) resized to the model's 8x8 (bilinear; --resize none refuses them)\$" \
+  "$work/err" || { echo "no note of the resized image:"; cat "$work/err"; exit 1; }
+grep -q "^--images $work/wrong: converted to the model's 1 channel(s) (grey): 1 RGB\$" \
+  "$work/err" || { echo "no note of the colour image:"; cat "$work/err"; exit 1; }
 # A bf16 run's checkpoint (fp32 master weights) captions in bf16, the precision it names, as its
 # trainer's evaluation did; --precision fp32 runs the same weights in fp32.
 "$joule" train --config "$work/cfg.json" --precision bf16 --checkpoint "$work/ck16.h5" >"$work/train16.out"

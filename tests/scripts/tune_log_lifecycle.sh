@@ -72,6 +72,15 @@ if "$joule" tune "${quick[@]}" --no-train --out "$log" >"$work/over.out" 2>&1; t
 grep -q "exists: continue it with --resume" "$work/over.out" || fail "no clear message for an existing log"
 [ "$(trials "$log")" = 15 ] || fail "the refused run changed the log"
 
+# 3b. A dataset whose images are not the model's size ends the job before its log exists.
+"$joule" data synth --out "$work/big-images.h5" --count 16 --image-size 32 --text-len 34 --frames 1 >/dev/null
+rc=0
+"$joule" tune "${quick[@]}" --no-train --data "$work/big-images.h5" --out "$work/never.h5" >"$work/size.out" 2>&1 || rc=$?
+[ "$rc" != 0 ] || fail "a dataset of 32x32 images was tuned on with a 16x16 model"
+grep -qF "image height is 32 but the model's model.image_size is 16" "$work/size.out" || fail "size: $(cat "$work/size.out")"
+[ ! -e "$work/never.h5" ] || fail "a run log was written before the dataset was refused"
+echo "a dataset of the wrong image size: refused before the log was written"
+
 # 4. SIGINT stops cleanly, the log stays readable and resumable.
 ilog="$work/interrupted.h5"
 "$joule" tune "${quick[@]}" --no-train --out "$ilog" >"$work/int.out" 2>&1 &
