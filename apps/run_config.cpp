@@ -191,4 +191,15 @@ nlohmann::json integer_json(std::string const& text) {
   throw std::invalid_argument(text + " is not a 64-bit integer");
 }
 
+nlohmann::json power_limits_json(std::vector<std::string> const& values) {
+  if (values.size() == 1 && values[0] == "all") return "all";
+  nlohmann::json list = nlohmann::json::array();
+  for (auto const& v : values) {
+    if (!whole_number()(std::string(v)).empty())
+      throw ConfigError("--power-limits: '" + v + "' is not a whole number of watts (give W,W,... or all)");
+    list.push_back(integer_json(v));
+  }
+  return list;
+}
+
 }  // namespace joule::apps

@@ -83,4 +83,11 @@ CLI::Validator whole_number();
 // the field's own check.
 nlohmann::json integer_json(std::string const& text);
 
+// `--power-limits W,W,...` or `--power-limits all` (joule tune, joule train --tune): the JSON of
+// tune.power_limits_w, whose own check judges the values. One text, for both commands' help.
+inline constexpr char const* kPowerLimitsHelp =
+    "GPU power limits to try, in watts, comma-separated, or all (overrides tune.power_limits_w; NVML sets them "
+    "before each trial and restores the limit at the end: needs root or nvidia-smi's privilege on the GPU)";
+nlohmann::json power_limits_json(std::vector<std::string> const& values);
+
 }  // namespace joule::apps

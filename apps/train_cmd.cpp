@@ -32,6 +32,7 @@ struct TrainOptions {
   // Overrides of configuration fields: std::nullopt when not given (see run_config.hpp).
   std::optional<std::string> data, checkpoint, seed;  // seed: any 64-bit integer text (integer_json)
   std::optional<std::string> objective, strategy;     // with --tune
+  std::vector<std::string> power_limits;               // with --tune: watts, or all
   std::optional<std::string> precision, offload_cast;
   std::optional<long long> steps, recompute_depth, micro_batch, host_threads, seq_shards, checkpoint_every;
   std::optional<double> offload_ratio;
@@ -61,6 +62,7 @@ Overrides overrides(TrainOptions const& o) {
   if (!o.comm.empty()) ov.add("--comm", "parallel.backend", o.comm);
   ov.set("--objective", "tune.objective", o.objective);
   ov.set("--strategy", "tune.strategy", o.strategy);
+  if (!o.power_limits.empty()) ov.add("--power-limits", "tune.power_limits_w", power_limits_json(o.power_limits));
   return ov;
 }
 
@@ -109,8 +111,11 @@ int tune_in_flight(Processes& procs, Config const& cfg, scheduler::TuneSettings 
                    TrainOptions const& o);
 
 int run_train(TrainOptions const& o) {
-  if (!o.tune && (o.objective || o.strategy || !o.tune_log.empty()))
-    throw ConfigError(std::string(o.objective ? "--objective" : o.strategy ? "--strategy" : "--tune-log") +
+  if (!o.tune && (o.objective || o.strategy || !o.tune_log.empty() || !o.power_limits.empty()))
+    throw ConfigError(std::string(o.objective       ? "--objective"
+                                  : o.strategy      ? "--strategy"
+                                  : o.tune_log.empty() ? "--power-limits"
+                                                       : "--tune-log") +
                       " applies to a tuned run: add --tune");
   // A tuning log is the file people reach for to continue a tuned run: say what to do with it.
   if (!o.resume.empty() && scheduler::is_run_log(o.resume))
@@ -369,6 +374,7 @@ std::function<int()> add_train_command(CLI::App& app) {
                   "with --tune: edp (default), ed2p, weighted[:eta], energy_under_slowdown[:x] (overrides tune.objective)");
   cmd->add_option("--strategy", o->strategy,
                   "with --tune: auto (default), exhaustive, coordinate_descent (overrides tune.strategy)");
+  cmd->add_option("--power-limits", o->power_limits, std::string("with --tune: ") + kPowerLimitsHelp)->delimiter(',');
   cmd->add_option("--tune-log", o->tune_log,
                   "the HDF5 run log of --tune (default: runs/tune-<time>.h5; with --resume, the one the checkpoint "
                   "names, continued)");

@@ -26,6 +26,7 @@ struct TuneOptions {
   std::optional<std::string> data, objective, strategy;
   std::optional<long long> steps, measured_steps, warmup_steps, max_repeats;
   std::optional<double> budget_mib;
+  std::vector<std::string> power_limits;  // --power-limits: watts, or all
   bool make_data = false, no_train = false;
 };
 
@@ -40,6 +41,7 @@ Overrides overrides(TuneOptions const& o) {
   ov.set("--max-repeats", "tune.max_repeats", o.max_repeats);
   ov.set("--budget-mib", "tune.device_memory_budget_mib", o.budget_mib);
   ov.set_flag("--no-train", "tune.train_after", o.no_train, false);
+  if (!o.power_limits.empty()) ov.add("--power-limits", "tune.power_limits_w", power_limits_json(o.power_limits));
   if (!o.comm.empty()) ov.add("--comm", "parallel.backend", o.comm);
   return ov;
 }
@@ -87,6 +89,7 @@ std::function<int()> add_tune_command(CLI::App& app) {
       ->check(whole_number());
   cmd->add_option("--budget-mib", o->budget_mib,
                   "device memory budget in MiB (tune.device_memory_budget_mib: 0 to 1e9; 0: automatic)");
+  cmd->add_option("--power-limits", o->power_limits, kPowerLimitsHelp)->delimiter(',');
   cmd->add_flag("--make-data", o->make_data, "generate the synthetic shapes dataset at data.path if missing");
   cmd->add_flag("--no-train", o->no_train, "only search; do not train with the chosen configuration");
   cmd->add_option("--energy-regions", o->energy_regions,

@@ -58,6 +58,20 @@ kill -INT $pid; rc=0; wait $pid || rc=$?
 [ "$(tail -1 "$work/limits")" = "0 700000" ] || fail "after SIGINT the limit left behind is $(tail -1 "$work/limits")"
 echo "SIGINT: original restored"
 
+# The limits from the command line (--power-limits) in place of the configuration's; a bad value
+# and the flag without --tune are refused before anything runs.
+: > "$work/limits"
+"$joule" tune --config "$work/config.json" --out "$work/flag.h5" --power-limits 300,150 --no-train >"$work/flag.out" 2>&1 ||
+  fail "tune --power-limits failed: $(tail "$work/flag.out")"
+grep -q "GPU power limits to try: 300, 150 W" "$work/flag.out" || fail "--power-limits 300,150: $(head "$work/flag.out")"
+grep -q "^0 300000" "$work/limits" && grep -q "^0 150000" "$work/limits" || fail "--power-limits not set: $(cat "$work/limits")"
+[ "$(tail -1 "$work/limits")" = "0 700000" ] || fail "--power-limits: the limit left behind is $(tail -1 "$work/limits")"
+rc=0; "$joule" tune --config "$work/config.json" --out "$work/bad.h5" --power-limits 300,abc >"$work/bad.out" 2>&1 || rc=$?
+[ $rc != 0 ] && grep -q "power-limits: 'abc' is not a whole number of watts" "$work/bad.out" || fail "--power-limits abc: $rc $(cat "$work/bad.out")"
+rc=0; "$joule" train --config "$work/config.json" --power-limits 300 >"$work/bad.out" 2>&1 || rc=$?
+[ $rc != 0 ] && grep -q "\-\-power-limits applies to a tuned run: add --tune" "$work/bad.out" || fail "train --power-limits: $rc $(cat "$work/bad.out")"
+echo "--power-limits: the flag's limits tried, bad values refused"
+
 # Without permission: the trials fail with NVML's reason; nothing is changed.
 : > "$work/limits"
 FAKE_NVML_SET_DENIED=1 "$joule" tune --config "$work/config.json" --out "$work/denied.h5" >"$work/denied.out" 2>&1 && fail "tune succeeded without any possible trial"
