@@ -148,16 +148,12 @@ void set_openmp_wait_defaults(char** argv) {
   // With OMP_PROC_BIND or OMP_PLACES set, libgomp has already bound this (initial) thread to the
   // first place, and an exec keeps that mask: the new process would see one CPU and start one
   // thread. Its places were made from the mask the process was started with; their union is it.
-  cpu_set_t started_with;
-  CPU_ZERO(&started_with);
-  bool bound = false;
-  for (int place = 0; place < omp_get_num_places(); ++place) {
-    std::vector<int> ids(std::size_t(std::max(0, omp_get_place_num_procs(place))));
-    omp_get_place_proc_ids(place, ids.data());
-    for (int cpu : ids)
-      if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &started_with), bound = true;
+  if (core_environment::openmp_binds_threads()) {
+    cpu_set_t started_with;
+    CPU_ZERO(&started_with);
+    for (int cpu : core_environment::process_cpus()) CPU_SET(cpu, &started_with);
+    ::sched_setaffinity(0, sizeof started_with, &started_with);
   }
-  if (bound) ::sched_setaffinity(0, sizeof started_with, &started_with);
 #endif
   ::execv("/proc/self/exe", argv);
   // No /proc (or exec refused): run on with libgomp's own default, and say so in joule info.

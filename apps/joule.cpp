@@ -9,6 +9,7 @@
 #include "bench/bench_step.hpp"
 #include "commands.hpp"
 #include "core/compat.hpp"
+#include "core/environment.hpp"
 #include "core/model/model.hpp"
 #include "core/train/host_cores.hpp"
 #include "environment.hpp"
@@ -87,7 +88,16 @@ class KokkosStart {
   // Starts Kokkos; returns 0, or the exit status after an error naming what is wrong.
   int start() {
     try {
-      joule::reserve_host_cores_from_environment();  // JOULE_HOST_CORES: before Kokkos starts its threads
+      // JOULE_HOST_CORES: before Kokkos starts its threads.
+      if (auto const& cores = joule::reserve_host_cores_from_environment();
+          !cores.optimizer.empty() && joule::core_environment::openmp_binds_threads())
+        fmt::print(stderr,
+                   "joule: warning: OMP_PROC_BIND/OMP_PLACES bind OpenMP's threads to places made before joule "
+                   "started, over all {} CPUs, the {} that JOULE_HOST_CORES sets aside for the optimizer included: "
+                   "Kokkos' threads may share them (leave binding unset, joule's default, or give OMP_PLACES only "
+                   "CPUs {}-{})\n",
+                   cores.kokkos.size() + cores.optimizer.size(), cores.optimizer.size(), cores.kokkos.front(),
+                   cores.kokkos.back());
       // No more threads than CPUs where Kokkos would take OpenMP's count (apps/environment.hpp).
       auto const choice = joule::apps::choose_kokkos_threads(joule::apps::usable_cpus(), static_cast<int>(args_.size()) - 1,
                                                              args_.data());

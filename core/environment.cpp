@@ -3,17 +3,46 @@
 #if defined(__linux__)
 #include <sched.h>
 #endif
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+#include <algorithm>
 
 namespace joule::core_environment {
 
-long usable_cpus() {
+bool openmp_binds_threads() {
+#if defined(_OPENMP)
+  return omp_get_proc_bind() != omp_proc_bind_false && omp_get_num_places() > 0;
+#else
+  return false;
+#endif
+}
+
+std::vector<int> process_cpus() {
+  std::vector<int> cpus;
 #if defined(__linux__)
   cpu_set_t mask;
   CPU_ZERO(&mask);
-  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) return CPU_COUNT(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return cpus;
+#if defined(_OPENMP)
+  // Bound by the OpenMP runtime before main (OMP_PROC_BIND, OMP_PLACES), this thread holds its
+  // first place only; the places were made from the mask the process started with.
+  if (openmp_binds_threads())
+    for (int place = 0; place < omp_get_num_places(); ++place) {
+      std::vector<int> ids(std::size_t(std::max(0, omp_get_place_num_procs(place))));
+      omp_get_place_proc_ids(place, ids.data());
+      for (int cpu : ids)
+        if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &mask);
+    }
 #endif
-  return 1;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mask)) cpus.push_back(c);
+#endif
+  return cpus;
 }
+
+long usable_cpus() { return std::max<long>(1, long(process_cpus().size())); }
 
 std::optional<long> host_cores_wanted(long cpus) {
   auto const text = environment::text_of(kHostCoresName);

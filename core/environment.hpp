@@ -15,8 +15,13 @@ inline constexpr char const* kAcceptSharedFolderName = "JOULE_ACCEPT_SHARED_FOLD
 // k from JOULE_HOST_CORES for a process that may use `cpus` CPUs (nullopt: unset): an integer in
 // [1, cpus - 1], since Kokkos keeps at least one; with one CPU the Error says that no value works.
 std::optional<long> host_cores_wanted(long cpus);
-// The CPUs this process may use (its affinity mask).
-long usable_cpus();
+// The CPUs this process may use: its affinity mask, or where the OpenMP runtime bound this thread
+// to one place before main (OMP_PROC_BIND, OMP_PLACES), the union of its places, which it made from
+// the mask the process started with. Sorted; empty where unreadable.
+std::vector<int> process_cpus();
+long usable_cpus();  // their count (at least 1)
+// Whether the OpenMP runtime binds its threads to places (the user set OMP_PROC_BIND or OMP_PLACES).
+bool openmp_binds_threads();
 
 // Seconds a guarded read of a file may take before it is given up, before 1 s per 20 MB of file.
 inline constexpr environment::Real kReadTimeout{

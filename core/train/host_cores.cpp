@@ -29,13 +29,8 @@ HostCores const& reserve_host_cores_from_environment() {
   bool const asked = environment::text_of(core_environment::kHostCoresName).has_value();
   if (!asked && kDeviceIsHost) return g_cores;
 #if defined(__linux__)
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  if (sched_getaffinity(0, sizeof(mask), &mask) != 0)
-    throw std::runtime_error("JOULE_HOST_CORES: cannot read this process's CPU affinity");
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &mask)) cpus.push_back(c);
+  std::vector<int> const cpus = core_environment::process_cpus();
+  if (cpus.empty()) throw std::runtime_error("JOULE_HOST_CORES: cannot read this process's CPU affinity");
   // Unset on a GPU build: the default share of this process's own CPUs (its affinity mask, which
   // mpirun's binding sets; not the node's core count), pinned like an asked-for one.
   auto const wanted = asked ? core_environment::host_cores_wanted(long(cpus.size()))  // the one parse of it

@@ -106,6 +106,12 @@ accepted "Kokkos [0-9]" KOKKOS_NUM_THREADS= JOULE_MODEL_IDLE_W=0 JOULE_MODEL_COR
   JOULE_READ_GUARD=off JOULE_LOCAL_RANK=0 JOULE_LOCAL_SIZE=1 SLURM_LOCALID=3
 if [ "$cpus" -ge 2 ]; then
   accepted "\($((cpus - 1)) threads/concurrency\)" JOULE_HOST_CORES=1
+  # With OpenMP binding set, libgomp binds the first thread to one place before main: the CPUs
+  # counted are still the process's (the places' union), and joule warns that the places include
+  # the CPUs set aside.
+  accepted "\($((cpus - 1)) threads/concurrency\)" OMP_PLACES=cores JOULE_HOST_CORES=1
+  grep -q "^joule: warning: OMP_PROC_BIND/OMP_PLACES bind OpenMP's threads .* over all $cpus CPUs, the 1 that JOULE_HOST_CORES sets aside" \
+    "$work/out" || fail "OMP_PLACES=cores JOULE_HOST_CORES=1: no warning: $(cat "$work/out")"
 fi
 # OpenMP's idle threads: joule's GOMP_SPINCOUNT unless the user chose a wait policy or spin count
 # (set before libgomp loads: joule executes itself again once, so the variable is in its environment).
