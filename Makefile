@@ -13,6 +13,9 @@
 #                      lack (<= 48 MiB, never committed), then rehearsed here up to the first GPU call
 #   make vec-report    GCC's vectorisation report for the host AdamW loop, here and (with Debian's
 #                      g++-aarch64-linux-gnu) for Grace's SVE and NEON; fails if it stays scalar
+#   make test-aarch64  joule cross-built for aarch64 (Grace's cores, Debian's g++-aarch64-linux-gnu against
+#                      an arm64 sysroot of Debian packages, Kokkos 3.4.1 cross-built) and its Grace-relevant
+#                      unit tests run under qemu-user (docs/testing.md#aarch64-under-emulation)
 #   make gpu-audit     the compile check with the whole GPU audit: every kernel's registers, spills
 #                      and occupancy on an H200 (ptxas), one training step of medium.json's launches
 #                      recorded on the CPU (threads each kernel exposes); fails on spills, occupancy
@@ -59,7 +62,7 @@ else
   PRESET ?= cpu
 endif
 
-.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize run bench bench-torch compile-check gpu-audit vec-report device-bundle clean
+.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize test-aarch64 run bench bench-torch compile-check gpu-audit vec-report device-bundle clean
 all: build
 
 deps:
@@ -109,12 +112,19 @@ test-sanitize: build-sanitize
 	  ctest --test-dir $(BUILD)-sanitize --output-on-failure --no-tests=error -j $(JOBS) -LE '$(SANITIZE_EXCLUDE_LABELS)' \
 	  -E '$(SANITIZE_EXCLUDE_TESTS)'
 
+# joule for aarch64 under emulation (docs/testing.md#aarch64-under-emulation): the sysroot, Kokkos and
+# the build folder in ~/.cache/joule (each remade only when what it is made from changes); the phases
+# and their settings: bash apps/scripts/aarch64_cross.sh --help.
+test-aarch64:
+	JOBS=$(JOBS) bash apps/scripts/aarch64_cross.sh all
+
 # What CI fetches besides `make deps`, so that its later phases time only building and testing:
 # Catch2 v3 (for test-sanitize) and the Kokkos 4.5/5.x headers of compile-check, both unpacked
 # into ~/.cache/joule, never installed.
 deps-ci: deps
 	bash tests/scripts/fetch_catch2_v3.sh >/dev/null
 	bash cmake/compile-check/compile_check.sh --fetch-only
+	JOBS=$(JOBS) bash apps/scripts/aarch64_cross.sh sysroot kokkos
 
 # The main job: train the embedded default (tiny) configuration, tuned in flight (the scheduler
 # measures the candidate configurations on the run's own first steps, then the run goes on with

@@ -4,7 +4,9 @@
 # on a login node without libcuda.so.1), and would silently register no tests from it. Here the
 # listing happens at test time (cmake/detail/catch_list_tests.cmake, cached until the executable
 # changes), and an executable that cannot list its tests, or lists none, becomes one failing test
-# that shows why. Works with Catch2 v2 and v3.
+# that shows why. Works with Catch2 v2 and v3. Cross-compiled (CROSSCOMPILING_EMULATOR, e.g. qemu from
+# cmake/toolchains/aarch64-linux-gnu.cmake), the executable is listed and run through the emulator,
+# as add_test() runs a target's executable.
 set(_joule_catch_list_script "${CMAKE_CURRENT_LIST_DIR}/detail/catch_list_tests.cmake")
 
 function(joule_discover_tests target)
@@ -24,9 +26,16 @@ function(joule_discover_tests target)
   foreach(p IN LISTS arg_PROPERTIES)
     string(APPEND props " [==[${p}]==]")
   endforeach()
+  # The emulator (a command and its arguments, a list) that runs TARGET's executable, if any.
+  get_property(emulator TARGET ${target} PROPERTY CROSSCOMPILING_EMULATOR)
+  set(emulator_args "")
+  foreach(e IN LISTS emulator)
+    string(APPEND emulator_args " [==[${e}]==]")
+  endforeach()
   file(GENERATE OUTPUT "${ctest_file}" CONTENT
 "set(JOULE_TEST_TARGET [==[${target}]==])
 set(JOULE_TEST_EXECUTABLE [==[$<TARGET_FILE:${target}>]==])
+set(JOULE_TEST_EMULATOR${emulator_args})
 set(JOULE_TEST_WORKING_DIR [==[${CMAKE_CURRENT_BINARY_DIR}]==])
 set(JOULE_TEST_LIST_ARGS ${list_args})
 set(JOULE_TEST_RUN_ARGS ${run_args})
