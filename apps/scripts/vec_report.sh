@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Is the host AdamW loop (core/ops/adamw_host.cpp) vectorised? GCC's own report (-fopt-info-vec)
 # for this machine (the build's -march=native) and, with Debian's cross compiler
-# (g++-aarch64-linux-gnu), for Grace: SVE (-mcpu=neoverse-n2, the newest Neoverse GCC 12 knows;
-# Grace's V2 has SVE2 like it) and plain NEON (-march=armv8-a). Fails if a target leaves the loop
+# (g++-aarch64-linux-gnu), for Grace: SVE (-mcpu=neoverse-n2, the same features as Grace's Neoverse V2,
+# which GCC 12 knows as -mcpu=demeter) and plain NEON (-march=armv8-a). Fails if a target leaves the loop
 # scalar. `make vec-report` runs it with the build's include folders.
 # usage: vec_report.sh REPO_DIR KOKKOS_INCLUDE_DIRS GENERATED_INCLUDE_DIR
 #   KOKKOS_INCLUDE_DIRS: one folder, or several separated by ';' (a CMake list)
