@@ -1,5 +1,7 @@
 #include "energy/sampler.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -30,9 +32,50 @@ Sampler::Sampler(std::vector<std::unique_ptr<Source>> sources, double rate_hz)
     if (channels_[i].channel.quantity == Quantity::gauge) energy_[i] = kNaN;
   // A day at 100 Hz is 8.6 M samples; reserve a minute's worth so that short runs never regrow.
   times_.reserve(std::size_t(60 * rate_hz_));
+  watts_.reserve(std::size_t(60 * rate_hz_) * n);
+  joules_.reserve(std::size_t(60 * rate_hz_) * n);
+  detail::ForkGuard::add(mutex_);
 }
 
-Sampler::~Sampler() { stop(); }
+Sampler::~Sampler() {
+  stop();
+  detail::ForkGuard::remove(mutex_);
+}
+
+namespace detail {
+// A fork (joule reads untrusted HDF5 files in a forked child, core/io/h5file.cpp) copies only the
+// forking thread: a sampler thread caught inside sample_locked, where its trace grows, could hold
+// the allocator's lock (ASan's in GCC 12 has no fork handler), and the child's first allocation
+// would wait for it for ever. Every live sampler's mutex is taken around fork(), so no sampler is
+// mid-sample then; released in the parent and in the child.
+namespace {
+std::mutex g_fork_registry;
+std::set<std::mutex*>& fork_mutexes() {
+  static std::set<std::mutex*> mutexes;
+  return mutexes;
+}
+void fork_prepare() {
+  g_fork_registry.lock();
+  for (auto* m : fork_mutexes()) m->lock();
+}
+void fork_release() {
+  for (auto* m : fork_mutexes()) m->unlock();
+  g_fork_registry.unlock();
+}
+}  // namespace
+
+void ForkGuard::add(std::mutex& m) {
+  static bool const installed = pthread_atfork(fork_prepare, fork_release, fork_release) == 0;
+  (void)installed;
+  std::lock_guard<std::mutex> lock(g_fork_registry);
+  fork_mutexes().insert(&m);
+}
+
+void ForkGuard::remove(std::mutex& m) {
+  std::lock_guard<std::mutex> lock(g_fork_registry);
+  fork_mutexes().erase(&m);
+}
+}  // namespace detail
 
 std::vector<Source const*> Sampler::sources() const {
   std::vector<Source const*> out;

@@ -15,6 +15,15 @@
 
 namespace joule::energy {
 
+namespace detail {
+// Mutexes held around every fork() of the process (pthread_atfork), so that the thread that
+// takes one is never inside its critical section when the process forks (energy/sampler.cpp).
+struct ForkGuard {
+  static void add(std::mutex& m);
+  static void remove(std::mutex& m);
+};
+}  // namespace detail
+
 struct TracePoint {
   double t = 0;                // seconds since the sampler started
   std::vector<double> values;  // per channel: watts (power and counters), gauge values

@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -509,6 +511,47 @@ TEST_CASE("energy: the sampler thread is the only reader while it runs", "[energ
   s.wait_until_covered(t0 + 0.05);  // returns once a periodic sample is past t0 + 50 ms
   REQUIRE(s.covered_until() >= t0 + 0.05);
   s.stop();
+}
+
+namespace {
+// A sensor whose read takes 20 ms and says when it is inside one (the copy a forked child gets).
+class SlowSource final : public Source {
+ public:
+  SlowSource() { channels_.push_back({kDomainGpu, "slow test sensor", Quantity::power, true}); }
+  std::string name() const override { return "slow"; }
+  void read(std::vector<double>& values) override {
+    reading = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    values.assign(1, 100.0);
+    reading = false;
+  }
+  static inline std::atomic<bool> reading{false};
+};
+}  // namespace
+
+// joule forks to read untrusted files (io::read_in_child) while the sampler thread runs: a child
+// that inherits a sampler caught mid-sample inherits whatever it held (under GCC 12's ASan, the
+// allocator's lock: the child's first allocation waited for ever, and a run log's trial failed
+// as "reading this file did not finish within 60 s"). Around every fork the samplers are held
+// between samples, so no child sees one inside a read. Without that, a sampler that spends
+// nearly all its time in 20 ms reads is caught inside one by almost every fork.
+TEST_CASE("energy: a fork never catches the sampler in the middle of a sample", "[energy][sampler]") {
+  std::vector<std::unique_ptr<Source>> sources;
+  sources.push_back(std::make_unique<SlowSource>());
+  Sampler s(std::move(sources), 1000.0);  // asks for a sample every 1 ms: it is always reading
+  s.start();
+  int caught = 0;
+  for (int i = 0; i < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    pid_t const pid = fork();
+    if (pid == 0) _exit(SlowSource::reading ? 1 : 0);
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFEXITED(status));
+    caught += WEXITSTATUS(status);
+  }
+  s.stop();
+  REQUIRE(caught == 0);
 }
 
 TEST_CASE("energy: the monitor's windows: overlapping, per domain, the total's rule, only the window's trace",
