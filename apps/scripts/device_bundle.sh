@@ -10,6 +10,8 @@
 #                         image has glibc, the GCC runtime's libstdc++ and libgcc_s, the CUDA 13
 #                         toolkit's libraries with cuBLAS and NCCL, and the driver's libcuda; it has
 #                         no HDF5, Kokkos, OpenMPI or fmt): ldd of every binary decides
+#   joule-device/fixtures/run-log.h5   a small run log, written by this checkout's CPU build
+#                         (make build; JOULE_CPU_JOULE): the starts step inspects it with the GPU hidden
 #   joule-deps/MANIFEST   what was built from what, the libraries and the sizes
 # The build's dependencies, kept in ~/.cache/joule (JOULE_BUNDLE_CACHE) between runs:
 #   Kokkos + Kokkos-Kernels with CUDA (sm_90) + OpenMP + Serial and cuBLAS, built statically by
@@ -95,6 +97,9 @@ configure() {
     { tail -40 "$stage/configure.log"; die "configuring joule for CUDA failed"; }
 }
 timed configure
+# The CPU build that writes the run log the starts step inspects (checked before the long compile).
+cpu_joule="${JOULE_CPU_JOULE:-$repo/build/apps/joule}"
+[ -x "$cpu_joule" ] || die "$cpu_joule not found: run make build first (its joule writes the run log that the device check inspects with the GPU hidden), or set JOULE_CPU_JOULE"
 read -r -a build_targets <<<"joule joule_energy_tool $targets"
 log "building ${build_targets[*]} for CUDA sm_90 in $build ($jobs jobs)"
 compile() {
@@ -105,7 +110,9 @@ timed compile
 
 # --- The archive: binaries, the libraries a GPU machine may lack, the manifest -----------------------
 root="$stage/joule-device"
-mkdir -p "$root/bin" "$root/lib" "$root/tests"
+mkdir -p "$root/bin" "$root/lib" "$root/tests" "$root/fixtures"
+bash "$repo/apps/scripts/small_run_log.sh" "$cpu_joule" "$root/fixtures/run-log.h5" ||
+  die "writing the run log with $cpu_joule failed"
 cp "$build/apps/joule" "$root/bin/"
 cp "$build/apps/energy_tool/libjoule_energy_tool.so" "$root/lib/"
 for t in $targets; do

@@ -210,17 +210,20 @@ if [ -n "$bundle" ]; then
   # they never start Kokkos (a login node's use), in a rehearsal too.
   built=1
   # (Catch2 v2 exits with the number of tests it lists: listing any is success.)
-  step starts 10 host env "LD_LIBRARY_PATH=$bundle_ld" bash -c 'rc=0; for b in "${@:3}"; do
+  step starts 10 host env "LD_LIBRARY_PATH=$bundle_ld" bash -c 'rc=0; for b in "${@:4}"; do
       a=--list-test-names-only; [ "${b##*/}" = joule ] && a=info
       n="$("$b" "$a" 2>"$b.err" | wc -l)"
       if [ "$n" -gt 0 ]; then echo "${b##*/} $a: ok ($n lines)"
       elif [ "$1" = 1 ] && grep -q cudaErrorStubLibrary "$b.err"; then echo "${b##*/} $a: reached the first GPU call (Kokkos::initialize; the stub driver refuses it)"
       else echo "${b##*/} $a: FAILED"; cat "$b.err"; rc=1; fi; rm -f "$b.err"; done
-      j="$3" d="$2/no-device.h5"; rm -f "$d"
-      for c in "--help" "info --no-device" "data synth --out $d --count 4" "data info $d"; do
+      j="$4" d="$2/no-device.h5"; rm -f "$d"
+      cmds=("--help" "info --no-device" "data synth --out $d --count 4" "data info $d")
+      if [ -f "$3" ]; then cmds+=("inspect $3")  # a run log written by a CPU build (device_bundle.sh)
+      else echo "joule inspect, GPU hidden: not run (the bundle has no fixtures/run-log.h5)"; fi
+      for c in "${cmds[@]}"; do
         if CUDA_VISIBLE_DEVICES= $j $c >"$2/no-device.out" 2>&1; then echo "joule $c, GPU hidden: ok"
         else echo "joule $c, GPU hidden: FAILED"; cat "$2/no-device.out"; rc=1; fi; done; exit $rc' \
-    _ "$rehearse" "$work" "$p/bin/joule" "${test_exes[@]}" || built=0
+    _ "$rehearse" "$work" "$p/fixtures/run-log.h5" "$p/bin/joule" "${test_exes[@]}" || built=0
 else
 : "${Kokkos_ROOT:?give --bundle BUNDLE (apps/scripts/device_bundle.sh) or Kokkos_ROOT (a CUDA + OpenMP Kokkos 4.x/5.x with Kokkos-Kernels)}"
 cmake_args=()

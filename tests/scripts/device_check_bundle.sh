@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The device check's bundle path (apps/scripts/device_check.sh --bundle), without a GPU: a stand-in
 # bundle of this build's binaries, laid out as apps/scripts/device_bundle.sh lays out the CUDA one,
-# goes through unpack, libraries, starts and step 1, whose test cases run without ctest and must
-# all pass; a bundle whose test executable is missing fails its start; --deps and a missing
+# goes through unpack, libraries, starts (with the commands that need no device, inspect of a small
+# run log among them) and step 1, whose test cases run without ctest and must all pass; a bundle whose test executable is missing fails its start; --deps and a missing
 # bundle are refused with the reason.
 #   device_check_bundle.sh REPO JOULE ENERGY_TOOL TEST_EXECUTABLE...
 set -euo pipefail
@@ -13,8 +13,9 @@ check="$repo/apps/scripts/device_check.sh"
 
 make_bundle() {  # make_bundle NAME TEST_NAMES...: the archive $work/NAME.tar.gz
   local name="$1" b="$work/$1/joule-device"; shift
-  mkdir -p "$b/bin" "$b/lib" "$b/tests"
+  mkdir -p "$b/bin" "$b/lib" "$b/tests" "$b/fixtures"
   cp "$joule" "$b/bin/joule"; cp "$tool" "$b/lib/"
+  cp "$work/run-log.h5" "$b/fixtures/"
   local t; for t in "$@"; do [ -f "$t" ] && cp "$t" "$b/tests/"; done
   printf 'joule device bundle (stand-in: %s)\ntests: %s\n' "$name" "$(for t in "$@"; do basename "$t"; done | paste -sd' ')" >"$b/MANIFEST"
   tar -C "$work/$name" -czf "$work/$name.tar.gz" joule-device
@@ -22,6 +23,7 @@ make_bundle() {  # make_bundle NAME TEST_NAMES...: the archive $work/NAME.tar.gz
 result() { sed -n "s/^$2 *//p" "$1/summary.txt" | head -1; }
 
 # 1. The bundle path: every host step, then step 1's tests in each executable.
+bash "$repo/apps/scripts/small_run_log.sh" "$joule" "$work/run-log.h5" || fail "small_run_log.sh"
 make_bundle good "$@"
 rc=0; bash "$check" --bundle "$work/good.tar.gz" --work "$work/w1" --only tests_gpu "$work/o1" >"$work/o1.txt" 2>&1 || rc=$?
 cat "$work/o1.txt"
@@ -33,7 +35,7 @@ tar -xzf "$work/o1/logs.tar.gz" -C "$work/o1"
 n="$(grep -c '^== ' "$work/o1/logs/tests_gpu.log")"
 [ "$n" -ge 2 ] || fail "step 1 ran tests from $n executables (expected the ordering and offload tests of several)"
 grep -q "All tests passed" "$work/o1/logs/tests_gpu.log" || fail "step 1: no 'All tests passed'"
-for c in "--help" "info --no-device" "data synth" "data info"; do  # commands that start no device
+for c in "--help" "info --no-device" "data synth" "data info" "inspect"; do  # commands that start no device
   grep -q "^joule $c.*, GPU hidden: ok" "$work/o1/logs/starts.log" || fail "starts: joule $c with the GPU hidden: $(cat "$work/o1/logs/starts.log")"
 done
 ! grep -qiE "test cases failed|No test cases matched" "$work/o1/logs/tests_gpu.log" || fail "step 1: a test failed or none matched"
