@@ -22,6 +22,13 @@ struct Open {
   int name;
   Stamp begin;
 };
+// The innermost region open on this thread that is timed (not a library one): the parent of a
+// region pushed now; -1 at the top level.
+int open_parent(std::vector<Open> const& open) {
+  for (auto it = open.rbegin(); it != open.rend(); ++it)
+    if (it->name >= 0) return it->name;
+  return -1;
+}
 struct Stack {
   RegionTimeline const* owner = nullptr;
   std::vector<Open> open;
@@ -103,18 +110,19 @@ void RegionTimeline::pop_at(std::optional<Stamp> at) {
     return;
   }
   Stamp const s = at ? *at : clock_->stamp();
+  int const parent = open_parent(t_stack.open);
   std::lock_guard<std::mutex> lock(mutex_);
-  close_locked(o.name, o.begin, s, enter);
+  close_locked(o.name, parent, o.begin, s, enter);
 }
 
 void RegionTimeline::close(char const* name, Stamp begin, Stamp end) {
   double const enter = steady();
   std::lock_guard<std::mutex> lock(mutex_);
-  close_locked(intern(name), begin, end, enter);
+  close_locked(intern(name), -1, begin, end, enter);
 }
 
-void RegionTimeline::close_locked(int name, Stamp begin, Stamp end, double entered) {
-  closed_.push_back({name, begin, end});
+void RegionTimeline::close_locked(int name, int parent, Stamp begin, Stamp end, double entered) {
+  closed_.push_back({name, parent, begin, end});
   if (closed_.size() >= kBacklog) {
     resolve_locked();
     attribute_locked(sampler_.covered_until());
@@ -135,7 +143,7 @@ void RegionTimeline::resolve_locked() {
     double const t1 = clock_->resolve(c.end);
     if (!std::isnan(t1)) c.end = {t1, -1};
     if (c.begin.event < 0 && c.end.event < 0)
-      ready_.push_back({c.name, c.begin.t, std::max(c.begin.t, c.end.t)});
+      ready_.push_back({c.name, c.parent, c.begin.t, std::max(c.begin.t, c.end.t)});
     else
       closed_[kept++] = c;
   }
@@ -147,9 +155,10 @@ void RegionTimeline::attribute_locked(double covered_until) {
   std::map<int, std::vector<std::pair<double, double>>> by_name;
   std::size_t kept = 0;
   for (auto const& r : ready_) {
-    if (r.t1 <= covered_until)
+    if (r.t1 <= covered_until) {
       by_name[r.name].push_back({r.t0, r.t1});
-    else
+      ++parent_calls_[r.name][r.parent];
+    } else
       ready_[kept++] = r;
   }
   ready_.resize(kept);
@@ -170,6 +179,11 @@ void RegionTimeline::attribute_locked(double covered_until) {
     s.total_j = 0;
     for (auto c : total_.channels) s.total_j += s.energy[c];
     s.below_resolution = s.calls > 0 && s.seconds / double(s.calls) < resolution_s_;
+    // The parent it was opened in most often (forward: in step, and in evaluate at times).
+    auto const& parents = parent_calls_[id];
+    auto const most = std::max_element(parents.begin(), parents.end(),
+                                       [](auto const& a, auto const& b) { return a.second < b.second; });
+    s.parent = most == parents.end() || most->first < 0 ? std::string() : names_[most->first];
   }
 }
 

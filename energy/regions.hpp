@@ -37,6 +37,10 @@ struct RegionStats {
   std::vector<double> energy;   // joules per sampler channel (NaN for gauges)
   double total_j = 0;           // by the sampler's total rule
   bool below_resolution = false;
+  // The region it was opened inside on its thread, most often ("" at the top level; library
+  // regions are skipped, so a region inside a Kokkos-Kernels call names joule's region around it).
+  // Regions are inclusive: a child's time and energy are part of its parent's.
+  std::string parent;
 };
 
 // What happened between two readings of stats(): calls, seconds and energy subtracted.
@@ -87,18 +91,18 @@ class RegionTimeline {
 
  private:
   struct Closed {
-    int name;
+    int name, parent;  // parent: -1 at the top level
     Stamp begin, end;
   };
   struct Attributed {
-    int name;
+    int name, parent;
     double t0, t1;
   };
   int intern(char const* name);
   void pop_at(std::optional<Stamp> at);  // nullopt: stamp it now
   // The tail every closing edge shares: the interval queued (resolved on the way past the
   // backlog), then the hook's time accounted.
-  void close_locked(int name, Stamp begin, Stamp end, double entered);
+  void close_locked(int name, int parent, Stamp begin, Stamp end, double entered);
   void account_locked(double entered);
   void resolve_locked();  // closed -> ready where the clock knows both edges' times
   void attribute_locked(double covered_until);
@@ -116,6 +120,7 @@ class RegionTimeline {
   std::vector<Attributed> ready_; // times known, waiting for the trace to cover them
   double last_edge_ = 0;
   std::map<std::string, RegionStats> stats_;
+  std::map<int, std::map<int, long long>> parent_calls_;  // region -> its parent -> calls
   double hook_seconds_ = 0;
   long long hook_calls_ = 0, library_regions_ = 0;
 };

@@ -81,13 +81,13 @@ std::string format_profile_report(RunHeader const& h, ProfileRecord const& p, in
 
 std::string format_profile_csv(RunHeader const& h, ProfileRecord const& p) {
   std::string const source = csv_field(energy_label(h));
-  std::string out = "kind,name,calls,seconds,energy_j,mean_w,below_resolution,source\n";
+  std::string out = "kind,name,calls,seconds,energy_j,mean_w,below_resolution,source,parent\n";
   auto const line = [&](char const* kind, RegionMeasure const& m) {
-    out += fmt::format("{},{},{},{:.9g},{:.9g},{:.9g},{},{}\n", kind, csv_field(m.name), m.calls, m.seconds, m.energy_j,
-                       mean_watts(m), m.below_resolution ? 1 : 0, source);
+    out += fmt::format("{},{},{},{:.9g},{:.9g},{:.9g},{},{},{}\n", kind, csv_field(m.name), m.calls, m.seconds,
+                       m.energy_j, mean_watts(m), m.below_resolution ? 1 : 0, source, csv_field(m.parent));
   };
-  line("program", RegionMeasure{"(program)", 1, p.seconds, p.energy_j, false});
-  line("outside", RegionMeasure{"(outside any region)", 1, p.outside_seconds, p.outside_energy_j, false});
+  line("program", RegionMeasure{"(program)", 1, p.seconds, p.energy_j, false, ""});
+  line("outside", RegionMeasure{"(outside any region)", 1, p.outside_seconds, p.outside_energy_j, false, ""});
   for (auto const& r : rows_of(p)) line(r.kind, *r.m);
   return out;
 }

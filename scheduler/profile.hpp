@@ -34,7 +34,7 @@ std::string format_profile_report(RunHeader const& header, ProfileRecord const& 
 // breaks and tabs become spaces, so a record stays on one line. Both CSVs (this one, the trials').
 std::string csv_field(std::string const& text);
 
-// kind,name,calls,seconds,energy_j,mean_w,below_resolution,source: one row for the program, one
+// kind,name,calls,seconds,energy_j,mean_w,below_resolution,source,parent: one row for the program, one
 // for outside any region, then every region and kernel row.
 std::string format_profile_csv(RunHeader const& header, ProfileRecord const& profile);
 

@@ -173,7 +173,7 @@ Knobs read_knobs(H5File const& f, std::string const& group) {
   return k;
 }
 
-// A table in the region schema (name, calls, seconds, energy_j, below_resolution) at group g:
+// A table in the region schema (name, calls, seconds, energy_j, below_resolution, parent) at group g:
 // GROUP/regions of a trial, /train and /profile, and /profile/kernels.
 std::vector<RegionMeasure> read_region_table(H5File const& f, std::string const& g) {
   auto const names = f.read_strings(g + "/name");
@@ -190,9 +190,16 @@ std::vector<RegionMeasure> read_region_table(H5File const& f, std::string const&
     flagged = read_vector<std::int64_t>(f, g + "/below_resolution");
     require_length(f, g + "/below_resolution", flagged.size(), names.size(), g + "/name");
   }
+  // parent: the region each ran inside ("" at the top level; absent in logs written before it was
+  // recorded, where every parent reads "").
+  std::vector<std::string> parents(names.size());
+  if (f.exists(g + "/parent")) {
+    parents = f.read_strings(g + "/parent");
+    require_length(f, g + "/parent", parents.size(), names.size(), g + "/name");
+  }
   std::vector<RegionMeasure> regions(names.size());
   for (std::size_t i = 0; i < names.size(); ++i)
-    regions[i] = RegionMeasure{names[i], calls[i], seconds[i], energy[i], flagged[i] != 0};
+    regions[i] = RegionMeasure{names[i], calls[i], seconds[i], energy[i], flagged[i] != 0, parents[i]};
   return regions;
 }
 
@@ -402,12 +409,13 @@ void write_doubles(H5File& f, std::string const& dataset, std::vector<double> co
 
 void write_region_table(H5File& f, std::string const& g, std::vector<RegionMeasure> const& regions) {
   f.create_group(g);
-  std::vector<std::string> names;
+  std::vector<std::string> names, parents;
   std::vector<std::int64_t> calls, flagged;
   std::vector<double> seconds, energy;
   for (auto const& r : regions) {
     flagged.push_back(r.below_resolution ? 1 : 0);
     names.push_back(r.name);
+    parents.push_back(r.parent);
     calls.push_back(r.calls);
     seconds.push_back(r.seconds);
     energy.push_back(r.energy_j);
@@ -417,6 +425,7 @@ void write_region_table(H5File& f, std::string const& g, std::vector<RegionMeasu
   write_doubles(f, g + "/seconds", seconds);
   write_doubles(f, g + "/energy_j", energy);
   f.write(g + "/below_resolution", flagged.data(), {flagged.size()});
+  f.write_strings(g + "/parent", parents);
 }
 
 void write_regions(H5File& f, std::string const& group, std::vector<RegionMeasure> const& regions) {

@@ -24,6 +24,7 @@ struct RegionMeasure {
   double seconds = 0;
   double energy_j = 0;  // by the energy total rule (sum of the counted domains)
   bool below_resolution = false;  // its calls are shorter on average than the sensors resolve
+  std::string parent;  // the region it ran inside, most often ("": top level; empty in older logs)
 };
 
 // Power over time, one column per domain (GPU, CPU, module, model...), watts.

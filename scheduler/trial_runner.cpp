@@ -251,7 +251,7 @@ TrialRunner::Steps TrialRunner::run_steps(Trainer& trainer, int n, bool live, bo
 std::vector<RegionMeasure> TrialRunner::region_delta(std::map<std::string, energy::RegionStats> const& before) {
   std::vector<RegionMeasure> out;
   for (auto const& [name, d] : energy::region_difference(regions_.stats(/*settle=*/true), before, regions_.resolution_s()))
-    out.push_back({name, d.calls, d.seconds, d.total_j, d.below_resolution});
+    out.push_back({name, d.calls, d.seconds, d.total_j, d.below_resolution, d.parent});
   return out;
 }
 

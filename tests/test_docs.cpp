@@ -232,7 +232,7 @@ PowerTrace power(std::size_t samples) {
 }
 
 std::vector<RegionMeasure> regions() {
-  return {{"forward", 4, 0.2, 30.0, false}, {"optimizer_host", 4, 0.001, 0.1, true}};
+  return {{"forward", 4, 0.2, 30.0, false, "step"}, {"optimizer_host", 4, 0.001, 0.1, true, ""}};
 }
 
 TrialRecord trial(int index, TrialStatus status) {
@@ -385,8 +385,8 @@ TEST_CASE("docs: run-log.md lists every group, dataset and attribute the run-log
     auto writer = RunLogWriter::create(profile_log.path(), h);
     ProfileRecord p;
     p.program = "./app --size 7";
-    p.regions = {{"solve", 3, 1.5, 30.0, false}};
-    p.kernels = {{"axpy", 9, 0.5, 10.0, true}, {"fence wait", 2, 0.01, 0.2, true}};
+    p.regions = {{"solve", 3, 1.5, 30.0, false, ""}};
+    p.kernels = {{"axpy", 9, 0.5, 10.0, true, ""}, {"fence wait", 2, 0.01, 0.2, true, ""}};
     p.power = {{"model (model, model)"}, {0.0, 0.01}, {20.0, 20.0}};
     writer.write_profile(p);
   }

@@ -453,6 +453,12 @@ TEST_CASE("energy: regions stamped on a stand-in device stream get their energy 
   for (auto const& t : device) check(t);
   check(host);
   REQUIRE(stats.at("tiny").below_resolution);  // 3.6 ms at 10 ms sampling: flagged
+  // Nesting on each thread: forward and backward inside step; the host's region is on its own.
+  CHECK(stats.at("step").parent.empty());
+  CHECK(stats.at("forward").parent == "step");
+  CHECK(stats.at("backward").parent == "step");
+  CHECK(stats.at("tiny").parent.empty());
+  CHECK(stats.at("optimizer_host").parent.empty());
   REQUIRE_FALSE(stats.at("forward").below_resolution);
   // Overlapping regions are not split: backward and optimizer_host both see the 60 W overlap.
   REQUIRE(stats.at("backward").total_j + stats.at("optimizer_host").total_j >
@@ -492,8 +498,19 @@ TEST_CASE("energy: region edges read no sensor; library regions are skipped; fen
     auto const stats = r.stats(/*settle=*/true);  // settling samples once (no sampler thread)
     REQUIRE(stats.count("KokkosBlas::gemm[ETI]") == 0);
     REQUIRE(stats.at("outer").calls == 100);
+    REQUIRE(stats.at("outer").parent.empty());
     REQUIRE(stats.at("outer").seconds >= 0);
     REQUIRE(r.hook_calls() == 400);
+  }
+  {  // A region inside a library's region is placed in joule's region around both.
+    RegionRecorder r(s);
+    Kokkos::Profiling::pushRegion("outer");
+    Kokkos::Profiling::pushRegion("KokkosBlas::gemm[ETI]");
+    Kokkos::Profiling::pushRegion("inner");
+    Kokkos::Profiling::popRegion();
+    Kokkos::Profiling::popRegion();
+    Kokkos::Profiling::popRegion();
+    REQUIRE(r.stats(/*settle=*/true).at("inner").parent == "outer");
   }
   REQUIRE(to_string(EdgeMode::fenced) == std::string("fenced"));
   REQUIRE(edge_mode_from_string("timeline") == EdgeMode::timeline);

@@ -118,9 +118,13 @@ PowerTrace random_power(Rng& rng, std::vector<std::string> domains, std::size_t 
 std::vector<RegionMeasure> random_regions(Rng& rng, std::vector<std::string> const& names) {
   std::vector<RegionMeasure> regions;
   std::uniform_int_distribution<long long> calls(0, 1ll << 40);
+  std::bernoulli_distribution flagged(0.3);
   for (auto const& name : names) {
     auto const v = random_values(rng, 2);
-    regions.push_back({name, calls(rng), v[0], v[1]});
+    // A parent among the regions before it, or the top level ("").
+    std::uniform_int_distribution<std::size_t> parent(0, regions.size());
+    std::size_t const p = parent(rng);
+    regions.push_back({name, calls(rng), v[0], v[1], flagged(rng), p == regions.size() ? "" : regions[p].name});
   }
   return regions;
 }
@@ -231,6 +235,8 @@ void check_same(std::vector<RegionMeasure> const& a, std::vector<RegionMeasure> 
     CHECK(a[i].calls == b[i].calls);
     CHECK(same(a[i].seconds, b[i].seconds));
     CHECK(same(a[i].energy_j, b[i].energy_j));
+    CHECK(a[i].below_resolution == b[i].below_resolution);
+    CHECK(a[i].parent == b[i].parent);
   }
 }
 
@@ -451,6 +457,16 @@ TEST_CASE("run log: every field survives a round trip", "[run_log]") {
     REQUIRE(after.trials.size() == trials.size() + 1);
     check_same(after.trials.back(), fifth);
     CHECK(after.incomplete.empty());
+  }
+  SECTION("a log written before region parents were recorded reads every parent as the top level") {
+    hid_t const f = H5Fopen(file.path().c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    CHECK(H5Ldelete(f, "/trials/0000/regions/parent", H5P_DEFAULT) >= 0);
+    REQUIRE(H5Fclose(f) >= 0);
+    auto const old = read_run_log(file.path());
+    REQUIRE(old.trials[0].regions.size() == trials[0].regions.size());
+    for (auto const& r : old.trials[0].regions) CHECK(r.parent.empty());
+    check_same(old.trials[4], trials[4]);
   }
   SECTION("a closed or moved-from writer refuses to write") {
     auto writer = RunLogWriter::resume(file.path(), header);
@@ -934,9 +950,9 @@ TEST_CASE("run log: an energy tool profile survives a round trip; its report and
   p.sample_rate_hz = 250;
   p.seconds = u(rng), p.energy_j = u(rng), p.outside_seconds = u(rng), p.outside_energy_j = u(rng);
   p.tool_seconds = 1e-4, p.tool_edges = 12345, p.resolution_s = 0.004;
-  p.regions = {{"solve", 1, u(rng), u(rng), false}, {"inner", 40, u(rng), u(rng), true}};
-  p.kernels = {{"axpy", 40, u(rng), u(rng), true}, {"deep_copy Host <- Cuda", 2, u(rng), u(rng), false},
-               {"fence Kokkos::fence: unnamed", 5, u(rng), u(rng), true}};
+  p.regions = {{"solve", 1, u(rng), u(rng), false, ""}, {"inner", 40, u(rng), u(rng), true, "solve"}};
+  p.kernels = {{"axpy", 40, u(rng), u(rng), true, ""}, {"deep_copy Host <- Cuda", 2, u(rng), u(rng), false, ""},
+               {"fence Kokkos::fence: unnamed", 5, u(rng), u(rng), true, ""}};
   p.power.domains = {"module (hwmon)", "model (model, model)"};
   for (int i = 0; i < 17; ++i) {
     p.power.time_s.push_back(0.004 * i);
@@ -970,6 +986,7 @@ TEST_CASE("run log: an energy tool profile survives a round trip; its report and
       CHECK(a[i].seconds == b[i].seconds);
       CHECK(a[i].energy_j == b[i].energy_j);
       CHECK(a[i].below_resolution == b[i].below_resolution);
+      CHECK(a[i].parent == b[i].parent);
     }
   };
   same(q.regions, p.regions);
@@ -989,7 +1006,7 @@ TEST_CASE("run log: an energy tool profile survives a round trip; its report and
   CHECK_THAT(report, Contains("  region    inner"));
   auto const lines = split_lines(format_run_csv(log));
   REQUIRE(lines.size() == 1 + 2 + p.regions.size() + p.kernels.size());
-  CHECK(lines[0] == "kind,name,calls,seconds,energy_j,mean_w,below_resolution,source");
+  CHECK(lines[0] == "kind,name,calls,seconds,energy_j,mean_w,below_resolution,source,parent");
   std::map<std::string, std::pair<std::string, double>> energy_by_name;  // name -> (kind, joules)
   for (std::size_t i = 1; i < lines.size(); ++i) {
     auto const kind = lines[i].substr(0, lines[i].find(','));

@@ -229,7 +229,7 @@ void end_op(uint64_t id) {
 
 std::vector<scheduler::RegionMeasure> measures(std::map<std::string, RegionStats> const& stats) {
   std::vector<scheduler::RegionMeasure> out;
-  for (auto const& [name, st] : stats) out.push_back({name, st.calls, st.seconds, st.total_j, st.below_resolution});
+  for (auto const& [name, st] : stats) out.push_back({name, st.calls, st.seconds, st.total_j, st.below_resolution, st.parent});
   // Largest energy first, in the file as in the table.
   std::stable_sort(out.begin(), out.end(), [](auto const& a, auto const& b) { return a.energy_j > b.energy_j; });
   return out;

@@ -18,7 +18,8 @@ DIR defaults to <stem>-plots/ next to the log. Writes, and prints the path of ea
                    a region opened inside another is indented under it, its parent's bar pale
                    behind its own (figures are inclusive: rows do not add up). The log stores
                    regions by name; the nesting is the log's own where it has one (a `parent`
-                   column, or names that are paths "step/forward"), else joule's (JOULE_NESTING)
+                   column, or names that are paths "step/forward"), else (logs written before
+                   joule recorded parents) joule's own nesting (JOULE_NESTING)
   loss.png         training loss per step of /train, eval losses marked
 A run tuned in flight (`joule train --tune`) gets its configuration changes (dotted, labelled with
 the trial in staggered rows above the plot) and the search (shaded) on the loss and the /train
@@ -891,10 +892,9 @@ def largest(rows, label):
 
 
 # Where joule's own code opens its regions (core/train/trainer.cpp, core/model/*, captioning.cpp): each
-# name's enclosing regions, the usual one first. The run log stores regions by name alone (each
-# inclusive of what it holds, a name's calls summed wherever they were opened), so this is how
-# plot_regions nests them when the log says nothing itself (a `parent` column, or names that are
-# paths "step/forward"). d2h, h2d and optimizer_host run on other lanes beside the step: top-level.
+# name's enclosing regions, the usual one first. Logs written before joule recorded each region's
+# parent (the `parent` column) store regions by name alone (each inclusive of what it holds, a
+# name's calls summed wherever they were opened), so this is how plot_regions nests them there. d2h, h2d and optimizer_host run on other lanes beside the step: top-level.
 JOULE_NESTING = {
     "joule::block_forward": ("forward",),
     "joule::block_backward": ("backward",),

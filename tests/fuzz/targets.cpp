@@ -175,7 +175,7 @@ scheduler::TrialRecord seed_trial(int index, scheduler::TrialStatus status) {
     t.step_time_s = {0.1, 0.11, 0.12};
     t.step_energy_j = {2.0, 2.1, 2.2};
     t.measured_on = {4, 5, 6};
-    t.regions = {{"forward", 3, 0.1, 1.0, false}, {"backward", 3, 0.2, 2.0, true}};
+    t.regions = {{"forward", 3, 0.1, 1.0, false, ""}, {"backward", 3, 0.2, 2.0, true, "forward"}};
     t.power.domains = {"package", "dram"};
     t.power.time_s = {0.0, 0.05};
     t.power.watts = {10, 2, 11, 3};
@@ -244,7 +244,7 @@ std::vector<std::string> write_seeds(std::string const& target, std::string cons
     scheduler::TrainRecord train;
     train.steps = {{1, 5.0, 0.001, 1.0, 0.1}, {2, 4.0, 0.002, 0.9, 0.1}};
     train.evals = {{2, 4.5, 0.25, 4}};
-    train.regions = {{"step", 2, 0.2, 3.0, false}};
+    train.regions = {{"step", 2, 0.2, 3.0, false, ""}};
     train.seconds = 0.2;
     train.energy_j = 3.0;
     writer.write_train(train);
