@@ -39,6 +39,8 @@ die() { printf '[joule aarch64] ERROR: %s\n' "$*" >&2; exit 1; }
 sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=kokkos_kernels_options.sh
+. "$repo/apps/scripts/kokkos_kernels_options.sh"
 toolchain="$repo/cmake/toolchains/aarch64-linux-gnu.cmake"
 cache="${JOULE_AARCH64_CACHE:-$HOME/.cache/joule/aarch64}"
 sysroot="${JOULE_AARCH64_SYSROOT:-$cache/sysroot}"
@@ -233,13 +235,7 @@ phase_kokkos() {
   kbuild kokkos-kernels "$srcdir/kokkos-kernels" -DKokkos_ROOT="$prefix" \
     -DKokkosKernels_ENABLE_TPL_BLAS=ON -DBLAS_LIBRARIES=openblas -DBLAS_LIBRARY_DIRS="$blas_dir" \
     -DLAPACK_LIBRARIES=openblas -DLAPACK_LIBRARY_DIRS="$blas_dir" \
-    -DF77_BLAS_MANGLE="(name,NAME) name ## _" \
-    -DKokkosKernels_INST_DOUBLE=OFF -DKokkosKernels_INST_FLOAT=OFF \
-    -DKokkosKernels_INST_COMPLEX_DOUBLE=OFF -DKokkosKernels_INST_COMPLEX_FLOAT=OFF \
-    -DKokkosKernels_INST_ORDINAL_INT=OFF -DKokkosKernels_INST_ORDINAL_INT64_T=OFF \
-    -DKokkosKernels_INST_OFFSET_INT=OFF -DKokkosKernels_INST_OFFSET_SIZE_T=OFF \
-    -DKokkosKernels_INST_LAYOUTLEFT=OFF -DKokkosKernels_INST_LAYOUTRIGHT=OFF \
-    -DKokkosKernels_ENABLE_TESTS=OFF -DKokkosKernels_ENABLE_EXAMPLES=OFF
+    -DF77_BLAS_MANGLE="(name,NAME) name ## _" "${kokkos_kernels_common_options[@]}"
   rm -rf "$work"; work=""
   kokkos_recipe >"$prefix/.joule-complete"
 }

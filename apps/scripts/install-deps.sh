@@ -33,6 +33,8 @@
 # compiler), JOULE_WITH_MPI=OFF and JOULE_ENABLE_TESTS=OFF (MPI, Catch2 not checked; give CMake the
 # same in CMAKE_ARGS) and JOULE_STB_INCLUDE_DIR.
 set -euo pipefail
+# shellcheck source=kokkos_kernels_options.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/kokkos_kernels_options.sh"
 
 log() { printf '[joule deps] %s\n' "$*" >&2; }
 die() { printf '[joule deps] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -531,15 +533,9 @@ cxx_standard=17
 
 log "building Kokkos ($backend) into $prefix with $jobs jobs"
 build kokkos "$kokkos_src" "${kokkos_options[@]}" -DKokkos_ENABLE_TESTS=OFF
-# ETI off: joule instantiates only the few kernels it calls.
+# ETI off and the rest: kokkos_kernels_options.sh.
 log "building Kokkos-Kernels ($tpl_text, no ETI) into $prefix"
-build kokkos-kernels "$kernels_src" -DKokkos_ROOT="$prefix" "${kernels_options[@]}" \
-  -DKokkosKernels_INST_DOUBLE=OFF -DKokkosKernels_INST_FLOAT=OFF \
-  -DKokkosKernels_INST_COMPLEX_DOUBLE=OFF -DKokkosKernels_INST_COMPLEX_FLOAT=OFF \
-  -DKokkosKernels_INST_ORDINAL_INT=OFF -DKokkosKernels_INST_ORDINAL_INT64_T=OFF \
-  -DKokkosKernels_INST_OFFSET_INT=OFF -DKokkosKernels_INST_OFFSET_SIZE_T=OFF \
-  -DKokkosKernels_INST_LAYOUTLEFT=OFF -DKokkosKernels_INST_LAYOUTRIGHT=OFF \
-  -DKokkosKernels_ENABLE_TESTS=OFF -DKokkosKernels_ENABLE_EXAMPLES=OFF
+build kokkos-kernels "$kernels_src" -DKokkos_ROOT="$prefix" "${kernels_options[@]}" "${kokkos_kernels_common_options[@]}"
 
 programs="$prefix/share/joule/kokkos-programs"
 mkdir -p "$programs/kokkos" "$programs/kokkos-kernels/perf_test"
