@@ -62,6 +62,17 @@ struct TrialRecord {
   bool energy_below_resolution() const {
     return std::isfinite(energy_resolution_s) && time_per_step_s < energy_resolution_s;
   }
+  // The measured steps' time in all, seconds: the window a below-resolution energy is taken over.
+  double measured_window_s() const {
+    double window = 0;
+    for (double t : step_time_s) window += t;
+    return window;
+  }
+  // The window covers at least kMinSensorUpdates of the energy sensor's updates (or the
+  // resolution is unknown: an older log).
+  bool enough_sensor_updates() const {
+    return !std::isfinite(energy_resolution_s) || measured_window_s() >= kMinSensorUpdates * energy_resolution_s;
+  }
   std::size_t predicted_device_bytes = 0;  // the memory model's prediction
   // Bytes the offloaded optimizer copied over the host link per measured step (gradients down,
   // weights up; Optimizer::OffloadTimes); NaN in logs before issue 29.

@@ -321,7 +321,7 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_tr
         per_step_objective.push_back(objective_value(settings_.objective, s.joules[i], s.seconds[i], settings_.objective.p_max_w));
       r.ci_relative = relative_ci_half_width(per_step_objective);
       // Energy integrates enough of its sensor's updates before the trial may stop early.
-      bool const enough_updates = sum(r.step_time_s) >= kMinSensorUpdates * r.energy_resolution_s;
+      bool const enough_updates = r.enough_sensor_updates();
       if (r.repeats >= max_repeats || (r.ci_relative <= settings_.ci_target && enough_updates)) break;
       double const now = objective_value(settings_.objective, median(r.step_energy_j), median(r.step_time_s),
                                          settings_.objective.p_max_w);

@@ -22,13 +22,11 @@ std::string trial_line(TrialRecord const& r, std::string const& note) {
   // Steps shorter than the energy sensor's update: over how many updates the energy was taken.
   std::string resolution;
   if (r.energy_below_resolution()) {
-    double window = 0;
-    for (double t : r.step_time_s) window += t;
+    double const window = r.measured_window_s();
     resolution = fmt::format(", steps below the energy sensor's {:g} ms: J/step is the mean over {:.2f} s, {:.2g} "
                              "sensor updates{}",
                              1e3 * r.energy_resolution_s, window, window / r.energy_resolution_s,
-                             window < kMinSensorUpdates * r.energy_resolution_s ? " (too few: energy cannot rank it)"
-                                                                                 : "");
+                             r.enough_sensor_updates() ? "" : " (too few: energy cannot rank it)");
   }
   return fmt::format("  trial {:>3}  {:<40} {:7.1f} ms/step {:9.3f} J/step  objective {:.4g}  (+-{:.1f}%, {} steps{}{}{}){}\n",
                      r.index, r.knobs.describe(), 1e3 * r.time_per_step_s, r.energy_per_step_j, r.objective,
