@@ -131,7 +131,7 @@ std::size_t TrialRunner::predicted_device_bytes(Knobs const& k) const {
   bool const cast_on_host = k.offload_cast >= 0 ? k.offload_cast == 1
                                                : base_.train.offload_cast == TrainConfig::OffloadCast::host;
   return memory_need(base_.model, micro, k.recompute_depth, k.seq_shards, k.offload_ratio, base_.train.precision,
-                     cast_on_host)
+                     cast_on_host, offload_speculates(base_.train.grad_clip, base_.train.offload_speculation))
       .device_bytes();
 }
 

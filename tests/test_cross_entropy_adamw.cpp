@@ -244,3 +244,37 @@ TEMPLATE_TEST_CASE("adamw: every backend rounds each operation on its own (no FM
     differ += (float(got_p[i]) != rp[i]) + (float(got_m[i]) != rm[i]) + (float(got_v[i]) != rv[i]);
   REQUIRE(differ == 0);
 }
+
+TEST_CASE("adamw: the out-of-place host loop writes the in-place loop's bits and leaves its input as it was",
+          "[ops][adamw]") {
+  // A speculative step (core/train/optimizer.cpp) updates from the live state into a second one.
+  Rng rng(71);
+  std::size_t const n = 1037, begin = 3, end = 1030;  // awkward: no multiple of a vector width
+  auto random = [&](float lo, float hi) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> x(n);
+    for (auto& e : x) e = u(rng);
+    return x;
+  };
+  auto const p0 = random(-1, 1), m0 = random(-0.1f, 0.1f), v0 = random(0, 0.01f), g = random(-3, 3);
+  AdamWConfig cfg;
+  cfg.lr = 3e-3;
+  cfg.weight_decay = 0.1;
+  for (double const scale : {1.0, 0.37}) {
+    INFO("gradient scale " << scale);
+    auto const e = detail::make_adamw_element<float>(cfg, 7, scale);
+    std::vector<float> p = p0, m = m0, v = v0;  // in place
+    detail::adamw_host_range(e, p.data(), g.data(), m.data(), v.data(), begin, end);
+    std::vector<float> po(n, -5.0f), mo(n, -5.0f), vo(n, -5.0f);  // out of place
+    detail::adamw_host_range_into(e, detail::AdamWState<float const>{p0.data(), m0.data(), v0.data()}, g.data(),
+                                  detail::AdamWState<float>{po.data(), mo.data(), vo.data()}, begin, end);
+    for (std::size_t i = 0; i < n; ++i) {
+      bool const inside = i >= begin && i < end;
+      INFO("element " << i);
+      REQUIRE(std::memcmp(&po[i], inside ? &p[i] : &po[0], sizeof(float)) == 0);  // outside: untouched (-5)
+      REQUIRE(std::memcmp(&mo[i], inside ? &m[i] : &mo[0], sizeof(float)) == 0);
+      REQUIRE(std::memcmp(&vo[i], inside ? &v[i] : &vo[0], sizeof(float)) == 0);
+    }
+    REQUIRE(po[begin] != p0[begin]);  // it did update
+  }
+}

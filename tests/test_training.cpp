@@ -141,6 +141,90 @@ TEST_CASE("offload: every offload ratio trains to the same parameters as none", 
   }
 }
 
+TEST_CASE("offload: speculation then validation gives the bits of waiting for the norm, clipped or not; a "
+          "stopped step leaves the state as it was", "[train][offload]") {
+  // With a worker (ctest offload_host_worker: JOULE_HOST_CORES=1) the host jobs start before the
+  // norm is known and are run again on clipped steps; without one they wait for it. Both must give
+  // ratio 0's bits, with a threshold that clips some steps and not others.
+  TempFile data(".h5");
+  auto cfg = write_data_and_config(data.path());
+  int const steps = 6;
+  cfg.train.steps = steps;
+  cfg.train.grad_clip = 1e9;  // clipping on, never applied: the norms of the run
+  std::vector<double> norms;
+  {
+    Trainer t(cfg, nullptr);
+    for (auto const& r : t.run().steps) norms.push_back(r.grad_norm);
+  }
+  std::sort(norms.begin(), norms.end());
+  cfg.train.grad_clip = 0.5 * (norms[steps / 2 - 1] + norms[steps / 2]);  // a median: clips about half
+  auto run = [&](double ratio, int* clipped) {
+    cfg.train.offload_ratio = ratio;
+    Trainer t(cfg, nullptr);
+    auto const summary = t.run();
+    // A step speculates unless the one before it was clipped; it rolls back if it is clipped.
+    int n = 0, speculated = 0, rolled_back = 0;
+    bool last_clipped = false;
+    for (auto const& r : summary.steps) {
+      bool const clip = r.grad_norm > cfg.train.grad_clip;
+      n += clip;
+      speculated += !last_clipped;
+      rolled_back += !last_clipped && clip;
+      last_clipped = clip;
+    }
+    if (clipped) *clipped = n;
+    auto& opt = t.optimizer();
+    opt.wait_all();
+    long long offloaded = 0;
+    for (bool o : opt.offloaded()) offloaded += o;
+    auto const times = opt.offload_times();
+    CHECK(opt.speculative() == (offloaded > 0 && offload_on_worker()));
+    CHECK(times.speculated == (opt.speculative() ? speculated * offloaded : 0));
+    CHECK(times.rolled_back == (opt.speculative() ? rolled_back * offloaded : 0));
+    return parameters_of(t);
+  };
+  int clipped = 0;
+  auto const reference = run(0.0, &clipped);
+  INFO("clipped " << clipped << " of " << steps << " steps at grad_clip " << cfg.train.grad_clip);
+  REQUIRE(clipped > 0);
+  REQUIRE(clipped < steps);
+  for (double const ratio : {0.5, 1.0}) {
+    INFO("offload ratio " << ratio);
+    auto const p = run(ratio, nullptr);
+    REQUIRE(p.size() == reference.size());
+    REQUIRE(std::memcmp(p.data(), reference.data(), p.size() * sizeof(float)) == 0);
+  }
+
+  SECTION("a step stopped by a non-finite loss changes neither weights nor moments") {
+    cfg.train.offload_ratio = 1.0;
+    cfg.train.grad_clip = 1e9;  // clipping on, no step clipped: the stopped step speculates
+    Trainer t(cfg, nullptr);
+    t.run(2);
+    auto& opt = t.optimizer();
+    opt.wait_all();
+    auto const before = parameters_of(t);
+    auto const moments = opt.moments();
+    // NaN in the device's copy of one weight: the step's loss and every gradient are NaN. The
+    // host master of the (offloaded) weight keeps its value, which the device gets back.
+    Kokkos::deep_copy(Kokkos::subview(t.model().params.embed.patch_bias, 0), std::numeric_limits<float>::quiet_NaN());
+    REQUIRE_THROWS_WITH(t.run(1), Contains("the loss is nan"));
+    opt.wait_all();
+    auto const after = parameters_of(t);
+    if (opt.speculative()) {  // the speculative jobs wrote NaN weights to the device: put back
+      REQUIRE(std::memcmp(after.data(), before.data(), after.size() * sizeof(float)) == 0);
+    } else {  // nothing was handed over: only the poisoned weight differs
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < after.size(); ++i) differ += std::memcmp(&after[i], &before[i], sizeof(float)) != 0;
+      REQUIRE(differ == 1);
+    }
+    auto const moments_after = opt.moments();
+    for (std::size_t g = 0; g < moments.m.size(); ++g) {
+      REQUIRE(moments_after.m[g] == moments.m[g]);
+      REQUIRE(moments_after.v[g] == moments.v[g]);
+    }
+  }
+}
+
 TEST_CASE("offload: in bf16 every ratio and both cast placements train to the same parameters; the host "
           "cast moves half the weight bytes",
           "[train][offload][bf16]") {
@@ -158,10 +242,13 @@ TEST_CASE("offload: in bf16 every ratio and both cast placements train to the sa
     auto const times = t.optimizer().offload_times();
     if (ratio == 1.0) {  // every parameter's gradient down and its weights up, once a step
       double const steps = cfg.train.steps;
+      // (and up again on a step whose speculative jobs were run again: every group, clipped)
+      double const groups = double(t.optimizer().offloaded().size());
+      double const up = steps + double(times.rolled_back) / groups;
       CHECK(times.bytes_to_host == steps * total * sizeof(float));
-      CHECK(times.bytes_to_device ==
-            steps * total * (cast == TrainConfig::OffloadCast::host ? sizeof(bf16) : sizeof(float)));
-      auto const e = estimate_optimizer_memory(cfg.model, ratio, Precision::bf16, cast == TrainConfig::OffloadCast::host);
+      CHECK(times.bytes_to_device == up * total * (cast == TrainConfig::OffloadCast::host ? sizeof(bf16) : sizeof(float)));
+      auto const e = estimate_optimizer_memory(cfg.model, ratio, Precision::bf16, cast == TrainConfig::OffloadCast::host,
+                                               offload_speculates(cfg.train.grad_clip));
       CHECK(t.optimizer().host_state_bytes() == e.host);
     }
     if (ratio == 0.0) CHECK(times.bytes_to_host + times.bytes_to_device == 0);
@@ -194,7 +281,8 @@ TEST_CASE("offload: the achieved ratio is rounded to whole groups and the state 
     cfg.train.offload_ratio = ratio;
     Trainer t(cfg, nullptr);
     auto const& o = t.optimizer();
-    auto const e = estimate_optimizer_memory(cfg.model, ratio);
+    auto const e = estimate_optimizer_memory(cfg.model, ratio, Precision::fp32, false,
+                                             offload_speculates(cfg.train.grad_clip));
     REQUIRE(o.achieved_ratio() == Approx(e.achieved_ratio));
     REQUIRE(o.device_state_bytes() == e.device);
     REQUIRE(o.host_state_bytes() == e.host);
@@ -207,7 +295,10 @@ TEST_CASE("offload: the achieved ratio is rounded to whole groups and the state 
       best = std::min(best, std::abs(double(host) / total - ratio));
     }
     REQUIRE(std::abs(o.achieved_ratio() - ratio) <= best + 0.05);
-    REQUIRE(e.device + e.host / 2 == 2 * total * sizeof(float));  // moments are somewhere, once
+    // Moments are somewhere, once (the host keeps master weights, gradient and moments: 4 floats
+    // per parameter, and 3 more when it speculates).
+    std::size_t const host_floats = o.speculative() ? 7 : 4;
+    REQUIRE(e.device / 2 + e.host / host_floats == total * sizeof(float));
     if (ratio == 1.0) REQUIRE(o.device_state_bytes() == 0);
   }
   cfg.train.offload_ratio = 0.5;
@@ -383,7 +474,7 @@ TEST_CASE("offload: with cores set aside, the host updates run on the worker, on
     opt.wait_all();
     auto const times = opt.offload_times();
     REQUIRE(times.on_worker);
-    REQUIRE(times.jobs == 3 * offloaded);
+    REQUIRE(times.jobs == 3 * offloaded + times.rolled_back);  // a clipped step's speculative job runs again
     REQUIRE(times.host_seconds > 0);
     for (std::size_t g = 0; g < opt.offloaded().size(); ++g) {
       if (!opt.offloaded()[g]) continue;

@@ -93,8 +93,19 @@ int run_offload_overlap_bench(OffloadBenchOptions const& o) {
     fmt::print("host jobs on the launching thread: this CPU-only build shares its cores between \"device\" and host\n"
                "work (JOULE_HOST_CORES=k sets k cores aside for the host optimizer, so the overlap can show)\n");
   std::vector<double> const ratios{0.0, 0.5, 1.0};
-  for (double const clip : {0.0, 1.0}) {
+  // Clipping off; on, the jobs waiting for the norm; on, speculating (STV, the default), with a
+  // threshold this model's norms stay above (every step clipped: every job run twice, the worst
+  // case) and one they stay below (the common case of a healthy run after its first steps).
+  struct Mode {
+    double clip;
+    bool speculate;
+    char const* what;
+  };
+  for (Mode const mode : {Mode{0.0, true, ""}, Mode{1.0, false, ""}, Mode{1.0, true, ", grad_clip 1: every step clipped here"},
+                          Mode{1e6, true, ", grad_clip 1e6: no step clipped"}}) {
+    double const clip = mode.clip;
     cfg.train.grad_clip = clip;
+    cfg.train.offload_speculation = mode.speculate;
     std::vector<std::unique_ptr<Trainer>> trainers;
     for (double const ratio : ratios) {
       cfg.train.offload_ratio = ratio;
@@ -103,6 +114,7 @@ int run_offload_overlap_bench(OffloadBenchOptions const& o) {
     }
     struct Times {
       std::vector<double> step, backward, host, waited, device;
+      long long speculated = 0, rolled_back = 0;
     };
     std::vector<Times> times(ratios.size());
     for (int round = 0; round < o.repeats; ++round)
@@ -127,16 +139,21 @@ int run_offload_overlap_bench(OffloadBenchOptions const& o) {
         times[k].host.push_back(1e3 * ot.host_seconds / o.steps);
         times[k].waited.push_back(1e3 * ot.wait_seconds / o.steps);
         times[k].device.push_back(ms("optimizer_device"));
+        times[k].speculated += ot.speculated;
+        times[k].rolled_back += ot.rolled_back;
       }
     auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
       return v.empty() ? 0.0 : v[v.size() / 2];
     };
-    fmt::print("\ngradient clipping {}: {}\n", clip > 0 ? "on" : "off",
-               clip > 0 ? "host jobs handed over after the norm (end of the backward pass), in forward order"
-                        : "host jobs handed over as the backward pass finishes each group");
-    fmt::print("{:>6} {:>9} {:>9} {:>12} {:>13} {:>14} {:>10} {:>8} {:>12}\n", "ratio", "achieved", "step ms",
-               "backward ms", "host work ms", "launcher waits", "hidden", "device-opt", "step / r=0");
+    bool const speculates = clip > 0 && mode.speculate && offload_speculates(clip);
+    fmt::print("\ngradient clipping {}{}: {}\n", clip > 0 ? (speculates ? "on, speculating" : "on, waiting") : "off", mode.what,
+               clip <= 0    ? "host jobs handed over as the backward pass finishes each group"
+               : speculates ? "host jobs handed over as each group's gradient lands, as if unclipped; run again "
+                              "on clipped steps (train.offload_speculation)"
+                            : "host jobs handed over after the norm (end of the backward pass), in forward order");
+    fmt::print("{:>6} {:>9} {:>9} {:>12} {:>13} {:>14} {:>10} {:>8} {:>12} {:>11}\n", "ratio", "achieved", "step ms",
+               "backward ms", "host work ms", "launcher waits", "hidden", "device-opt", "step / r=0", "rolled back");
     double const base_step = median(times[0].step);
     for (std::size_t k = 0; k < ratios.size(); ++k) {
       double const step = median(times[k].step), host = median(times[k].host), waited = median(times[k].waited);
@@ -145,15 +162,17 @@ int run_offload_overlap_bench(OffloadBenchOptions const& o) {
       // on the launching thread itself nothing is hidden.
       std::string const hidden = host <= 0 ? "-" : !on_worker ? "0% (inline)"
                                  : fmt::format("{:.0f}%", 100.0 * std::clamp(1.0 - waited / host, 0.0, 1.0));
-      fmt::print("{:>6.2f} {:>9.3f} {:>9.2f} {:>12.2f} {:>13.2f} {:>14.2f} {:>10} {:>8.2f} {:>12.3f}\n", ratios[k],
+      std::string const rolled = times[k].speculated > 0 ? fmt::format("{}/{}", times[k].rolled_back, times[k].speculated) : "-";
+      fmt::print("{:>6.2f} {:>9.3f} {:>9.2f} {:>12.2f} {:>13.2f} {:>14.2f} {:>10} {:>8.2f} {:>12.3f} {:>11}\n", ratios[k],
                  trainers[k]->optimizer().achieved_ratio(), step, median(times[k].backward), host, waited, hidden,
-                 median(times[k].device), step / base_step);
+                 median(times[k].device), step / base_step, rolled);
     }
   }
   fmt::print("\n(host work: the jobs' time (AdamW, and the new weights' copy to the device) from timestamps taken\n"
              " where they ran: on the worker, or inline on the launching thread; launcher waits: the launching\n"
              " thread's time in wait_for_group(), just before a forward pass needed a group; hidden = 1 - waits /\n"
-             " host work. Step: the median optimizer step, forward + backward + optimizer.)\n");
+             " host work. Step: the median optimizer step, forward + backward + optimizer. Rolled back: speculative\n"
+             " jobs run again because their step was clipped, of those speculated.)\n");
   std::remove(data.c_str());
   return 0;
 }

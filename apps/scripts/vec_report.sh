@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Is the host AdamW loop (core/ops/adamw_host.cpp) vectorised? GCC's own report (-fopt-info-vec)
+# Are the host AdamW loops (core/ops/adamw_host.cpp: in place, and out of place for a speculative
+# step) vectorised? GCC's own report (-fopt-info-vec)
 # for this machine (the build's -march=native) and, with Debian's cross compiler
 # (g++-aarch64-linux-gnu), for Grace: SVE (-mcpu=neoverse-n2, the same features as Grace's Neoverse V2,
 # which GCC 12 knows as -mcpu=demeter) and plain NEON (-march=armv8-a). Fails if a target leaves the loop
@@ -15,8 +16,15 @@ for d in "${kokkos_dirs[@]}"; do  # the compiler's own folders stay where it sea
   case "$d" in ""|/usr/include|/usr/local/include) ;; *) kokkos_includes+=(-isystem "$d") ;; esac
 done
 source_file="$repo/core/ops/adamw_host.cpp"
-line=$(grep -n "for (std::size_t i = begin; i < end; ++i) e.apply" "$source_file" | cut -d: -f1)
-[ -n "$line" ] || { echo "vec_report: the AdamW loop is not where this script looks in $source_file" >&2; exit 1; }
+# Each loop by a text on its first line.
+loop_names=("AdamW loop" "AdamW loop, out of place")
+loop_marks=("for (std::size_t i = begin; i < end; ++i) e.apply" "the same element update, from one buffer into another")
+loop_lines=()
+for k in "${!loop_marks[@]}"; do
+  l=$(grep -nF "${loop_marks[$k]}" "$source_file" | cut -d: -f1)
+  [ "$(wc -w <<<"$l")" = 1 ] || { echo "vec_report: the ${loop_names[$k]} is not where this script looks in $source_file" >&2; exit 1; }
+  loop_lines+=("$l")
+done
 # The build's flags for this file (core/CMakeLists.txt): -O3, no errno from math, no contraction.
 flags=(-O3 -DNDEBUG -fno-math-errno -ffp-contract=off -fopenmp -std=c++17 -I"$repo" -I"$generated"
        "${kokkos_includes[@]}" -c "$source_file" -o /dev/null -fopt-info-vec-all)
@@ -26,16 +34,19 @@ report() {  # report LABEL COMPILER FLAGS...
   shift 2
   local out
   out=$("$compiler" "$@" "${flags[@]}" 2>&1) || { echo "$label: the compiler failed:"; echo "$out" | head -5; status=1; return; }
-  local vectorised
-  vectorised=$(grep -E "adamw_host.cpp:$line:[0-9]+: optimized: loop vectorized" <<<"$out" | sed 's/.*optimized: //' | sort -u |
-    paste -sd ';' - || true)
-  if [ -n "$vectorised" ]; then
-    echo "$label: AdamW loop (line $line): $vectorised"
-  else
-    echo "$label: AdamW loop (line $line) NOT vectorised:"
-    grep -E "adamw_host.cpp:$line:" <<<"$out" | grep -i missed | sort -u | head -5
-    status=1
-  fi
+  local vectorised k line
+  for k in "${!loop_lines[@]}"; do
+    line="${loop_lines[$k]}"
+    vectorised=$(grep -E "adamw_host.cpp:$line:[0-9]+: optimized: loop vectorized" <<<"$out" | sed 's/.*optimized: //' | sort -u |
+      paste -sd ';' - || true)
+    if [ -n "$vectorised" ]; then
+      echo "$label: ${loop_names[$k]} (line $line): $vectorised"
+    else
+      echo "$label: ${loop_names[$k]} (line $line) NOT vectorised:"
+      grep -E "adamw_host.cpp:$line:" <<<"$out" | grep -i missed | sort -u | head -5
+      status=1
+    fi
+  done
 }
 report "host ($(uname -m), -march=native)" "${CXX:-c++}" -march=native
 if [ "${JOULE_VEC_REPORT_HOST_ONLY:-0}" = 1 ]; then

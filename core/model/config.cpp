@@ -451,6 +451,7 @@ Config parse_config(std::string const& json_text, std::string const& source) {
     s.mark_known("tf32");
     s.mark_known("precision");
     s.mark_known("offload_cast");
+    s.mark_known("offload_speculation");
     // Absent: the whole batch in one pass (under mpirun, joule train deals it to the replicas).
     t.micro_batch = s.has("micro_batch") ? s.integer("micro_batch", 1, 1 << 20) : t.batch;
     if (s.has("seq_shards")) {
@@ -465,6 +466,7 @@ Config parse_config(std::string const& json_text, std::string const& source) {
     if (s.has("checkpoint")) t.checkpoint = s.string("checkpoint", true);
     if (s.has("checkpoint_every")) t.checkpoint_every = s.integer("checkpoint_every", 0, 1 << 30);
     if (s.has("tf32")) t.tf32 = s.boolean("tf32");
+    if (s.has("offload_speculation")) t.offload_speculation = s.boolean("offload_speculation");
     if (s.has("precision")) {
       std::string const p = s.string("precision", false);
       if (p != "fp32" && p != "bf16") s.fail("precision", "is \"" + p + "\"; allowed are \"fp32\" and \"bf16\"");

@@ -86,6 +86,10 @@ struct TrainConfig {
   // cores round them and half the bytes cross. The same bits either way.
   enum class OffloadCast { device, host };
   OffloadCast offload_cast = OffloadCast::device;
+  // With clipping, offloaded groups' host updates start before the gradient norm is known and are
+  // run again on clipped steps (speculation then validation, core/train/optimizer.hpp); the same
+  // bits either way. false waits for the norm.
+  bool offload_speculation = true;
 };
 char const* offload_cast_name(TrainConfig::OffloadCast c);
 

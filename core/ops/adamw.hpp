@@ -103,6 +103,22 @@ extern template void adamw_host_range<float>(AdamWElement<float> const&, float*,
                                              float*, std::size_t, std::size_t);
 extern template void adamw_host_range<double>(AdamWElement<double> const&, double*, double const*,
                                               double*, double*, std::size_t, std::size_t);
+// Where an update reads or writes an optimizer state: master weights and the two moments.
+template <class T>
+struct AdamWState {
+  T* param;
+  T* m;
+  T* v;
+};
+// The same update out of place: reads `in`, writes `out` (no overlap between them), leaving `in`
+// as it was (a speculative step that may be dropped, core/train/optimizer.cpp). Same bits.
+template <class T>
+void adamw_host_range_into(AdamWElement<T> const& e, AdamWState<T const> in, T const* grad, AdamWState<T> out,
+                           std::size_t begin, std::size_t end);
+extern template void adamw_host_range_into<float>(AdamWElement<float> const&, AdamWState<float const>,
+                                                  float const*, AdamWState<float>, std::size_t, std::size_t);
+extern template void adamw_host_range_into<double>(AdamWElement<double> const&, AdamWState<double const>,
+                                                   double const*, AdamWState<double>, std::size_t, std::size_t);
 }  // namespace detail
 
 // One update of step `step` (1-based) over flat parameter, gradient and moment arrays.

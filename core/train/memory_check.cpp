@@ -21,14 +21,14 @@ namespace joule {
 using detail::bytes_text;
 
 MemoryNeed memory_need(ModelConfig const& m, int micro_batch, int recompute_depth, int seq_shards, double offload_ratio,
-                       Precision precision, bool cast_on_host) {
+                       Precision precision, bool cast_on_host, bool speculative) {
   return {estimate_memory(m, micro_batch, recompute_depth, seq_shards, precision),
-          estimate_optimizer_memory(m, offload_ratio, precision, cast_on_host)};
+          estimate_optimizer_memory(m, offload_ratio, precision, cast_on_host, speculative)};
 }
 
 MemoryNeed memory_need(ModelConfig const& m, TrainConfig const& t) {
   return memory_need(m, t.micro_batch, t.recompute_depth, t.seq_shards, t.offload_ratio, t.precision,
-                     t.offload_cast == TrainConfig::OffloadCast::host);
+                     t.offload_cast == TrainConfig::OffloadCast::host, offload_speculates(t.grad_clip, t.offload_speculation));
 }
 
 namespace {

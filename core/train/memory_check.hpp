@@ -22,8 +22,9 @@ struct MemoryNeed {
   // In host memory beside the device's (pinned optimizer state); 0 on a host build.
   std::size_t host_bytes() const { return kDeviceIsHost ? 0 : optimizer.host; }
 };
+// speculative: the offload speculates (offload_speculates(), core/train/optimizer.hpp).
 MemoryNeed memory_need(ModelConfig const& m, int micro_batch, int recompute_depth, int seq_shards, double offload_ratio,
-                       Precision precision = Precision::fp32, bool cast_on_host = false);
+                       Precision precision = Precision::fp32, bool cast_on_host = false, bool speculative = false);
 MemoryNeed memory_need(ModelConfig const& m, TrainConfig const& t);
 
 // Memory free now, with where each figure comes from. On a host build the device's memory is

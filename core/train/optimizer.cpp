@@ -46,8 +46,12 @@ LinkBytesPerParameter link_bytes_per_parameter(Precision precision, bool cast_on
           bf16_copy && cast_on_host ? sizeof(bf16) : held_bytes(precision, Held::master_weights)};
 }
 
+bool offload_on_worker() { return !kDeviceIsHost || !host_cores().optimizer.empty(); }
+
+bool offload_speculates(double grad_clip, bool speculate) { return speculate && grad_clip > 0 && offload_on_worker(); }
+
 OptimizerMemory estimate_optimizer_memory(ModelConfig const& m, double offload_ratio, Precision precision,
-                                          bool cast_on_host) {
+                                          bool cast_on_host, bool speculative) {
   auto const sizes = parameter_group_sizes(m);
   auto const chosen = choose_offloaded_groups(sizes, offload_ratio);
   OptimizerMemory r;
@@ -57,7 +61,7 @@ OptimizerMemory estimate_optimizer_memory(ModelConfig const& m, double offload_r
     if (chosen[i]) host += sizes[i];
   }
   r.device = 2 * (total - host) * sizeof(float);
-  r.host = 4 * host * sizeof(float) +
+  r.host = (speculative ? 7 : 4) * host * sizeof(float) +
            (held_in_bf16(precision, Held::kernel_weights) && cast_on_host ? host * sizeof(bf16) : 0);
   r.achieved_ratio = total ? double(host) / total : 0.0;
   return r;
@@ -113,6 +117,8 @@ Optimizer::Optimizer(Model& model, OptimizerSettings const& settings)
   std::vector<std::size_t> sizes;
   for (auto const& g : groups_) sizes.push_back(g.param.extent(0));
   offloaded_ = choose_offloaded_groups(sizes, settings.offload_ratio);
+  bool const any_offloaded = std::find(offloaded_.begin(), offloaded_.end(), true) != offloaded_.end();
+  speculative_ = any_offloaded && offload_speculates(settings.grad_clip, settings.speculate);
   std::size_t total = 0, host = 0;
   for (std::size_t i = 0; i < groups_.size(); ++i) {
     Group& g = groups_[i];
@@ -126,6 +132,11 @@ Optimizer::Optimizer(Model& model, OptimizerSettings const& settings)
       g.host_v = Tensor1<float, PinnedHostMemory>(label(("host.adam_v." + g.name).c_str()), n);
       if (cast_on_host_)
         g.host_kernel_weights = Tensor1<bf16, PinnedHostMemory>(label(("host.weight_bf16." + g.name).c_str()), n);
+      if (speculative_) {
+        g.next_param = Tensor1<float, PinnedHostMemory>(label(("host.param_next." + g.name).c_str()), n);
+        g.next_m = Tensor1<float, PinnedHostMemory>(label(("host.adam_m_next." + g.name).c_str()), n);
+        g.next_v = Tensor1<float, PinnedHostMemory>(label(("host.adam_v_next." + g.name).c_str()), n);
+      }
     } else {
       g.m = Tensor1<float, DeviceMemory>(label(("adam_m." + g.name).c_str()), n);
       g.v = Tensor1<float, DeviceMemory>(label(("adam_v." + g.name).c_str()), n);
@@ -154,7 +165,7 @@ Optimizer::Optimizer(Model& model, OptimizerSettings const& settings)
   // The host jobs get threads of their own where there is something to overlap with: always on a
   // GPU; on a CPU-only build only when cores are set aside for them (JOULE_HOST_CORES).
   auto const& reserved = host_cores().optimizer;
-  if (host > 0 && (!kDeviceIsHost || !reserved.empty())) {
+  if (host > 0 && offload_on_worker()) {
     int const threads = settings.host_threads > 0 ? settings.host_threads
                         : !reserved.empty()       ? int(reserved.size())
                                                   : 1;  // a GPU build on a 1-CPU process
@@ -174,7 +185,8 @@ std::size_t Optimizer::device_state_bytes() const {
 std::size_t Optimizer::host_state_bytes() const {
   std::size_t b = 0;
   for (auto const& g : groups_)
-    b += (g.host_param.extent(0) + g.host_grad.extent(0) + g.host_m.extent(0) + g.host_v.extent(0)) * sizeof(float) +
+    b += (g.host_param.extent(0) + g.host_grad.extent(0) + g.host_m.extent(0) + g.host_v.extent(0) +
+          g.next_param.extent(0) + g.next_m.extent(0) + g.next_v.extent(0)) * sizeof(float) +
          g.host_kernel_weights.extent(0) * sizeof(bf16);
   return b;
 }
@@ -189,6 +201,7 @@ void Optimizer::sync_master_weights() {
 }
 
 void Optimizer::begin_step(double lr, long step) {
+  abandon_step();  // a step left unfinished (an exception between the backward pass and its end)
   lr_ = lr;
   step_ = step;
   if (auto* t = ordering::trace()) t->set_step(step);
@@ -274,6 +287,8 @@ void Optimizer::hand_over(int group, double grad_scale) {
   g.job_config = adamw_config();
   g.job_step = step_;
   g.scale = grad_scale;
+  g.job_in = {g.host_param.data(), g.host_m.data(), g.host_v.data()};
+  g.job_out = g.speculating ? detail::AdamWState<float>{g.next_param.data(), g.next_m.data(), g.next_v.data()} : g.job_in;
   g.handed_over = true;
   g.ordered = false;
   // What its job will copy back up (counted here, on the launching thread, as the gradient was).
@@ -308,17 +323,21 @@ void Optimizer::host_job(int group) {
       plain_cfg.weight_decay = 0.0;
       auto const with_decay = detail::make_adamw_element<float>(decayed_cfg, g.job_step, g.scale);
       auto const without = detail::make_adamw_element<float>(plain_cfg, g.job_step, g.scale);
-      float* p = g.host_param.data();
+      detail::AdamWState<float> const in = g.job_in, out = g.job_out;
+      bool const in_place = in.param == out.param;
       float const* grad = g.host_grad.data();
-      float* m = g.host_m.data();
-      float* v = g.host_v.data();
       std::size_t const threads = std::size_t(worker_->threads());
       worker_->parallel([&](int chunk) {
-        for_each_run(g.decayed, g.host_param.extent(0), [&](std::size_t begin, std::size_t end, bool decay) {
+        for_each_run(g.decayed, g.host_grad.extent(0), [&](std::size_t begin, std::size_t end, bool decay) {
           std::size_t const per = (end - begin + threads - 1) / threads;
           std::size_t const b = std::min(end, begin + std::size_t(chunk) * per), e = std::min(end, b + per);
-          if (b < e) detail::adamw_host_range(decay ? with_decay : without, p, grad, m, v, b, e);
-          if (b < e && cast) round_to_bf16(cast, p, b, e);  // while the chunk is in cache
+          if (b >= e) return;
+          auto const& element = decay ? with_decay : without;
+          if (in_place)
+            detail::adamw_host_range(element, out.param, grad, out.m, out.v, b, e);
+          else
+            detail::adamw_host_range_into(element, detail::AdamWState<float const>{in.param, in.m, in.v}, grad, out, b, e);
+          if (cast) round_to_bf16(cast, out.param, b, e);  // while the chunk is in cache
         });
       });
     } else {
@@ -340,7 +359,7 @@ void Optimizer::host_job(int group) {
       std::memcpy(g.kernel_weights.data(), cast, g.kernel_weights.span() * sizeof(bf16));
       g.device_master_stale = true;
     } else {
-      std::memcpy(g.param.data(), g.host_param.data(), g.param.span() * sizeof(float));
+      std::memcpy(g.param.data(), g.job_out.param, g.param.span() * sizeof(float));
       // The device's rounding, by the thread that has the weights (no Kokkos call from a worker).
       if (g.kernel_weights.data()) round_to_bf16(g.kernel_weights.data(), g.param.data(), 0, g.param.extent(0));
     }
@@ -353,7 +372,10 @@ void Optimizer::host_job(int group) {
       Kokkos::deep_copy(host_to_device_, g.kernel_weights, g.host_kernel_weights);
       g.device_master_stale = true;
     } else {
-      Kokkos::deep_copy(host_to_device_, g.param, g.host_param);
+      // What the job wrote: the live weights, or the speculative ones (STV).
+      Kokkos::View<float*, PinnedHostMemory, Kokkos::MemoryTraits<Kokkos::Unmanaged>> const out(g.job_out.param,
+                                                                                             g.param.extent(0));
+      Kokkos::deep_copy(host_to_device_, g.param, out);
       if (g.kernel_weights.data()) convert_precision(host_to_device_, g.kernel_weights, g.param);
     }
     ordering::on_stream(Lane::host_to_device, "h2d", {{"host_param", group}}, {{"param", group}});
@@ -373,7 +395,14 @@ void Optimizer::gradients_ready(int group) {
   wait_for_group(group);  // last step's job (normally already waited for by the forward pass)
   copy_gradient_to_host(group);
   // Without clipping the update needs nothing else: hand it over now, during the backward pass.
-  if (settings_.grad_clip <= 0) hand_over(group, 1.0);
+  // With clipping, as if none applied, into the next buffers (STV), if this process speculates.
+  if (settings_.grad_clip <= 0) {
+    hand_over(group, 1.0);
+  } else if (speculative_ && !last_step_clipped_) {
+    groups_[group].speculating = true;
+    ++times_.speculated;
+    hand_over(group, 1.0);
+  }
 }
 
 namespace {
@@ -439,28 +468,71 @@ void Optimizer::finish_step(double grad_scale) {
     }
     ordering::on_stream(ordering::Lane::compute, "optimizer_device", {{"grad", int(i)}}, {{"param", int(i)}});
   }
-  // The jobs not handed over yet (with clipping: all of them), in the order the next forward
-  // pass needs their weights.
-  for (std::size_t i = 0; i < groups_.size(); ++i)
-    if (offloaded_[i]) hand_over(int(i), grad_scale);
+  // The jobs not handed over yet (with clipping and no speculation: all of them), in the order the
+  // next forward pass needs their weights. A speculative job stands if nothing was clipped (the
+  // scale is exactly 1, as it ran with); otherwise it is run again from the step's input, which
+  // it left untouched. Either way its output becomes the live state.
+  last_step_clipped_ = grad_scale != 1.0;
+  for (std::size_t i = 0; i < groups_.size(); ++i) {
+    if (!offloaded_[i]) continue;
+    Group& g = groups_[i];
+    if (!g.speculating) {
+      hand_over(int(i), grad_scale);
+      continue;
+    }
+    if (grad_scale != 1.0) {
+      finish_job(int(i));
+      ++times_.rolled_back;
+      g.handed_over = false;
+      hand_over(int(i), grad_scale);
+    }
+    std::swap(g.host_param, g.next_param);
+    std::swap(g.host_m, g.next_m);
+    std::swap(g.host_v, g.next_v);
+    g.speculating = false;
+  }
+}
+
+void Optimizer::abandon_step() {
+  bool restored = false;
+  for (std::size_t i = 0; i < groups_.size(); ++i) {
+    Group& g = groups_[i];
+    if (!offloaded_[i] || !g.speculating) continue;
+    finish_job(int(i));
+    g.speculating = false;
+    // The live state is as it was; the device got the speculative weights: copy the live ones.
+    if (cast_on_host_) {
+      round_to_bf16(g.host_kernel_weights.data(), g.host_param.data(), 0, g.host_param.extent(0));
+      Kokkos::deep_copy(g.kernel_weights, g.host_kernel_weights);
+    } else {
+      Kokkos::deep_copy(g.param, g.host_param);
+      if (g.kernel_weights.data()) convert_precision(compute_, g.kernel_weights, g.param);
+    }
+    restored = true;
+  }
+  if (restored) Kokkos::fence();
 }
 
 void Optimizer::wait_for_group(int group) {
   if (group < 0 || group >= int(groups_.size()) || !offloaded_[group]) return;
   Group& g = groups_[group];
   if (g.ordered) return;
-  if (worker_) {
-    auto const t0 = HostWorker::Clock::now();
-    worker_->wait(group);  // rethrows what the job threw
-    ordering::await(&g.trace_done);
-    times_.wait_seconds += std::chrono::duration<double>(HostWorker::Clock::now() - t0).count();
-    auto const span = worker_->last_span(group);
-    times_.host_seconds += std::chrono::duration<double>(span.end - span.start).count();
-    ++times_.jobs;
-  }
+  finish_job(group);
   g.params_ready.make_wait(compute_);
   ordering::stream_waits(ordering::Lane::compute, &g.params_ready);
   g.ordered = true;
+}
+
+void Optimizer::finish_job(int group) {
+  if (!worker_) return;  // inline jobs are done when handed over
+  Group& g = groups_[group];
+  auto const t0 = HostWorker::Clock::now();
+  worker_->wait(group);  // rethrows what the job threw
+  ordering::await(&g.trace_done);
+  times_.wait_seconds += std::chrono::duration<double>(HostWorker::Clock::now() - t0).count();
+  auto const span = worker_->last_span(group);
+  times_.host_seconds += std::chrono::duration<double>(span.end - span.start).count();
+  ++times_.jobs;
 }
 
 void Optimizer::wait_all() {

@@ -28,6 +28,20 @@
 // overlap with: the jobs run on the launching thread, as they are handed over.
 // The gradient norm is summed from per-group sums of squares the device computes as the groups
 // become ready; reading it is the one device synchronisation of the launching thread per step.
+//
+// Speculation then validation (STV, as DeepSpeed's SuperOffload does on GH200): with clipping on
+// and the jobs on a worker, waiting for the norm would hold every host job until the end of the
+// backward pass. Instead each group's job is handed over as soon as its gradient has landed, as
+// if no clipping applied, and writes its new master weights and moments into a second set of
+// host buffers (the step's input stays as it was). When the norm is known: unclipped (the scale
+// is exactly 1), the second set becomes the live one (a swap of handles, nothing copied); clipped,
+// the job is run again from the untouched input with the clipped gradient, into the same second
+// set, and the launching thread waits for the speculative job first (counted as a roll-back); the
+// step after a clipped one waits for the norm (clipping comes in runs, early in training), so a
+// run where every step clips costs one roll-back, not one a step; a
+// non-finite norm or loss stops the run, and abandon_step() puts the device's weights back. The
+// result is bitwise that of waiting for the norm. It costs 12 bytes of host memory per offloaded
+// parameter (estimate_optimizer_memory counts them).
 #include "core/model/model.hpp"
 #include "core/ops/adamw.hpp"
 #include "core/detail/stream_event.hpp"
@@ -55,7 +69,16 @@ struct OptimizerSettings {
   // copy on the host (2 bytes per parameter cross the link) instead of on the device (4 bytes
   // cross, the device rounds). The same function rounds on both sides: the same bits.
   bool cast_on_host = false;
+  // With clipping, host jobs start before the norm is known (STV, above), where they run on a
+  // worker; false waits for the norm (the measurement of what STV hides).
+  bool speculate = true;
 };
+
+// Do offloaded groups' host jobs run on a worker (threads of their own) in this process: always
+// on a GPU build; on a CPU-only build only with cores set aside (JOULE_HOST_CORES).
+bool offload_on_worker();
+// Does an offloading run speculate (STV): clipping on and the jobs on a worker.
+bool offload_speculates(double grad_clip, bool speculate = true);
 
 // Which groups go to the host for a target ratio: groups are taken in the order the backward
 // pass finishes them (head, last block, ..., first block, embed: the earliest ready overlap
@@ -72,8 +95,11 @@ struct OptimizerMemory {
   double achieved_ratio = 0;
 };
 std::vector<std::size_t> parameter_group_sizes(ModelConfig const& m);
+// speculative: offload_speculates(...): the second set of master weights and moments (12 bytes
+// per offloaded parameter).
 OptimizerMemory estimate_optimizer_memory(ModelConfig const& m, double offload_ratio,
-                                          Precision precision = Precision::fp32, bool cast_on_host = false);
+                                          Precision precision = Precision::fp32, bool cast_on_host = false,
+                                          bool speculative = false);
 // Bytes that cross the host link per step for each offloaded parameter: its fp32 gradient to the
 // host, and its new weights back (fp32, or the bf16 copy when cast on the host).
 struct LinkBytesPerParameter {
@@ -109,7 +135,11 @@ class Optimizer {
   double gradient_norm();
   // Finishes the update with the gradients scaled by grad_scale (clipping): queues the device
   // groups' AdamW and hands the remaining host jobs over; returns without waiting for them.
+  // Speculative jobs stand when grad_scale is 1, and are run again with it otherwise.
   void finish_step(double grad_scale);
+  // The step will not be finished (a non-finite loss or norm stops the run): speculative host
+  // jobs are waited for and dropped, and the device gets the weights of before the step back.
+  void abandon_step();
   // Before the first kernel that reads group g's weights: waits for its host job (if any) and
   // orders the compute instance after its host -> device copy.
   void wait_for_group(int group);
@@ -126,10 +156,14 @@ class Optimizer {
     // Bytes copied over the host link (gradients down, new weights up), counted on the launching
     // thread as the copies are queued or handed over.
     double bytes_to_host = 0, bytes_to_device = 0;
+    // Jobs started before the norm was known (STV), and those of them run again because the
+    // step was clipped.
+    long long speculated = 0, rolled_back = 0;
   };
   OffloadTimes offload_times() const { return times_; }
   void reset_offload_times();
   HostWorker const* host_worker() const { return worker_.get(); }
+  bool speculative() const { return speculative_; }
   // Every group's AdamW moments in host memory, wherever they live (checkpoints, and moving the
   // state to another placement: Trainer::reconfigure), and back.
   struct Moments {
@@ -147,12 +181,17 @@ class Optimizer {
     Tensor1<float, DeviceMemory> param, grad;     // the model's buffers
     Tensor1<float, DeviceMemory> m, v;            // device groups
     Tensor1<float, PinnedHostMemory> host_param, host_grad, host_m, host_v;  // offloaded groups
+    Tensor1<float, PinnedHostMemory> next_param, next_m, next_v;  // STV: a speculative job's output
     Tensor1<bf16, DeviceMemory> kernel_weights;        // the model's bf16 copy (bf16 models)
     Tensor1<bf16, PinnedHostMemory> host_kernel_weights;  // its host-side rounding (cast on the host)
     bool device_master_stale = false;  // cast on the host: param lags host_param until wait_all()
     std::vector<std::pair<std::size_t, std::size_t>> decayed;  // [begin, end) slices with weight decay
     detail::StreamEvent grad_final, landed, params_ready;      // see the data path above
     bool copied = false, handed_over = false, ordered = true;
+    bool speculating = false;  // this step's job writes next_* (STV), to be kept or run again
+    // What the job reads and writes, set when it is handed over (the launching thread swaps the
+    // handles above meanwhile): the live state, and the same or next_*.
+    detail::AdamWState<float> job_in{}, job_out{};
     AdamWConfig job_config;  // its host job's settings, step and gradient scale
     long job_step = 0;
     double scale = 1.0;
@@ -163,6 +202,7 @@ class Optimizer {
   void copy_gradient_to_host(int group); // once per step, after the gradient is final
   void hand_over(int group, double grad_scale);
   void host_job(int group);              // the update of an offloaded group (worker or inline)
+  void finish_job(int group);            // waits for its job on the worker, counts the time
 
   Model& model_;
   OptimizerSettings settings_;
@@ -181,6 +221,8 @@ class Optimizer {
   double achieved_ratio_ = 0;
   double lr_ = 0;
   long step_ = 0;
+  bool speculative_ = false;  // STV (above)
+  bool last_step_clipped_ = false;  // then this step waits for the norm: clipping comes in runs
   std::unique_ptr<HostWorker> worker_;  // null: the jobs run on the launching thread
   OffloadTimes times_;
 };

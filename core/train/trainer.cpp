@@ -47,6 +47,7 @@ OptimizerSettings optimizer_settings(TrainConfig const& t) {
   o.offload_ratio = t.offload_ratio;
   o.host_threads = t.host_threads;
   o.cast_on_host = t.offload_cast == TrainConfig::OffloadCast::host;
+  o.speculate = t.offload_speculation;
   return o;
 }
 }  // namespace
@@ -340,6 +341,8 @@ StepRecord Trainer::train_step() {
     space_.fence();  // the same instance as the norm's: already done
     add_deferred_loss();
   }
+  // A step that stops the run is not finished: speculative host updates are dropped (STV).
+  if (!std::isfinite(loss) || !std::isfinite(norm)) optimizer_->abandon_step();
   if (!std::isfinite(loss))
     throw TrainingError(fmt::format("step {}: the loss is {} — stopping (lower train.lr or raise "
                                     "train.warmup_steps)", step_ + 1, loss));
