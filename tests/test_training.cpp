@@ -38,7 +38,7 @@ std::vector<double> losses(TrainSummary const& s) {
 }  // namespace
 
 TEST_CASE("training: resuming from a checkpoint continues the uninterrupted loss trajectory",
-          "[train][checkpoint]") {
+          "[train][checkpoint][offload]") {
   TempFile data(".h5"), checkpoint(".ckpt.h5");
   auto cfg = write_data_and_config(data.path());  // 12 steps, 2 micro-batches each
   SECTION("all optimizer state on the device") { cfg.train.offload_ratio = 0.0; }
