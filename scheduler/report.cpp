@@ -163,6 +163,15 @@ void trial_table(std::string& out, RunLogContents const& log) {
                        one_line(t.reason));
   }
   out += "  (* chosen" + unset_legend() + ")\n";
+  // Speculation then validation: the trials whose offloaded host updates ran again after clipping.
+  std::vector<std::string> rolled;
+  for (auto const& t : log.trials)
+    if (t.host_jobs_rolled_back > 0)
+      rolled.push_back(fmt::format("trial {}: {} of {}", t.index, t.host_jobs_rolled_back, t.host_jobs_speculated));
+  if (!rolled.empty())
+    out += fmt::format("  host updates started before the gradient norm and run again because the step was clipped "
+                       "(speculation then validation; their cost is in T and E): {}\n",
+                       fmt::join(rolled, ", "));
 }
 
 void pareto_section(std::string& out, RunLogContents const& log) {
@@ -305,6 +314,16 @@ void train_section(std::string& out, RunLogContents const& log) {
   if (t.in_flight) in_flight_section(out, log);
   if (!t.steps.empty())
     out += fmt::format("  final loss {:.4f} (step {})\n", t.steps.back().loss, t.steps.back().step);
+  {
+    int clipped = 0, jobs = 0;
+    for (auto const& s : t.steps) {
+      clipped += s.host_jobs_rolled_back > 0;
+      jobs += s.host_jobs_rolled_back;
+    }
+    if (clipped > 0)
+      out += fmt::format("  {} of {} steps clipped after their offloaded host updates had started: {} host updates run "
+                         "again (speculation then validation)\n", clipped, t.steps.size(), jobs);
+  }
   if (!t.evals.empty()) {
     auto const& e = t.evals.back();
     out += fmt::format("  last evaluation (step {}): held-out loss {:.4f}, exact caption accuracy {:.1f}% ({} samples)\n",

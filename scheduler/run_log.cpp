@@ -250,6 +250,12 @@ TrialRecord read_trial(H5File const& f, std::string const& g, int index) {
   if (bytes < 0) damaged(f, fmt::format("attribute 'predicted_device_bytes' on {} is negative ({})", g, bytes));
   t.predicted_device_bytes = std::size_t(bytes);
   if (f.has_attribute(g, "link_bytes_per_step")) t.link_bytes_per_step = f.attribute_double(g, "link_bytes_per_step");
+  for (auto const& [name, value] : {std::pair{"host_jobs_speculated", &t.host_jobs_speculated},
+                                    std::pair{"host_jobs_rolled_back", &t.host_jobs_rolled_back}})
+    if (f.has_attribute(g, name)) {  // absent in logs before issue 42
+      *value = f.attribute_int(g, name);
+      if (*value < 0) damaged(f, fmt::format("attribute '{}' on {} is negative ({})", name, g, *value));
+    }
   t.step_time_s = read_vector<double>(f, g + "/step_time_s");
   t.step_energy_j = read_vector<double>(f, g + "/step_energy_j");
   if (f.exists(g + "/measured_on")) {  // logs from before in-flight tuning have none
@@ -358,6 +364,11 @@ TrainRecord read_train(H5File const& f) {
       t.steps[i].trial = trial[i];
       t.steps[i].measured = measured[i] != 0;
     }
+  }
+  if (f.exists(g + "/host_jobs_rolled_back")) {  // logs before issue 42 have none
+    auto const rolled = read_vector<std::int32_t>(f, g + "/host_jobs_rolled_back");
+    require_length(f, g + "/host_jobs_rolled_back", rolled.size(), step.size(), g + "/step");
+    for (std::size_t i = 0; i < step.size(); ++i) t.steps[i].host_jobs_rolled_back = rolled[i];
   }
   auto const eval_step = read_vector<std::int32_t>(f, g + "/eval_step");
   auto const eval_loss = read_vector<double>(f, g + "/eval_loss");
@@ -787,6 +798,8 @@ void RunLogWriter::append_trial(TrialRecord const& t) {
       f.set_attribute(g, "energy_below_resolution", (long long)(t.energy_below_resolution() ? 1 : 0));
       f.set_attribute(g, "predicted_device_bytes", (long long)t.predicted_device_bytes);
       f.set_attribute(g, "link_bytes_per_step", t.link_bytes_per_step);
+      f.set_attribute(g, "host_jobs_speculated", t.host_jobs_speculated);
+      f.set_attribute(g, "host_jobs_rolled_back", t.host_jobs_rolled_back);
       write_doubles(f, g + "/step_time_s", t.step_time_s);
       write_doubles(f, g + "/step_energy_j", t.step_energy_j);
       std::vector<std::int32_t> const on(t.measured_on.begin(), t.measured_on.end());
@@ -845,13 +858,14 @@ void RunLogWriter::write_pareto(std::vector<TrialRecord> const& front) {
 void RunLogWriter::write_train(TrainRecord const& t) {
   require_open("write /train");
   check_power(path_, "/train", t.power);
-  std::vector<std::int32_t> step, trial, measured, eval_step, eval_samples;
+  std::vector<std::int32_t> step, trial, measured, rolled_back, eval_step, eval_samples;
   std::vector<double> loss, lr, grad_norm, seconds, end_s, eval_loss, eval_accuracy;
   for (auto const& s : t.steps) {
     step.push_back(s.step);
     end_s.push_back(s.end_s);
     trial.push_back(s.trial);
     measured.push_back(s.measured ? 1 : 0);
+    rolled_back.push_back(s.host_jobs_rolled_back);
     loss.push_back(s.loss);
     lr.push_back(s.lr);
     grad_norm.push_back(s.grad_norm);
@@ -875,6 +889,7 @@ void RunLogWriter::write_train(TrainRecord const& t) {
       f.write(g + "/step", step.data(), {step.size()});
       f.write(g + "/trial", trial.data(), {trial.size()});
       f.write(g + "/measured", measured.data(), {measured.size()});
+      f.write(g + "/host_jobs_rolled_back", rolled_back.data(), {rolled_back.size()});
       write_doubles(f, g + "/loss", loss);
       write_doubles(f, g + "/lr", lr);
       write_doubles(f, g + "/grad_norm", grad_norm);

@@ -77,6 +77,10 @@ struct TrialRecord {
   // Bytes the offloaded optimizer copied over the host link per measured step (gradients down,
   // weights up; Optimizer::OffloadTimes); NaN in logs before issue 29.
   double link_bytes_per_step = kNaN;
+  // Offloaded groups' host jobs over the measured steps that started before the norm was known
+  // (speculation then validation), and those run again because their step was clipped (0 where
+  // nothing speculated, and in logs before issue 42).
+  long long host_jobs_speculated = 0, host_jobs_rolled_back = 0;
   std::vector<double> step_time_s, step_energy_j;  // every measured step
   // The training step each measurement was taken on ([measured_steps]): in flight the run's own
   // steps, offline the steps of the trial's own trainer. Empty in logs written before in-flight tuning (issue 16).
@@ -117,6 +121,7 @@ struct TrainRecord {
     bool measured = false;  // one of that trial's measurements (warm-up, drift checks and steps
                             // followed by an evaluation or checkpoint are not)
     double end_s = kNaN;    // when the step ended, on the power trace's clock (seconds from its start)
+    int host_jobs_rolled_back = 0;  // speculative host updates run again: the step was clipped
   };
   struct Eval {
     int step = 0;

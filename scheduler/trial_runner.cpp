@@ -338,6 +338,8 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_tr
       auto const link = trainer->optimizer().offload_times();
       r.link_bytes_per_step = (link.bytes_to_host + link.bytes_to_device - link_before.bytes_to_host -
                                link_before.bytes_to_device) / std::max(1, r.measured_steps);
+      r.host_jobs_speculated = link.speculated - link_before.speculated;
+      r.host_jobs_rolled_back = link.rolled_back - link_before.rolled_back;
     }
     r.time_per_step_s = median(r.step_time_s);
     // A step shorter than the sensor's update has no energy of its own: each is an interpolation
@@ -391,8 +393,8 @@ TrainRecord TrialRunner::train_on(Trainer& live, Knobs const& k, std::function<i
 }
 
 void TrialRunner::record_live_step(StepRecord const& s, bool measured) {
-  live_.record.steps.push_back(
-      {s.step, s.loss, s.lr, s.grad_norm, s.seconds, -1, measured, monitor_.sampler().now() - live_.t0});
+  live_.record.steps.push_back({s.step, s.loss, s.lr, s.grad_norm, s.seconds, -1, measured,
+                                monitor_.sampler().now() - live_.t0, s.host_jobs_rolled_back});
   live_.knobs.push_back(live_.now);
 }
 
@@ -470,7 +472,8 @@ TrainRecord TrialRunner::train_with(Knobs const& k, Trainer* live, std::ostream*
     Recorder(TrialRunner& r, TrainRecord& t) : runner(r), rec(t), t0(r.monitor_.sampler().now()) {}
     void before_step(Trainer&, int) override { runner.check_stop(); }
     void on_step(Trainer&, StepRecord const& s) override {
-      rec.steps.push_back({s.step, s.loss, s.lr, s.grad_norm, s.seconds, -1, false, runner.monitor_.sampler().now() - t0});
+      rec.steps.push_back({s.step, s.loss, s.lr, s.grad_norm, s.seconds, -1, false, runner.monitor_.sampler().now() - t0,
+                           s.host_jobs_rolled_back});
     }
     void on_eval(Trainer&, int step, EvalResult const& e) override {
       rec.evals.push_back({step, e.loss, e.accuracy, e.samples});

@@ -28,9 +28,14 @@ std::string trial_line(TrialRecord const& r, std::string const& note) {
                              1e3 * r.energy_resolution_s, window, window / r.energy_resolution_s,
                              r.enough_sensor_updates() ? "" : " (too few: energy cannot rank it)");
   }
-  return fmt::format("  trial {:>3}  {:<40} {:7.1f} ms/step {:9.3f} J/step  objective {:.4g}  (+-{:.1f}%, {} steps{}{}{}){}\n",
+  // Speculative host updates that ran again because their step was clipped: part of its cost.
+  std::string const rolled = r.host_jobs_rolled_back > 0
+                                 ? fmt::format(", host updates run again after clipping: {} of {} speculated",
+                                               r.host_jobs_rolled_back, r.host_jobs_speculated)
+                                 : "";
+  return fmt::format("  trial {:>3}  {:<40} {:7.1f} ms/step {:9.3f} J/step  objective {:.4g}  (+-{:.1f}%, {} steps{}{}{}{}){}\n",
                      r.index, r.knobs.describe(), 1e3 * r.time_per_step_s, r.energy_per_step_j, r.objective,
-                     100 * r.ci_relative, r.measured_steps, link, others, resolution, note);
+                     100 * r.ci_relative, r.measured_steps, link, others, resolution, rolled, note);
 }
 
 TuneSession::TuneSession(TrialRunner& runner, TuneSettings const& settings, std::ostream* progress)

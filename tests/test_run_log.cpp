@@ -165,6 +165,8 @@ TrialRecord make_ok_trial(Rng& rng, int index, std::size_t steps, std::size_t sa
   t.measured_steps = int(steps);
   t.drift = 1.0 + 1e-9 * index;
   t.predicted_device_bytes = (std::size_t(1) << 40) + std::size_t(index);
+  t.host_jobs_speculated = (1ll << 33) + 5 * index;  // beyond 32 bits
+  t.host_jobs_rolled_back = 3 * index;
   t.step_time_s = random_values(rng, steps);
   t.step_energy_j = random_values(rng, steps);
   for (std::size_t i = 0; i < steps; ++i) t.measured_on.push_back(int(100 * index + 3 * i + 1));
@@ -204,7 +206,7 @@ TrainRecord make_train(Rng& rng) {
   t.knobs = Knobs{0.25, 1, 1, 4, 2, 300};
   for (int s = 0; s < 11; ++s) {
     auto const v = random_values(rng, 4);
-    t.steps.push_back({s, v[0], v[1], v[2], std::abs(v[0]), s < 6 ? s / 2 : 4, s % 3 == 1, 0.25 * s + v[3]});
+    t.steps.push_back({s, v[0], v[1], v[2], std::abs(v[0]), s < 6 ? s / 2 : 4, s % 3 == 1, 0.25 * s + v[3], s % 4 == 2 ? 7 : 0});
   }
   t.in_flight = true;
   t.search_steps = 6;
@@ -264,6 +266,8 @@ void check_same(TrialRecord const& a, TrialRecord const& b) {
   CHECK(same(a.step_time_s, b.step_time_s));
   CHECK(same(a.step_energy_j, b.step_energy_j));
   CHECK(a.measured_on == b.measured_on);
+  CHECK(a.host_jobs_speculated == b.host_jobs_speculated);
+  CHECK(a.host_jobs_rolled_back == b.host_jobs_rolled_back);
   check_same(a.regions, b.regions);
   check_same(a.power, b.power);
 }
@@ -280,6 +284,7 @@ void check_same(TrainRecord const& a, TrainRecord const& b) {
     CHECK(a.steps[i].trial == b.steps[i].trial);
     CHECK(a.steps[i].measured == b.steps[i].measured);
     CHECK(same(a.steps[i].end_s, b.steps[i].end_s));
+    CHECK(a.steps[i].host_jobs_rolled_back == b.steps[i].host_jobs_rolled_back);
   }
   CHECK(a.in_flight == b.in_flight);
   CHECK(a.search_steps == b.search_steps);
@@ -865,6 +870,18 @@ TEST_CASE("run report: trials, Pareto front, the chosen configuration and the en
   CHECK_THAT(report, Contains("Energy: measured (NVML gpu + RAPL package)"));
   CHECK_THAT(report, !Contains("model, not a measurement") && !Contains("(model"));
 
+  CHECK_THAT(report, !Contains("run again"));  // nothing speculated in this log
+
+  SECTION("host updates run again after clipping are listed per trial and for the training run") {
+    auto with = log;
+    with.trials[0].host_jobs_speculated = 24;
+    with.trials[0].host_jobs_rolled_back = 4;
+    with.train->steps[0].host_jobs_rolled_back = 3;
+    std::string const text = format_run_report(with);
+    CHECK_THAT(text, Contains("run again because the step was clipped") && Contains("trial 0: 4 of 24"));
+    CHECK_THAT(text, Contains(printed("1 of %d steps clipped", int(with.train->steps.size()))) &&
+                         Contains("3 host updates run again"));
+  }
   SECTION("energy from a model says so, in a line and in the column heading") {
     std::string const model_report = format_run_report(report_log("model"));
     CHECK_THAT(model_report, Contains("model, not a measurement"));

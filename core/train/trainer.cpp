@@ -217,7 +217,10 @@ std::string Trainer::offload_summary() const {
                      o.device_state_bytes() / 1048576.0, o.host_state_bytes() / 1048576.0,
                      cfg_.train.host_threads > 0 ? std::to_string(cfg_.train.host_threads) : std::string("all"),
                      precision_name(cfg_.train.precision), offload_cast_name(cfg_.train.offload_cast), link.to_host,
-                     link.to_device);
+                     link.to_device) +
+         (o.speculative() ? "; with clipping, host updates start before the gradient norm and run again on a clipped "
+                            "step (train.offload_speculation)"
+                          : "");
 }
 
 double Trainer::learning_rate(int step) const {
@@ -281,6 +284,7 @@ StepRecord Trainer::train_step() {
   }
   micro_counted_.assign(std::size_t(accumulation), -1);
   optimizer_->begin_step(lr, step_ + 1);
+  auto const jobs_before = optimizer_->offload_times();
   model_->zero_gradients(space_);
   if (ordering::trace())
     for (int g = 0; g < int(optimizer_->group_names().size()); ++g)
@@ -357,6 +361,9 @@ StepRecord Trainer::train_step() {
   r.loss = loss;
   r.lr = lr;
   r.grad_norm = norm;
+  auto const jobs = optimizer_->offload_times();
+  r.host_jobs_speculated = int(jobs.speculated - jobs_before.speculated);
+  r.host_jobs_rolled_back = int(jobs.rolled_back - jobs_before.rolled_back);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
@@ -428,15 +435,21 @@ TrainSummary Trainer::run(int max_steps, TrainObserver* observer) {
     StepRecord const r = train_step();
     summary.steps.push_back(r);
     if (observer) observer->on_step(*this, r);
+    clipped_rollbacks_ += r.host_jobs_rolled_back > 0;
     if (log_ && (step_ % t.log_every == 0 || step_ == t.steps)) {
       // Since the first step this trainer ran (a run driven a few steps at a time, by the
       // scheduler, reports the same as one driven whole), ETA to the last step.
       double const secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - progress_since_.first).count();
       double const rate = (step_ - progress_since_.second) / secs;
-      *log_ << fmt::format("step {:>5}/{}  loss {:.4f}  lr {:.2e}  grad-norm {:.3f}  {:.1f}k tok/s  ETA {}\n",
+      // Speculative host updates run again (clipped steps) since the last line: what they cost.
+      std::string const rolled = clipped_rollbacks_ == 0 ? std::string()
+                                 : fmt::format("  (clipped: host updates run again on {} step{})", clipped_rollbacks_,
+                                               clipped_rollbacks_ == 1 ? "" : "s");
+      clipped_rollbacks_ = 0;
+      *log_ << fmt::format("step {:>5}/{}  loss {:.4f}  lr {:.2e}  grad-norm {:.3f}  {:.1f}k tok/s  ETA {}{}\n",
                            step_, t.steps, r.loss, r.lr, r.grad_norm,
-                           tokens_per_step * rate / 1000.0, duration((t.steps - step_) / rate))
+                           tokens_per_step * rate / 1000.0, duration((t.steps - step_) / rate), rolled)
             << std::flush;
     }
     if (evaluates_after(t, step_)) {

@@ -41,6 +41,9 @@ struct EvalResult {
 struct StepRecord {
   int step = 0;  // 1-based optimizer step
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+  // Offloaded groups' host updates started before the norm was known (speculation then
+  // validation, core/train/optimizer.hpp), and those run again because the step was clipped.
+  int host_jobs_speculated = 0, host_jobs_rolled_back = 0;
 };
 
 struct TrainSummary {
@@ -193,6 +196,7 @@ class Trainer {
   std::vector<int> micro_counted_;
   int step_ = 0;  // optimizer steps done
   bool announced_ = false;  // the "training: ..." line is printed once per trainer
+  int clipped_rollbacks_ = 0;  // steps whose speculative host updates ran again, since the last log line
   std::pair<std::chrono::steady_clock::time_point, int> progress_since_;  // (time, step) of the first run()
   std::map<std::string, std::string> notes_;
 };
