@@ -5,6 +5,7 @@
 #endif
 
 #include "parallel/agreement.hpp"
+#include "core/train/host_cores.hpp"
 
 #include <fmt/core.h>
 #include <unistd.h>
@@ -73,7 +74,70 @@ Processes::Processes(Config const& cfg) {
   install_signal_report(world_->rank(), world_->size());
   parallel::require_same_config(*world_, cfg.json);
   choose_collectives(cfg);
+  share_host_cores();
   relayout(cfg.train.seq_shards, cfg);
+}
+
+void Processes::share_host_cores() {
+  // Every rank's node and optimizer CPUs to rank 0, which decides; each rank gets its own share.
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
+  auto const& mine = host_cores().optimizer;
+  std::string text = std::string(host) + "\n";
+  for (int c : mine) text += std::to_string(c) + " ";
+  auto const all = world_->gather(text, 0);
+  std::string plan;  // one line per rank: its CPUs; then the note rank 0 prints
+  if (world_->rank() == 0) {
+    std::vector<std::string> nodes;
+    std::vector<std::vector<int>> cpus;
+    for (auto const& t : all) {
+      auto const nl = t.find('\n');
+      nodes.push_back(t.substr(0, nl));
+      cpus.emplace_back();
+      std::size_t pos = nl + 1;
+      while (pos < t.size()) {
+        auto const space = t.find(' ', pos);
+        cpus.back().push_back(std::stoi(t.substr(pos, space - pos)));
+        pos = space + 1;
+      }
+    }
+    auto const shares = share_optimizer_cpus(nodes, cpus);
+    for (auto const& s : shares.cpus) {
+      for (int c : s) plan += std::to_string(c) + " ";
+      plan += "\n";
+    }
+    for (auto const& group : shares.groups) {
+      std::string ranks, each;
+      for (int r : group) {
+        ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+        each += fmt::format("{}rank {}: CPU{} {}", each.empty() ? "" : "; ", r,
+                            shares.cpus[std::size_t(r)].size() == 1 ? "" : "s", cpu_list_text(shares.cpus[std::size_t(r)]));
+      }
+      fmt::print(stderr,
+                 "joule: {}: ranks {} on node {} set aside the same CPUs for their host optimizer ({}): the launcher "
+                 "did not bind them apart, so each takes {}: {} (bind ranks to their own cores, e.g. mpirun "
+                 "--map-by ppr:N:node:pe=C or srun --cpus-per-task=C --cpu-bind=cores, to choose yourself)\n",
+                 shares.shared ? "warning" : "note", ranks, nodes[std::size_t(group.front())],
+                 (cpus[std::size_t(group.front())].size() == 1 ? "CPU " : "CPUs ") +
+                     cpu_list_text(cpus[std::size_t(group.front())]),
+                 shares.shared ? "one, shared, as there are fewer CPUs than ranks" : "its own share", each);
+    }
+  }
+  std::uint64_t size = plan.size();
+  world_->broadcast(&size, sizeof size, 0);
+  plan.resize(size);
+  world_->broadcast(plan.data(), size, 0);
+  // This rank's line.
+  std::size_t begin = 0;
+  for (int r = 0; r < world_->rank(); ++r) begin = plan.find('\n', begin) + 1;
+  std::string const line = plan.substr(begin, plan.find('\n', begin) - begin);
+  std::vector<int> share;
+  for (std::size_t pos = 0; pos < line.size();) {
+    auto const space = line.find(' ', pos);
+    share.push_back(std::stoi(line.substr(pos, space - pos)));
+    pos = space + 1;
+  }
+  if (share != mine) use_optimizer_cpus(std::move(share));
 }
 
 void Processes::choose_collectives(Config const& cfg) {

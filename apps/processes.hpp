@@ -64,6 +64,10 @@ class Processes {
 
  private:
   void choose_collectives(Config const& cfg);
+  // Ranks on one node that set aside the same CPUs for their host optimizer (a launcher that did
+  // not bind them apart) take disjoint shares of them (share_optimizer_cpus, core/train/host_cores.hpp),
+  // before any trainer is built; rank 0 says so.
+  void share_host_cores();
   std::unique_ptr<parallel::MpiSession> mpi_;
   parallel::CommChoice comm_;  // chosen once per job, the same on every rank
   std::unique_ptr<parallel::Communicator> world_, sums_;

@@ -8,6 +8,7 @@
 #include "run_config.hpp"
 #include "stop_signals.hpp"
 
+#include "core/train/host_cores.hpp"
 #include "core/train/trainer.hpp"
 #include "energy/monitor.hpp"
 #include "energy/power_limit.hpp"
@@ -149,6 +150,7 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
   header.precision = precision_name(cfg.train.precision);
   header.gemm_path = gemm_path(cfg.train.precision);
   header.attention_path = attention_path(cfg.train.precision);
+  header.host_cores = host_cores_text();
   header.world_size = procs.size();
   header.device_memory_budget_bytes = runner.budget_bytes();
 

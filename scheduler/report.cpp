@@ -100,6 +100,7 @@ void header_section(std::string& out, RunLogContents const& log) {
                      h.world_size == 1 ? "" : "es");
   if (!h.precision.empty()) out += fmt::format("  precision {}, GEMMs: {}\n", h.precision, h.gemm_path);
   if (!h.attention_path.empty()) out += fmt::format("  attention: {}\n", h.attention_path);
+  if (!h.host_cores.empty()) out += fmt::format("  {}\n", h.host_cores);
   for (auto const& when : h.resumed) out += fmt::format("  resumed {}\n", when);
   out += fmt::format("  strategy {}, objective {}; {} trials: {} ok, {} infeasible, {} failed\n", h.strategy,
                      h.objective, log.trials.size(), ok, infeasible, failed);

@@ -317,6 +317,7 @@ RunHeader read_header(H5File const& f) {
   if (f.has_attribute("/", "precision")) h.precision = f.attribute_string("/", "precision");
   if (f.has_attribute("/", "gemm_path")) h.gemm_path = f.attribute_string("/", "gemm_path");
   if (f.has_attribute("/", "attention_path")) h.attention_path = f.attribute_string("/", "attention_path");
+  if (f.has_attribute("/", "host_cores")) h.host_cores = f.attribute_string("/", "host_cores");
   try {  // nothing may walk a configuration nested too deeply (see check_json_limits)
     check_json_limits(h.config_json, "attribute 'config' on /");
   } catch (ConfigError const& e) {
@@ -483,6 +484,7 @@ void write_header(H5File& f, RunHeader const& h, std::string const& run_id) {
   f.set_attribute("/", "precision", h.precision);
   f.set_attribute("/", "gemm_path", h.gemm_path);
   f.set_attribute("/", "attention_path", h.attention_path);
+  f.set_attribute("/", "host_cores", h.host_cores);
   f.set_attribute("/", "created", h.created.empty() ? now_iso() : h.created);
   f.set_attribute("/", "device_memory_budget_bytes", h.device_memory_budget_bytes);
   f.set_attribute("/", "resumed", join(h.resumed, "\n"));

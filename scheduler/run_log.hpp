@@ -54,6 +54,9 @@ struct RunHeader {
   // train.precision, the GEMM path and the attention it takes on this build (gemm_path(),
   // attention_path()); "" in logs before issue 29.
   std::string precision, gemm_path, attention_path;
+  // Where the host threads ran (core/train/host_cores.hpp: host_cores_text()): "" when no CPUs were
+  // set aside for the host optimizer, and in logs before issue 42.
+  std::string host_cores;
   std::string created;      // ISO 8601 UTC; filled in by RunLogWriter::create when empty
   int world_size = 1;
   double device_memory_budget_bytes = 0;  // 0: none given

@@ -269,3 +269,45 @@ TEST_CASE("oversubscription: more host threads than the CPUs the process may use
              Contains("4 host threads on 2 CPUs") && Contains("cgroup's CPU quota 2.50"));
   CHECK(oversubscription_warning(2, UsableCpus{8, 2.5}).empty());
 }
+
+TEST_CASE("host cores: ranks on one node that set aside the same CPUs take disjoint shares", "[environment][host_cores]") {
+  using V = std::vector<int>;
+  auto range = [](int a, int b) {
+    V v;
+    for (int c = a; c <= b; ++c) v.push_back(c);
+    return v;
+  };
+  SECTION("four unbound ranks on each of two GH200 nodes: 68 CPUs each asked, 17 each kept, per node") {
+    std::vector<std::string> const nodes{"n1", "n1", "n1", "n1", "n2", "n2", "n2", "n2"};
+    std::vector<V> const asked(8, range(4, 71));
+    auto const s = joule::share_optimizer_cpus(nodes, asked);
+    REQUIRE(s.groups == std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}});
+    CHECK_FALSE(s.shared);
+    CHECK(s.cpus[0] == range(4, 20));
+    CHECK(s.cpus[3] == range(55, 71));
+    CHECK(s.cpus[4] == s.cpus[0]);  // another node: its own CPUs
+    for (int a = 0; a < 4; ++a)
+      for (int b = a + 1; b < 4; ++b)
+        for (int c : s.cpus[std::size_t(a)])
+          CHECK(std::find(s.cpus[std::size_t(b)].begin(), s.cpus[std::size_t(b)].end(), c) == s.cpus[std::size_t(b)].end());
+  }
+  SECTION("bound ranks (disjoint sets) and processes alone keep what they have") {
+    std::vector<V> const asked{range(4, 71), range(76, 143), range(148, 215)};
+    auto const s = joule::share_optimizer_cpus({"n1", "n1", "n1"}, asked);
+    CHECK(s.groups.empty());
+    CHECK(s.cpus == asked);
+  }
+  SECTION("uneven pools split to within one CPU; a pool smaller than its ranks is shared and says so") {
+    auto const s = joule::share_optimizer_cpus({"a", "a", "a"}, {range(1, 7), range(5, 8), V{}});  // overlap 5-7
+    REQUIRE(s.groups == std::vector<std::vector<int>>{{0, 1}});
+    CHECK(s.cpus[0] == range(1, 4));
+    CHECK(s.cpus[1] == range(5, 8));
+    CHECK(s.cpus[2].empty());
+    auto const few = joule::share_optimizer_cpus({"a", "a", "a"}, {V{1}, V{1}, V{1}});  // 2 cores, np 3, one each asked
+    CHECK(few.shared);
+    CHECK(few.cpus == std::vector<V>{V{1}, V{1}, V{1}});
+  }
+  CHECK(joule::cpu_list_text({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10,11");
+  CHECK(joule::cpu_list_text({5}) == "5");
+  CHECK(joule::cpu_list_text({}) == "");
+}

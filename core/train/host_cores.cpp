@@ -3,6 +3,7 @@
 #include "core/environment.hpp"
 #include "core/model/model.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <stdexcept>
@@ -54,6 +55,74 @@ HostCores const& reserve_host_cores_from_environment() {
   if (asked) core_environment::host_cores_wanted(1);  // refuses any value: no CPU affinity here
   return g_cores;
 #endif
+}
+
+}  // namespace joule
+
+namespace joule {
+
+CoreShares share_optimizer_cpus(std::vector<std::string> const& nodes, std::vector<std::vector<int>> const& cpus) {
+  std::size_t const n = cpus.size();
+  CoreShares out;
+  out.cpus = cpus;
+  // Union-find over ranks on one node whose sets intersect.
+  std::vector<std::size_t> parent(n);
+  for (std::size_t i = 0; i < n; ++i) parent[i] = i;
+  auto find = [&](std::size_t i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+  };
+  for (std::size_t a = 0; a < n; ++a)
+    for (std::size_t b = a + 1; b < n; ++b) {
+      if (nodes[a] != nodes[b]) continue;
+      bool overlap = false;
+      for (int c : cpus[a])
+        if (std::find(cpus[b].begin(), cpus[b].end(), c) != cpus[b].end()) overlap = true;
+      if (overlap) parent[find(b)] = find(a);
+    }
+  std::vector<std::vector<std::size_t>> members(n);
+  for (std::size_t i = 0; i < n; ++i) members[find(i)].push_back(i);
+  for (auto const& group : members) {
+    if (group.size() < 2) continue;
+    std::vector<int> pool;
+    for (auto r : group) pool.insert(pool.end(), cpus[r].begin(), cpus[r].end());
+    std::sort(pool.begin(), pool.end());
+    pool.erase(std::unique(pool.begin(), pool.end()), pool.end());
+    std::size_t const k = group.size();
+    out.groups.emplace_back(group.begin(), group.end());
+    if (pool.size() < k) out.shared = true;
+    for (std::size_t j = 0; j < k; ++j) {
+      if (pool.size() < k) {
+        out.cpus[group[j]] = {pool[j % pool.size()]};
+        continue;
+      }
+      std::size_t const begin = j * pool.size() / k, end = (j + 1) * pool.size() / k;
+      out.cpus[group[j]].assign(pool.begin() + long(begin), pool.begin() + long(end));
+    }
+  }
+  return out;
+}
+
+void use_optimizer_cpus(std::vector<int> cpus) { g_cores.optimizer = std::move(cpus); }
+
+std::string cpu_list_text(std::vector<int> const& cpus) {
+  std::string out;
+  for (std::size_t i = 0; i < cpus.size();) {
+    std::size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(cpus[i]);
+    if (j > i) out += (j == i + 1 ? "," : "-") + std::to_string(cpus[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string host_cores_text() {
+  if (g_cores.optimizer.empty()) return "";
+  return "host optimizer threads on CPU" + std::string(g_cores.optimizer.size() == 1 ? " " : "s ") +
+         cpu_list_text(g_cores.optimizer) + "; launching thread, Kokkos' host threads and data reader on " +
+         cpu_list_text(g_cores.kokkos);
 }
 
 }  // namespace joule

@@ -4,6 +4,7 @@
 #include "core/detail/ordering_trace.hpp"
 #include "core/io/commit.hpp"
 #include "core/io/h5file.hpp"
+#include "core/train/host_cores.hpp"
 #include "core/train/captioning.hpp"
 
 #include <fmt/format.h>
@@ -220,7 +221,8 @@ std::string Trainer::offload_summary() const {
                      link.to_device) +
          (o.speculative() ? "; with clipping, host updates start before the gradient norm and run again on a clipped "
                             "step (train.offload_speculation)"
-                          : "");
+                          : "") +
+         (o.host_worker() && !host_cores_text().empty() ? "; " + host_cores_text() : "");
 }
 
 double Trainer::learning_rate(int step) const {
