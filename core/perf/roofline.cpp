@@ -180,14 +180,18 @@ OffloadEstimate estimate_offload(Target const& t, OffloadPlan const& plan, StepE
   double device_update = step.update_all_s;
   for (int g = 0; g < groups; ++g)
     if (!on_host(g)) device_update += step.update_s[g];
-  // Host jobs: with clipping handed over after the norm in the order the forward pass needs them,
-  // without it as each group's gradient is ready (the backward pass's order).
+  // Host jobs: with clipping and no speculation handed over after the norm in the order the forward
+  // pass needs them, otherwise as each group's gradient is ready (the backward pass's order; a
+  // speculating run's group 0 last, at the norm, as it is the last ready anyway).
+  bool const waits = plan.clipping && !plan.speculative;
   double host_free = 0, to_device_free = 0;
   for (int i = 0; i < groups; ++i) {
-    int const g = plan.clipping ? i : groups - 1 - i;
+    int const g = waits ? i : groups - 1 - i;
     if (!on_host(g)) continue;
-    double const start = std::max({host_free, landed[g], plan.clipping ? backward_end : ready[g]});
-    double const host_bytes = plan.group_parameters[g] * plan.host_bytes, host_seconds = host_bytes / t.host_bandwidth.value;
+    bool const speculates = plan.clipping && plan.speculative && g != 0;
+    double const start = std::max({host_free, landed[g], waits || (plan.clipping && g == 0) ? backward_end : ready[g]});
+    double const host_bytes = plan.group_parameters[g] * (plan.host_bytes + (speculates ? plan.speculative_host_bytes : 0)),
+                 host_seconds = host_bytes / t.host_bandwidth.value;
     host_free = start + host_seconds;
     double const bytes = plan.group_parameters[g] * plan.to_device_bytes, seconds = bytes / t.link_to_device.value;
     weights_back[g] = std::max(to_device_free, host_free) + seconds;

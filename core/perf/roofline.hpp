@@ -120,6 +120,12 @@ struct OffloadPlan {
   double to_host_bytes = 0, to_device_bytes = 0;  // per offloaded parameter over the link
   double host_bytes = 0;                          // per offloaded parameter through host memory
   bool clipping = true;
+  // With clipping: the host jobs speculate (core/train/optimizer.hpp), starting as each gradient
+  // lands, all but group 0's (the embeddings, ready last), which waits for the norm; a speculating
+  // job moves speculative_host_bytes more per parameter (its second set), and a clipped step's
+  // second job is not modelled (rare after a run's first steps).
+  bool speculative = false;
+  double speculative_host_bytes = 0;
 };
 struct OffloadEstimate {
   double link_bytes = 0, host_bytes = 0;

@@ -398,7 +398,7 @@ void Optimizer::gradients_ready(int group) {
   // With clipping, as if none applied, into the next buffers (STV), if this process speculates.
   if (settings_.grad_clip <= 0) {
     hand_over(group, 1.0);
-  } else if (speculative_ && !last_step_clipped_) {
+  } else if (speculative_ && !last_step_clipped_ && group != kLastReadyGroup) {
     groups_[group].speculating = true;
     ++times_.speculated;
     hand_over(group, 1.0);

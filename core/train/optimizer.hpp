@@ -38,7 +38,8 @@
 // the job is run again from the untouched input with the clipped gradient, into the same second
 // set, and the launching thread waits for the speculative job first (counted as a roll-back); the
 // step after a clipped one waits for the norm (clipping comes in runs, early in training), so a
-// run where every step clips costs one roll-back, not one a step; a
+// run where every step clips costs one roll-back, not one a step; the group whose gradient lands
+// last (the embeddings) never speculates, its gradient arriving with the norm; a
 // non-finite norm or loss stops the run, and abandon_step() puts the device's weights back. The
 // result is bitwise that of waiting for the norm. It costs 12 bytes of host memory per offloaded
 // parameter (estimate_optimizer_memory counts them).
@@ -222,6 +223,10 @@ class Optimizer {
   double lr_ = 0;
   long step_ = 0;
   bool speculative_ = false;  // STV (above)
+  // The group the backward pass finishes last (the embeddings, Model::backward): its gradient lands
+  // when the norm is all but known, so it waits for it and is updated in place (no second set to
+  // write, nothing to run again).
+  static constexpr int kLastReadyGroup = 0;
   bool last_step_clipped_ = false;  // then this step waits for the norm: clipping comes in runs
   std::unique_ptr<HostWorker> worker_;  // null: the jobs run on the launching thread
   OffloadTimes times_;
