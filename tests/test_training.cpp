@@ -141,8 +141,8 @@ TEST_CASE("offload: every offload ratio trains to the same parameters as none", 
   }
 }
 
-TEST_CASE("offload: speculation then validation gives the bits of waiting for the norm, clipped or not; a "
-          "stopped step leaves the state as it was", "[train][offload]") {
+TEST_CASE("offload: speculation then validation gives the bits of waiting for the norm, clipped or not, for every "
+          "precision, cast and recompute depth", "[train][offload]") {
   // With a worker (ctest offload_host_worker: JOULE_HOST_CORES=1) the host jobs start before the
   // norm is known and are run again on clipped steps; without one they wait for it. Both must give
   // ratio 0's bits, with a threshold that clips some steps and not others.
@@ -150,80 +150,98 @@ TEST_CASE("offload: speculation then validation gives the bits of waiting for th
   auto cfg = write_data_and_config(data.path());
   int const steps = 6;
   cfg.train.steps = steps;
-  cfg.train.grad_clip = 1e9;  // clipping on, never applied: the norms of the run
-  std::vector<double> norms;
-  {
-    Trainer t(cfg, nullptr);
-    for (auto const& r : t.run().steps) norms.push_back(r.grad_norm);
-  }
-  std::sort(norms.begin(), norms.end());
-  cfg.train.grad_clip = 0.5 * (norms[steps / 2 - 1] + norms[steps / 2]);  // a median: clips about half
-  auto run = [&](double ratio, int* clipped) {
-    cfg.train.offload_ratio = ratio;
-    Trainer t(cfg, nullptr);
-    auto const summary = t.run();
-    // A step speculates unless the one before it was clipped; it rolls back if it is clipped.
-    int n = 0, speculated = 0, rolled_back = 0;
-    bool last_clipped = false;
-    for (auto const& r : summary.steps) {
-      bool const clip = r.grad_norm > cfg.train.grad_clip;
-      n += clip;
-      speculated += !last_clipped;
-      rolled_back += !last_clipped && clip;
-      last_clipped = clip;
-    }
-    if (clipped) *clipped = n;
-    auto& opt = t.optimizer();
-    opt.wait_all();
-    long long offloaded = 0;
-    for (bool o : opt.offloaded()) offloaded += o;
-    // Every offloaded group but the embeddings (group 0, whose gradient lands last) speculates.
-    long long const speculating = offloaded - (opt.offloaded()[0] ? 1 : 0);
-    auto const times = opt.offload_times();
-    CHECK(opt.speculative() == (offloaded > 0 && offload_on_worker()));
-    CHECK(times.speculated == (opt.speculative() ? speculated * speculating : 0));
-    CHECK(times.rolled_back == (opt.speculative() ? rolled_back * speculating : 0));
-    return parameters_of(t);
+  struct Variant {
+    Precision precision;
+    TrainConfig::OffloadCast cast;
+    int recompute_depth;
   };
-  int clipped = 0;
-  auto const reference = run(0.0, &clipped);
-  INFO("clipped " << clipped << " of " << steps << " steps at grad_clip " << cfg.train.grad_clip);
-  REQUIRE(clipped > 0);
-  REQUIRE(clipped < steps);
-  for (double const ratio : {0.5, 1.0}) {
-    INFO("offload ratio " << ratio);
-    auto const p = run(ratio, nullptr);
-    REQUIRE(p.size() == reference.size());
-    REQUIRE(std::memcmp(p.data(), reference.data(), p.size() * sizeof(float)) == 0);
-  }
-
-  SECTION("a step stopped by a non-finite loss changes neither weights nor moments") {
-    cfg.train.offload_ratio = 1.0;
-    cfg.train.grad_clip = 1e9;  // clipping on, no step clipped: the stopped step speculates
-    Trainer t(cfg, nullptr);
-    t.run(2);
-    auto& opt = t.optimizer();
-    opt.wait_all();
-    auto const before = parameters_of(t);
-    auto const moments = opt.moments();
-    // NaN in the device's copy of one weight: the step's loss and every gradient are NaN. The
-    // host master of the (offloaded) weight keeps its value, which the device gets back.
-    Kokkos::deep_copy(Kokkos::subview(t.model().params.embed.patch_bias, 0), std::numeric_limits<float>::quiet_NaN());
-    REQUIRE_THROWS_WITH(t.run(1), Contains("the loss is nan"));
-    opt.wait_all();
-    auto const after = parameters_of(t);
-    // The speculative jobs (every group but the embeddings) wrote NaN weights to the device, which
-    // got the live ones back; the embeddings' job waited for the norm and never ran: only the
-    // poisoned weight differs.
-    REQUIRE((opt.offload_times().speculated > 0) == opt.speculative());
-    std::size_t differ = 0;
-    for (std::size_t i = 0; i < after.size(); ++i) differ += std::memcmp(&after[i], &before[i], sizeof(float)) != 0;
-    REQUIRE(differ == 1);
-    auto const moments_after = opt.moments();
-    for (std::size_t g = 0; g < moments.m.size(); ++g) {
-      REQUIRE(moments_after.m[g] == moments.m[g]);
-      REQUIRE(moments_after.v[g] == moments.v[g]);
+  for (auto const v : {Variant{Precision::fp32, TrainConfig::OffloadCast::device, 0},
+                       Variant{Precision::fp32, TrainConfig::OffloadCast::device, 2},
+                       Variant{Precision::bf16, TrainConfig::OffloadCast::device, 0},
+                       Variant{Precision::bf16, TrainConfig::OffloadCast::host, 1}}) {
+    INFO(precision_name(v.precision) << ", cast on the " << offload_cast_name(v.cast) << ", recompute depth "
+                                     << v.recompute_depth);
+    cfg.train.precision = v.precision;
+    cfg.train.offload_cast = v.cast;
+    cfg.train.recompute_depth = v.recompute_depth;
+    cfg.train.offload_ratio = 0.0;
+    cfg.train.grad_clip = 1e9;  // clipping on, never applied: the norms of the run
+    std::vector<double> norms;
+    {
+      Trainer t(cfg, nullptr);
+      for (auto const& r : t.run().steps) norms.push_back(r.grad_norm);
     }
+    std::sort(norms.begin(), norms.end());
+    cfg.train.grad_clip = 0.5 * (norms[steps / 2 - 1] + norms[steps / 2]);  // a median: clips about half
+    auto run = [&](double ratio, int* clipped) {
+      cfg.train.offload_ratio = ratio;
+      Trainer t(cfg, nullptr);
+      auto const summary = t.run();
+      // A step speculates unless the one before it was clipped; it rolls back if it is clipped.
+      int n = 0, speculated = 0, rolled_back = 0;
+      bool last_clipped = false;
+      for (auto const& r : summary.steps) {
+        bool const clip = r.grad_norm > cfg.train.grad_clip;
+        n += clip;
+        speculated += !last_clipped;
+        rolled_back += !last_clipped && clip;
+        last_clipped = clip;
+      }
+      if (clipped) *clipped = n;
+      auto& opt = t.optimizer();
+      opt.wait_all();
+      long long offloaded = 0;
+      for (bool o : opt.offloaded()) offloaded += o;
+      // Every offloaded group but the embeddings (group 0, whose gradient lands last) speculates.
+      long long const speculating = offloaded - (opt.offloaded()[0] ? 1 : 0);
+      auto const times = opt.offload_times();
+      CHECK(opt.speculative() == (offloaded > 0 && offload_on_worker()));
+      CHECK(times.speculated == (opt.speculative() ? speculated * speculating : 0));
+      CHECK(times.rolled_back == (opt.speculative() ? rolled_back * speculating : 0));
+      return parameters_of(t);
+    };
+    int clipped = 0;
+    auto const reference = run(0.0, &clipped);
+    INFO("clipped " << clipped << " of " << steps << " steps at grad_clip " << cfg.train.grad_clip);
+    REQUIRE(clipped > 0);
+    REQUIRE(clipped < steps);
+    for (double const ratio : {0.5, 1.0}) {
+      INFO("offload ratio " << ratio);
+      auto const p = run(ratio, nullptr);
+      REQUIRE(p.size() == reference.size());
+      REQUIRE(std::memcmp(p.data(), reference.data(), p.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("offload: a step stopped by a non-finite loss changes neither weights nor moments, speculating or not",
+          "[train][offload]") {
+  TempFile data(".h5");
+  auto cfg = write_data_and_config(data.path());
+  cfg.train.offload_ratio = 1.0;
+  cfg.train.grad_clip = 1e9;  // clipping on, no step clipped: the stopped step speculates (on a worker)
+  Trainer t(cfg, nullptr);
+  t.run(2);
+  auto& opt = t.optimizer();
+  opt.wait_all();
+  auto const before = parameters_of(t);
+  auto const moments = opt.moments();
+  // NaN in the device's copy of one weight: the step's loss and every gradient are NaN. The
+  // speculative jobs (every group but the embeddings) write NaN weights to the device, which gets
+  // the live ones back; the embeddings' job waits for the norm and never runs: only the poisoned
+  // weight differs.
+  Kokkos::deep_copy(Kokkos::subview(t.model().params.embed.patch_bias, 0), std::numeric_limits<float>::quiet_NaN());
+  REQUIRE_THROWS_WITH(t.run(1), Contains("the loss is nan"));
+  opt.wait_all();
+  auto const after = parameters_of(t);
+  REQUIRE((opt.offload_times().speculated > 0) == opt.speculative());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < after.size(); ++i) differ += std::memcmp(&after[i], &before[i], sizeof(float)) != 0;
+  REQUIRE(differ == 1);
+  auto const moments_after = opt.moments();
+  for (std::size_t g = 0; g < moments.m.size(); ++g) {
+    REQUIRE(moments_after.m[g] == moments.m[g]);
+    REQUIRE(moments_after.v[g] == moments.v[g]);
   }
 }
 
