@@ -1,16 +1,8 @@
 // The joule command. Subcommands live in their own files; this file parses and dispatches.
 #include "stop_signals.hpp"
-#include "bench/bench_energy.hpp"
-#include "bench/bench_launches.hpp"
-#include "bench/bench_roofline.hpp"
-#include "core/perf/roofline.hpp"
-#include "bench/bench_offload.hpp"
-#include "bench/bench_ops.hpp"
-#include "bench/bench_step.hpp"
 #include "commands.hpp"
 #include "core/compat.hpp"
 #include "core/environment.hpp"
-#include "core/model/model.hpp"
 #include "core/train/host_cores.hpp"
 #include "environment.hpp"
 #include "standard_output.hpp"
@@ -32,25 +24,6 @@
 #include <vector>
 
 namespace {
-
-// `started`: false for `info --no-device`, which reports the build without starting Kokkos.
-void print_version(bool started) {
-  fmt::print("joule {}\n", JOULE_VERSION);
-  if (started)
-    fmt::print("Kokkos {}.{}.{}, default execution space {} ({} threads/concurrency)\n", KOKKOS_VERSION / 10000,
-               KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100, Kokkos::DefaultExecutionSpace::name(),
-               Kokkos::DefaultExecutionSpace().concurrency());
-  else
-    fmt::print("Kokkos {}.{}.{}, default execution space {} (not started: --no-device)\n", KOKKOS_VERSION / 10000,
-               KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100, Kokkos::DefaultExecutionSpace::name());
-  fmt::print("GEMMs (train.precision): fp32: {}; bf16: {}\n", joule::gemm_path(joule::Precision::fp32),
-             joule::gemm_path(joule::Precision::bf16));
-  fmt::print("attention: fp32: {}; bf16: {}\n", joule::attention_path(joule::Precision::fp32),
-             joule::attention_path(joule::Precision::bf16));
-  fmt::print("OpenMP waiting: {}\n", joule::apps::openmp_wait_text());
-  if (long const blas = started ? joule::apps::library_threads() : 0; blas > 0)
-    fmt::print("host BLAS threads: {} (Kokkos' threads, at most one per CPU this process may use)\n", blas);
-}
 
 // Commands that only read files or sensors, or write a dataset: they run where there is no device
 // (a CUDA build on a login node, where users read their run logs) and never start Kokkos. Every
@@ -211,64 +184,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("joule ") + JOULE_VERSION);
 
-  joule::apps::BenchOptions bench;
-  std::string suite = "ops";
-  auto* bench_cmd = app.add_subcommand(
-      "bench",
-      "benchmarks: operators (GFLOP/s), whole training steps against their GEMM-bound limit, host AdamW "
-      "bandwidth, offload overlap, energy measurement overhead");
-  bench_cmd->add_option("--suite", suite,
-                        "ops: operator GFLOP/s; step: whole training steps (forward, backward, AdamW) and their "
-                        "GEMM-bound limit; all: ops then step (one JSON); adamw: host AdamW vs STREAM triad; "
-                        "offload: overlap; energy: the cost of measuring energy; launches: the kernel launches "
-                        "of one training step of --config as CUDA would run them (for make gpu-audit); roofline: a MODEL of "
-                        "one training step of --config on --target (predicted time, MFU, where the time goes)")
-      ->check(CLI::IsMember({"ops", "step", "all", "adamw", "offload", "energy", "launches", "roofline"}));
-  joule::apps::LaunchBenchOptions launches;
-  bench_cmd->add_option("--config", launches.config_path,
-                        "--suite launches, roofline: the training configuration (default: the embedded one, tiny.json)")
-      ->check(CLI::ExistingFile);
-  joule::apps::RooflineBenchOptions roofline;
-  std::string target_help = "--suite roofline: the GPU modelled:";
-  std::vector<std::string> target_names;
-  for (auto const& t : joule::perf::targets()) {
-    target_help += "\n  " + t.name + ": " + t.what;
-    target_names.push_back(t.name);
-  }
-  bench_cmd->add_option("--target", roofline.target, target_help)->check(CLI::IsMember(target_names));
-  std::string preset_help = "operator shapes:";
-  std::vector<std::string> preset_names;
-  for (auto const& p : joule::apps::bench_presets()) {
-    preset_help += "\n  " + p;
-    preset_names.push_back(p.substr(0, p.find(':')));
-  }
-  bench_cmd->add_option("--preset", bench.preset, preset_help)->check(CLI::IsMember(preset_names));
-  std::string step_help = "whole-step shapes for --suite step/all, comma-separated (default: small,medium,wide):";
-  std::vector<std::string> step_names;
-  for (auto const& s : joule::apps::step_shapes()) {
-    step_help += fmt::format("\n  {}: {}", s.name, joule::apps::describe(s));
-    step_names.emplace_back(s.name);
-  }
-  bench_cmd->add_option("--step-shapes", bench.step_shapes, step_help)
-      ->delimiter(',')
-      ->check(CLI::IsMember(step_names));
-  auto* precision_option =
-      bench_cmd->add_option("--precision", bench.precision,
-                            "--suite step: train.precision of the steps, fp32 or bf16; --suite roofline: in place of "
-                            "the configuration's")
-          ->check(CLI::IsMember({"fp32", "bf16"}));
-  bench_cmd->add_option("--repeats", bench.repeats, "timed runs per operator or step (median reported)")
-      ->check(CLI::Range(1, 1000));
-  bench_cmd->add_option("--json", bench.json_path, "also write the results as JSON (for bench_torch.py)");
-  std::string energy_tool;
-  bench_cmd->add_option("--energy-tool", energy_tool,
-                        "--suite energy: the energy tool's library (default: libjoule_energy_tool.so beside joule)")
-      ->check(CLI::ExistingFile);
-
-  auto* info_cmd = app.add_subcommand("info", "print versions and the execution space");
   bool info_no_device = false;
-  info_cmd->add_flag("--no-device", info_no_device,
-                     "versions and build settings only: do not start Kokkos or its device (a login node)");
+  auto const run_bench = joule::apps::add_bench_command(app);
+  auto const run_info = joule::apps::add_info_command(app, info_no_device);
   auto const run_train = joule::apps::add_train_command(app);
   auto const run_data = joule::apps::add_data_command(app);
   auto const run_energy = joule::apps::add_energy_command(app);
@@ -311,33 +229,7 @@ int main(int argc, char** argv) {
   };
   try {
     return output_written([&]() -> int {
-    if (*bench_cmd) {
-      joule::apps::OffloadBenchOptions offload;
-      offload.repeats = bench.repeats;
-      if (suite == "launches") {
-        launches.json_path = bench.json_path;
-        return joule::apps::run_launch_bench(launches);
-      }
-      if (suite == "roofline") {
-        roofline.config_path = launches.config_path;
-        roofline.json_path = bench.json_path;
-        if (precision_option->count() > 0) roofline.precision = bench.precision;
-        return joule::apps::run_roofline_bench(roofline);
-      }
-      if (suite == "adamw") return joule::apps::run_adamw_bandwidth_bench(offload);
-      if (suite == "offload") return joule::apps::run_offload_overlap_bench(offload);
-      if (suite == "energy") {
-        joule::apps::EnergyBenchOptions energy;
-        energy.repeats = bench.repeats;
-        energy.energy_tool = energy_tool;
-        return joule::apps::run_energy_overhead_bench(energy);
-      }
-      bench.ops = suite == "ops" || suite == "all";
-      bench.steps = suite == "step" || suite == "all";
-      return joule::apps::run_bench(bench);
-    }
-    if (*info_cmd) print_version(kokkos.started());
-    for (auto const& run : {run_train, run_data, run_energy, run_tune, run_inspect, run_caption})
+    for (auto const& run : {run_bench, run_info, run_train, run_data, run_energy, run_tune, run_inspect, run_caption})
       if (int const rc = run(); rc >= 0) return rc;
     return 0;
     }());

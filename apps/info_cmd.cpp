@@ -1,0 +1,38 @@
+// `joule info`: versions and the build's settings; with --no-device without starting Kokkos.
+#include "commands.hpp"
+
+#include "core/compat.hpp"
+#include "core/model/model.hpp"
+#include "environment.hpp"
+
+#include <fmt/format.h>
+
+#include <memory>
+
+namespace joule::apps {
+
+std::function<int()> add_info_command(CLI::App& app, bool& no_device) {
+  auto* cmd = app.add_subcommand("info", "print versions and the execution space");
+  cmd->add_flag("--no-device", no_device,
+                "versions and build settings only: do not start Kokkos or its device (a login node)");
+  return [cmd]() -> int {
+    if (!*cmd) return -1;
+    bool const started = Kokkos::is_initialized();  // false for --no-device
+    fmt::print("joule {}\n", JOULE_VERSION);
+    if (started)
+      fmt::print("Kokkos {}.{}.{}, default execution space {} ({} threads/concurrency)\n", KOKKOS_VERSION / 10000,
+                 KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100, Kokkos::DefaultExecutionSpace::name(),
+                 Kokkos::DefaultExecutionSpace().concurrency());
+    else
+      fmt::print("Kokkos {}.{}.{}, default execution space {} (not started: --no-device)\n", KOKKOS_VERSION / 10000,
+                 KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100, Kokkos::DefaultExecutionSpace::name());
+    fmt::print("GEMMs (train.precision): fp32: {}; bf16: {}\n", gemm_path(Precision::fp32), gemm_path(Precision::bf16));
+    fmt::print("attention: fp32: {}; bf16: {}\n", attention_path(Precision::fp32), attention_path(Precision::bf16));
+    fmt::print("OpenMP waiting: {}\n", openmp_wait_text());
+    if (long const blas = started ? library_threads() : 0; blas > 0)
+      fmt::print("host BLAS threads: {} (Kokkos' threads, at most one per CPU this process may use)\n", blas);
+    return 0;
+  };
+}
+
+}  // namespace joule::apps
