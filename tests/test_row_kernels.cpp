@@ -1,10 +1,10 @@
-// The vectorised row kernels (core/ops/detail/row_kernels.hpp) in float, the type training runs
+// The vectorised row kernels (core/detail/row_kernels.hpp) in float, the type training runs
 // in: the polynomial exp against libm, the lane-split row reductions at awkward lengths against
 // naive double loops, and the float operators built on them (LayerNorm, GELU, cross-entropy)
 // against double references. (The gradient checks of the operators run in double, where exp is
 // libm's; these tests cover the float path.)
 #include "core/ops/cross_entropy.hpp"
-#include "core/ops/detail/row_kernels.hpp"
+#include "core/detail/row_kernels.hpp"
 #include "core/ops/elementwise.hpp"
 #include "core/ops/layernorm.hpp"
 #include "support/test_support.hpp"

@@ -6,6 +6,7 @@
 // Dataset::open() validates all of it (structure, that the file stores every sample it claims,
 // the model's shapes, and every token id of every sample, read in bounded chunks) and throws
 // DatasetError naming the file, the object and what was expected.
+#include "core/data/host_batch.hpp"
 #include "core/model/config.hpp"
 
 #include <cstdint>
@@ -31,13 +32,6 @@ struct DatasetShape {
   std::size_t count = 0;
   int frames = 1, channels = 3, height = 0, width = 0, text_len = 0;
   std::size_t pixels_per_sample() const { return std::size_t(frames) * channels * height * width; }
-};
-
-// Samples gathered for one batch, on the host.
-struct HostBatch {
-  std::vector<std::uint8_t> images;  // [B, F, C, H, W]
-  std::vector<std::int32_t> tokens;  // [B, T]
-  std::vector<std::size_t> samples;  // dataset indices
 };
 
 class Dataset {

@@ -9,7 +9,7 @@
 // held in is core/precision/precision.hpp's table). Parameters, gradients and activations are
 // named tensors grouped by layer (embed, block.0..L-1, head), each group one contiguous buffer, so
 // that groups can be placed and moved independently.
-#include "core/data/dataset.hpp"
+#include "core/data/host_batch.hpp"
 #include "core/model/block_tensors.hpp"
 #include "core/detail/stream_event.hpp"
 #include "core/model/config.hpp"

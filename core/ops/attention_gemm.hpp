@@ -19,8 +19,8 @@
 #include "core/ops/attention.hpp"
 #include "core/ops/attention_gemm_workspace.hpp"
 #include "core/ops/detail/packs.hpp"
-#include "core/ops/detail/row_kernels.hpp"
-#include "core/ops/detail/vector_math.hpp"
+#include "core/detail/row_kernels.hpp"
+#include "core/detail/vector_math.hpp"
 #include "core/precision/gemm.hpp"
 
 #include <cmath>

@@ -8,7 +8,7 @@
 // they are never read, and their gradient is 0.
 #include "core/detail/launch_shape.hpp"
 #include "core/ops/cross_entropy_result.hpp"
-#include "core/ops/detail/row_kernels.hpp"
+#include "core/detail/row_kernels.hpp"
 #include "core/precision/bf16.hpp"
 #include "core/tensor.hpp"
 

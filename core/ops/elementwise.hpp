@@ -3,7 +3,7 @@
 // precision: computed in the output's compute type (compute_t: float for bf16), every element
 // widened on reading and rounded once on writing.
 #include "core/ops/detail/packs.hpp"
-#include "core/ops/detail/row_kernels.hpp"
+#include "core/detail/row_kernels.hpp"
 #include "core/precision/bf16.hpp"
 #include "core/tensor.hpp"
 

@@ -12,7 +12,7 @@
 // each activation is rounded once as stored.
 #include "core/ops/embedding_workspace.hpp"
 #include "core/ops/detail/column_sum.hpp"
-#include "core/ops/detail/row_kernels.hpp"
+#include "core/detail/row_kernels.hpp"
 #include "core/precision/bf16.hpp"
 #include "core/tensor.hpp"
 

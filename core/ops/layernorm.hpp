@@ -5,7 +5,7 @@
 // arithmetic is in the output's compute type (compute_t), every element widened on reading and
 // rounded once on writing.
 #include "core/ops/detail/column_sum.hpp"
-#include "core/ops/detail/row_kernels.hpp"
+#include "core/detail/row_kernels.hpp"
 #include "core/precision/bf16.hpp"
 #include "core/tensor.hpp"
 

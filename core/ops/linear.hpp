@@ -7,7 +7,7 @@
 // a Bf16GemmWorkspace among `work`.
 #include "core/detail/workspace_of.hpp"
 #include "core/ops/detail/column_sum.hpp"
-#include "core/ops/detail/row_kernels.hpp"
+#include "core/detail/row_kernels.hpp"
 #include "core/compat_kernels.hpp"
 #include "core/ops/linear_scratch.hpp"
 #include "core/precision/gemm.hpp"

@@ -9,7 +9,7 @@
 //           are the fp32 GEMM's, so it differs from cuBLASLt only in summation order.
 // (A CPU with bf16 instructions could take a oneDNN path; none of the machines here has them.)
 #include "core/compat_kernels.hpp"
-#include "core/ops/detail/row_kernels.hpp"
+#include "core/detail/row_kernels.hpp"
 #include "core/precision/bf16.hpp"
 #include "core/precision/convert.hpp"
 #include "core/precision/detail/cublaslt_gemm.hpp"

@@ -26,8 +26,8 @@
 // order on every run. Masks cost nothing outside the diagonal tiles: key (query) ranges stop at
 // the tile's last visible key, and column chunks no row of a group sees are skipped.
 #include "core/detail/launch_shape.hpp"
-#include "core/ops/detail/row_kernels.hpp"
-#include "core/ops/detail/vector_math.hpp"
+#include "core/detail/row_kernels.hpp"
+#include "core/detail/vector_math.hpp"
 #include "core/precision/bf16.hpp"
 #include "core/tensor.hpp"
 

@@ -5,7 +5,7 @@
 // Here a thread moves packs of 16 bytes (8 bf16, 4 floats): one 128-bit load or store each on a
 // GPU, a vectorised loop on a CPU. The arithmetic per element is the scalar kernel's: the same bits.
 #include "core/detail/launch_shape.hpp"
-#include "core/ops/detail/vector_math.hpp"
+#include "core/detail/vector_math.hpp"
 #include "core/tensor.hpp"
 
 #include <algorithm>

@@ -15,7 +15,7 @@
 // operations is fixed for a backend: results are bitwise reproducible run to run.
 // exp inside a row: exp_of<Space>() (vector_math.hpp).
 #include "core/detail/launch_shape.hpp"
-#include "core/ops/detail/vector_math.hpp"
+#include "core/detail/vector_math.hpp"
 #include "core/tensor.hpp"
 
 #include <algorithm>
