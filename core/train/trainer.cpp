@@ -2,8 +2,6 @@
 
 #include "core/compat_kernels.hpp"
 #include "core/detail/ordering_trace.hpp"
-#include "core/io/commit.hpp"
-#include "core/io/h5file.hpp"
 #include "core/train/host_cores.hpp"
 #include "core/train/captioning.hpp"
 
@@ -13,7 +11,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <cmath>
 #include <map>
 #include <ostream>
