@@ -3,7 +3,7 @@
 
 #include "scheduler/replay.hpp"
 #include "scheduler/report.hpp"
-#include "scheduler/run_log.hpp"
+#include "runlog/run_log.hpp"
 
 #include <fmt/format.h>
 

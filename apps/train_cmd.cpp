@@ -8,8 +8,8 @@
 #include "processes.hpp"
 #include "run_config.hpp"
 #include "stop_signals.hpp"
-#include "scheduler/run_log.hpp"
-#include "scheduler/statistics.hpp"
+#include "runlog/run_log.hpp"
+#include "runlog/statistics.hpp"
 #include "scheduler/tune_settings.hpp"
 #include "tune_job.hpp"
 

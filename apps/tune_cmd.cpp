@@ -1,7 +1,7 @@
 // `joule tune`: search offload ratio, recompute depth and sequence shards (and the optional knobs
 // of the config's "tune" section) for the least energy-delay objective, by measurement offline
 // (each candidate on a trainer of its own); train with the choice; leave every trial in an HDF5
-// run log (scheduler/run_log.hpp) and print the report. The job itself is tune_job.cpp's.
+// run log (runlog/run_log.hpp) and print the report. The job itself is tune_job.cpp's.
 #include "commands.hpp"
 #include "energy_setup.hpp"
 #include "output_paths.hpp"

@@ -16,7 +16,7 @@
 #include "energy/source.hpp"
 #include "parallel/agreement.hpp"
 #include "scheduler/report.hpp"
-#include "scheduler/run_log.hpp"
+#include "runlog/run_log.hpp"
 #include "scheduler/strategy.hpp"
 #include "scheduler/trial_runner.hpp"
 #include "scheduler/tune_session.hpp"

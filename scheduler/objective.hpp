@@ -10,7 +10,7 @@
 //   energy_under_slowdown  least E among configurations at most X slower than the fastest ok one
 //                          (X = 0.10: at most 10% slower)
 // Also the Pareto front of time against energy, which a report shows whatever the objective.
-#include "scheduler/trial.hpp"
+#include "runlog/trial.hpp"
 
 #include <string>
 #include <vector>

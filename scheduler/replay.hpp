@@ -3,7 +3,7 @@
 // every feasible candidate (strategy exhaustive), answering each request from the log instead of
 // measuring. What it finds, its regret against the log's optimum and the share of trials it needed
 // are then figures of the strategy on that machine and model, free of new measurement noise.
-#include "scheduler/run_log.hpp"
+#include "runlog/run_log.hpp"
 #include "scheduler/strategy.hpp"
 
 #include <string>

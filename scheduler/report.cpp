@@ -1,8 +1,8 @@
 #include "scheduler/report.hpp"
 
-#include "scheduler/profile.hpp"
+#include "runlog/profile.hpp"
 #include "scheduler/significance.hpp"
-#include "scheduler/statistics.hpp"
+#include "runlog/statistics.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

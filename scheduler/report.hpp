@@ -2,7 +2,7 @@
 // What a person reads from a run log (`joule inspect`, the end of `joule tune`): the trials, the
 // Pareto front, the chosen configuration against the fastest one, the training run, and where
 // the energy figures come from; and the same trials as CSV for spreadsheets and plots.
-#include "scheduler/run_log.hpp"
+#include "runlog/run_log.hpp"
 
 #include <string>
 

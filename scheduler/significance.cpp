@@ -1,6 +1,6 @@
 #include "scheduler/significance.hpp"
 
-#include "scheduler/statistics.hpp"
+#include "runlog/statistics.hpp"
 
 #include <fmt/format.h>
 

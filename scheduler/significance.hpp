@@ -12,7 +12,7 @@
 // says that no candidate was distinguishable under this machine's noise. The runner-up is
 // compared with the best too, for the report.
 #include "scheduler/objective.hpp"
-#include "scheduler/trial.hpp"
+#include "runlog/trial.hpp"
 
 #include <string>
 #include <vector>

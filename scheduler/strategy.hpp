@@ -22,7 +22,7 @@
 // resumed log) and returns its record, ok or failed. No knob set is asked for twice. Failed
 // trials (not ok, or E/T not finite) are kept in the result and passed over.
 #include "scheduler/objective.hpp"
-#include "scheduler/trial.hpp"
+#include "runlog/trial.hpp"
 
 #include <functional>
 #include <string>

@@ -3,7 +3,7 @@
 #include "energy/machine_load.hpp"
 
 #include "core/train/memory_check.hpp"
-#include "scheduler/statistics.hpp"
+#include "runlog/statistics.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -17,7 +17,7 @@
 #include "core/train/trainer.hpp"
 #include "energy/monitor.hpp"
 #include "energy/regions.hpp"
-#include "scheduler/trial.hpp"
+#include "runlog/trial.hpp"
 #include "scheduler/tune_settings.hpp"
 
 #include <functional>

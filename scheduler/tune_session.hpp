@@ -12,7 +12,7 @@
 // The command only wires processes, energy and the log to it. Trials are indexed in the order
 // they end; on --resume the finished ones are replayed from the log, not measured again, so the
 // search takes the same path.
-#include "scheduler/run_log.hpp"
+#include "runlog/run_log.hpp"
 #include "scheduler/significance.hpp"
 #include "scheduler/strategy.hpp"
 #include "scheduler/trial_runner.hpp"

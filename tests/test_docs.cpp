@@ -12,7 +12,7 @@
 #include "core/model/config.hpp"
 #include "core/precision/precision.hpp"
 #include "parallel/backend_choice.hpp"
-#include "scheduler/run_log.hpp"
+#include "runlog/run_log.hpp"
 #include "scheduler/tune_settings.hpp"
 
 #include <hdf5.h>

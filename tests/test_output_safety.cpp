@@ -6,7 +6,7 @@
 // folder the test makes; the only device named is /dev/null, through a link, and never written.
 #include "core/io/commit.hpp"
 #include "output_paths.hpp"
-#include "scheduler/run_log.hpp"
+#include "runlog/run_log.hpp"
 
 #include "support/catch.hpp"
 

@@ -2,9 +2,9 @@
 // killed with SIGKILL, rejection of files that are not (valid) run logs, the text report and CSV.
 #include "core/io/commit.hpp"
 #include "core/io/h5file.hpp"
-#include "scheduler/profile.hpp"
+#include "runlog/profile.hpp"
 #include "scheduler/report.hpp"
-#include "scheduler/run_log.hpp"
+#include "runlog/run_log.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -2,9 +2,9 @@
 // search strategies on synthetic landscapes whose optimum is known by measuring all of them.
 // Expected values are worked out here from E and T by the definitions, not taken from the code.
 #include "scheduler/objective.hpp"
-#include "scheduler/statistics.hpp"
+#include "runlog/statistics.hpp"
 #include "scheduler/strategy.hpp"
-#include "scheduler/trial.hpp"
+#include "runlog/trial.hpp"
 
 #include "support/catch.hpp"
 

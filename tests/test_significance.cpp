@@ -2,7 +2,7 @@
 // and power on random samples against what a 95% test must give, and the choice it allows
 // (the search's best only when beyond the noise; else the configuration's own settings).
 #include "scheduler/significance.hpp"
-#include "scheduler/statistics.hpp"
+#include "runlog/statistics.hpp"
 
 #include "support/catch.hpp"
 

@@ -3,7 +3,7 @@
 // figures; failed with the reason when a trial cannot run).
 #include "core/data/synth.hpp"
 #include "energy/source.hpp"
-#include "scheduler/statistics.hpp"
+#include "runlog/statistics.hpp"
 #include "scheduler/tune_session.hpp"
 #include "scheduler/trial_runner.hpp"
 #include "support/tiny_config.hpp"

@@ -5,8 +5,8 @@
 #include "energy/monitor.hpp"
 #include "energy_setup.hpp"
 #include "default_config.hpp"
-#include "scheduler/run_log.hpp"
-#include "scheduler/statistics.hpp"
+#include "runlog/run_log.hpp"
+#include "runlog/statistics.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <fmt/format.h>

@@ -9,7 +9,7 @@
 // region timeline's attribution after the fact. Three timelines: the program's regions (push /
 // pop), its kernels, deep copies and fences (begin / end, by name), and one for "inside any
 // region" and the whole program, from which the energy outside regions follows. At finalize the
-// result is a scheduler::ProfileRecord: printed (scheduler/profile.hpp, the formatter `joule
+// result is a scheduler::ProfileRecord: printed (runlog/profile.hpp, the formatter `joule
 // inspect` uses too) and written as a joule run log or a CSV (JOULE_ENERGY_OUT).
 //
 // Edges are stamped on the host clock and nothing is fenced: Kokkos is told the tool needs no
@@ -22,8 +22,8 @@
 #include "energy/regions.hpp"
 #include "energy/sampler.hpp"
 #include "energy/source.hpp"
-#include "scheduler/profile.hpp"
-#include "scheduler/run_log.hpp"
+#include "runlog/profile.hpp"
+#include "runlog/run_log.hpp"
 
 #include <hdf5.h>
 #include <impl/Kokkos_Profiling_C_Interface.h>  // C declarations only: no Kokkos symbol is linked

@@ -42,7 +42,7 @@ run log (root attribute format != "joule-run-log-v1"), none of the plots has dat
 path is refused.
 Needs Debian's python3-h5py, python3-matplotlib and python3-numpy.
 
-Reads the layout of scheduler/run_log.cpp (docs/run-log.md): root attributes
+Reads the layout of runlog/run_log.cpp (docs/run-log.md): root attributes
 format, energy_kind, energy_source, objective; /trials/NNNN (attributes status, reason,
 time_per_step_s, energy_per_step_j, objective and the knobs; datasets power_time_s [n],
 power_w [n, domains], power_domains [domains] strings; subgroup regions with datasets name,
@@ -131,7 +131,7 @@ def floats(group, name):
     return np.asarray(group[name][()], dtype=float).reshape(-1)
 
 
-# Student's t, two-sided 95%, for 1..30 degrees of freedom (1.96 beyond): scheduler/statistics.cpp's.
+# Student's t, two-sided 95%, for 1..30 degrees of freedom (1.96 beyond): runlog/statistics.cpp's.
 T975 = [12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
         2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
         2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423]
@@ -159,7 +159,7 @@ def group(f, name):
 
 
 def knob_table(f):
-    """The knob table joule wrote with the log (root attribute knob_table, see scheduler/knobs.hpp):
+    """The knob table joule wrote with the log (root attribute knob_table, see runlog/knobs.hpp):
     names, labels and how values read; [] for a log written before it was stored."""
     try:
         rows = json.loads(text(attr(f, "knob_table", "[]")))

@@ -4,7 +4,7 @@
 #include "core/data/dataset.hpp"
 #include "core/model/config.hpp"
 #include "core/train/trainer.hpp"
-#include "scheduler/run_log.hpp"
+#include "runlog/run_log.hpp"
 
 #include <Kokkos_Core.hpp>
 

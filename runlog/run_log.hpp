@@ -15,7 +15,7 @@
 //
 // Every problem (not HDF5, not a joule log, damaged, mismatching on resume) is a RunLogError whose
 // message names the file and what is wrong; HDF5's own error printing stays off.
-#include "scheduler/trial.hpp"
+#include "runlog/trial.hpp"
 
 #include <optional>
 #include <stdexcept>

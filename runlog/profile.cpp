@@ -1,4 +1,4 @@
-#include "scheduler/profile.hpp"
+#include "runlog/profile.hpp"
 
 #include <fmt/format.h>
 

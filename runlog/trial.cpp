@@ -1,4 +1,4 @@
-#include "scheduler/trial.hpp"
+#include "runlog/trial.hpp"
 
 #include <fmt/format.h>
 

@@ -2,7 +2,7 @@
 // The energy tool's profile of a Kokkos program (ProfileRecord, run_log.hpp) as text: the table the
 // tool prints at the program's end and `joule inspect` prints from the log, and its CSV. One
 // formatter for both, so the two cannot drift apart. No Kokkos (part of joule_run_log).
-#include "scheduler/run_log.hpp"
+#include "runlog/run_log.hpp"
 
 #include <string>
 #include <string_view>

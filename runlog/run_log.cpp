@@ -1,4 +1,4 @@
-#include "scheduler/run_log.hpp"
+#include "runlog/run_log.hpp"
 
 #include "core/io/commit.hpp"
 #include "core/io/h5file.hpp"

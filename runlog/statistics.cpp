@@ -1,4 +1,4 @@
-#include "scheduler/statistics.hpp"
+#include "runlog/statistics.hpp"
 
 #include <algorithm>
 #include <cmath>

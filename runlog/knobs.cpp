@@ -1,4 +1,4 @@
-#include "scheduler/knobs.hpp"
+#include "runlog/knobs.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -2,8 +2,8 @@
 // What the scheduler measures and records: the record of one trial (measured, infeasible or
 // failed) of one candidate configuration (knobs.hpp), and of the training run. Plain data, no
 // Kokkos: the search, the objectives and the HDF5 run log work on these alone.
-#include "scheduler/knobs.hpp"
-#include "scheduler/statistics.hpp"  // kNaN
+#include "runlog/knobs.hpp"
+#include "runlog/statistics.hpp"  // kNaN
 
 #include <cmath>
 #include <cstddef>
