@@ -51,7 +51,7 @@ struct Lane {
 using StreamProvider = std::function<Lane()>;
 
 // The clock for this build and mode: fenced -> fence + host clock; timeline -> device events on
-// CUDA builds, the host clock otherwise (kokkos_edge_clock.cpp: the Kokkos layer).
+// CUDA builds, the host clock otherwise (kokkos/edge_clock.cpp: the Kokkos layer).
 std::unique_ptr<EdgeClock> make_edge_clock(Sampler const& sampler, EdgeMode mode, StreamProvider stream = {});
 // The host clock, after `fence` when one is given (Kokkos-free: the connector fences through
 // Kokkos Tools' programming interface).

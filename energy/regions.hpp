@@ -125,7 +125,7 @@ class RegionTimeline {
   long long hook_calls_ = 0, library_regions_ = 0;
 };
 
-// The timeline fed by Kokkos' in-process region callbacks (kokkos_regions.cpp): one at a time.
+// The timeline fed by Kokkos' in-process region callbacks (kokkos/regions.cpp): one at a time.
 // The clock defaults to make_edge_clock(sampler, mode).
 class RegionRecorder : public RegionTimeline {
  public:

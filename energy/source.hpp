@@ -108,7 +108,7 @@ void validate_environment();
 std::vector<environment::Description> environment_variables();
 
 // The PCI bus id of the CUDA device Kokkos runs on; "" when Kokkos is not initialised or has no
-// CUDA backend (kokkos_device.cpp, the one unit of energy/ that calls CUDA).
+// CUDA backend (kokkos/device.cpp, the one unit of energy/ that calls CUDA).
 std::string kokkos_device_pci_bus_id();
 
 // What discovery looked for, per source, and what it found: the probe's "looked for:" list, so a

@@ -3,7 +3,7 @@
 // and the event's host-clock time is computed later, once it has completed, from its distance
 // to an anchor event whose completion the host waited for. Nothing here waits in stamp(); only
 // calibrate() does, and it is called where the host waits for the device anyway.
-#include "energy/detail/cuda_edge_clock.hpp"
+#include "energy/kokkos/cuda_edge_clock.hpp"
 
 #include "energy/sampler.hpp"
 

@@ -2,7 +2,7 @@
 // Kokkos' CUDA streams. Apart from edge_clock.cpp so that the host clock links without Kokkos.
 #include "energy/edge_clock.hpp"
 
-#include "energy/detail/cuda_edge_clock.hpp"
+#include "energy/kokkos/cuda_edge_clock.hpp"
 
 #include <Kokkos_Core.hpp>
 
