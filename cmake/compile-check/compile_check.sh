@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compile check for GPU builds on a machine without a GPU (and without a CUDA Kokkos install):
-# every translation unit of core/, parallel/, scheduler/, energy/ and apps/ is compiled (compile
+# every translation unit of core/, parallel/, runlog/, scheduler/, energy/ and apps/ is compiled (compile
 # only: nothing links or runs)
 #   - with nvcc for CUDA sm_90 (Hopper) in C++20, against Kokkos 5.x headers configured for
 #     CUDA + OpenMP + Serial;
@@ -132,7 +132,7 @@ cmake -DJOULE_LIMITS_JSON="$repo/core/model/limits.json" -DJOULE_LIMITS_TEMPLATE
 
 # --- 3. Compile every translation unit ---------------------------------------------------------
 units=()
-while IFS= read -r f; do units+=("$f"); done < <(cd "$repo" && find core parallel scheduler energy apps -name '*.cpp' 2>/dev/null | sort | grep -E "${JOULE_COMPILE_CHECK_ONLY:-.}")
+while IFS= read -r f; do units+=("$f"); done < <(cd "$repo" && find core parallel runlog scheduler energy apps -name '*.cpp' 2>/dev/null | sort | grep -E "${JOULE_COMPILE_CHECK_ONLY:-.}")
 [ "${#units[@]}" -gt 0 ] || die "no translation units found"
 common=(-I"$repo" -I"$work/gen" -I"$repo/apps" -I/usr/include/hdf5/serial -DJOULE_VERSION=\"check\" -DJOULE_GIT_COMMIT=\"check\")
 for d in $(mpicxx --showme:incdirs 2>/dev/null); do common+=(-I"$d"); done
