@@ -4,7 +4,7 @@
 #include "run_config.hpp"
 
 #include "core/data/synth.hpp"
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 #include "core/model/limits.hpp"
 
 #include <fmt/format.h>

@@ -4,7 +4,7 @@
 // data-parallel replicas over them (parallel/layout.hpp); the trainer gets the collectives as
 // functions (core knows no communicator). On a GPU build with NCCL, the float collectives
 // (gradient buckets, Ulysses all-to-alls) run on NCCL over device memory and MPI carries the rest.
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 #include "core/train/memory_check.hpp"
 #include "core/train/trainer.hpp"
 #include "parallel/backend_choice.hpp"

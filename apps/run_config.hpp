@@ -3,7 +3,7 @@
 // with command-line overrides applied to its JSON before parsing, so they are validated (and
 // recorded in checkpoints and logs) exactly like the file's own values; and the synthetic dataset
 // made on demand.
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>

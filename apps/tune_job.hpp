@@ -5,7 +5,7 @@
 // own steps and the run goes on with the choice).
 #include "processes.hpp"
 
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 #include "scheduler/tune_settings.hpp"
 
 #include <string>

@@ -3,7 +3,7 @@
 // walks its rows, the run log writes and reads one attribute per row, Knobs::describe(), the
 // report's columns and the CSV read their names and texts from it, and the run log stores it
 // (attribute `knob_table`) so that the plotting script labels values as joule does.
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 
 #include <cstddef>
 #include <string>

@@ -2,7 +2,7 @@
 
 #include "core/io/commit.hpp"
 #include "core/io/h5file.hpp"
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,7 +1,7 @@
 #pragma once
 // What `joule tune` searches and how it measures: the configuration's optional "tune" section,
 // checked here (core ignores it), with command-line overrides applied by the caller.
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 #include "scheduler/objective.hpp"
 #include "scheduler/strategy.hpp"
 

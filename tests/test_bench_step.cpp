@@ -2,7 +2,7 @@
 // computation, its GEMM list against the closed form of the model's GEMM FLOPs, and a measured
 // tiny step whose figures are finite, positive and consistent.
 #include "bench/bench_step.hpp"
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 
 #include "support/catch.hpp"
 

@@ -4,7 +4,7 @@
 #include "core/data/batch_prefetcher.hpp"
 #include "core/data/synth.hpp"
 #include "core/io/h5file.hpp"
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 #include "fuzz/hostile_files.hpp"
 #include "support/test_support.hpp"
 #include "support/tiny_config.hpp"

@@ -2,14 +2,14 @@
 //  - docs/configuration.md lists exactly the configuration fields joule's parsers accept. The
 //    accepted names come from the parsers themselves: each is given a configuration with an
 //    unknown field in one section, and its "unknown field" error lists the fields it knows
-//    (core/model/config.cpp for model, data, train and the section names;
+//    (core/config/config.cpp for model, data, train and the section names;
 //    scheduler/tune_settings.cpp for tune; parallel/backend_choice.cpp for parallel).
 //  - docs/run-log.md lists exactly the groups, datasets and attributes the run-log writer creates,
 //    each as what it is: a log is written here through RunLogWriter with every part (trials ok,
 //    infeasible and failed, with regions and power by domain, a resume, /best, /pareto, an
 //    in-flight /train) and walked with the HDF5 C API.
 // Both compare both ways and name every missing or extra name.
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 #include "core/precision/precision.hpp"
 #include "parallel/backend_choice.hpp"
 #include "runlog/run_log.hpp"

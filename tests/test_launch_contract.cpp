@@ -9,7 +9,7 @@
 #include "bench/bench_step.hpp"
 #include "core/detail/launch_log.hpp"
 #include "core/ops/attention.hpp"
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 
 #include "support/catch.hpp"
 

@@ -8,7 +8,7 @@
 
 #include "core/compat_kernels.hpp"
 #include "core/data/dataset.hpp"
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 #include "core/model/model.hpp"
 #include "core/ops/attention.hpp"
 #include "core/train/optimizer.hpp"

@@ -4,7 +4,7 @@
 // step's GEMM-bound limit: the step's FLOPs divided by the rate KokkosBlas::gemm reaches at the
 // step's own GEMM shapes, measured in the same run. apps/scripts/bench_torch.py runs the same
 // shapes (read from the JSON) through PyTorch.
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 #include "core/ops/attention_gemm_workspace.hpp"
 
 #include <nlohmann/json.hpp>

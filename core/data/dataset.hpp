@@ -7,7 +7,7 @@
 // the model's shapes, and every token id of every sample, read in bounded chunks) and throws
 // DatasetError naming the file, the object and what was expected.
 #include "core/data/host_batch.hpp"
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 
 #include <cstdint>
 #include <random>

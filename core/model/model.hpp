@@ -12,7 +12,7 @@
 #include "core/data/host_batch.hpp"
 #include "core/model/block_tensors.hpp"
 #include "core/detail/stream_event.hpp"
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 #include "core/model/sequence_shards.hpp"
 #include "core/ops/cross_entropy_result.hpp"
 #include "core/ops/column_sum_workspace.hpp"

@@ -1,6 +1,6 @@
 #pragma once
 // train.precision as the configuration names it: plain C++, no Kokkos, so that what records a
-// configuration (core/model/config, the run log) builds without the kernels' types. What each
+// configuration (core/config/config, the run log) builds without the kernels' types. What each
 // precision stores where is precision.hpp's table.
 #include <stdexcept>
 #include <string>

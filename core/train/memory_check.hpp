@@ -4,7 +4,7 @@
 // anything is allocated: a model that cannot fit is refused with the figures and what to change,
 // instead of failing in an allocation or being killed by the kernel's OOM killer once the pages
 // are touched. The trial runner judges tuning candidates with the same figures.
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 #include "core/model/model.hpp"
 #include "core/train/optimizer.hpp"
 

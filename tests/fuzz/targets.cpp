@@ -2,7 +2,7 @@
 #include "targets.hpp"
 
 #include "core/data/dataset.hpp"
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 #include "core/train/trainer.hpp"
 #include "runlog/run_log.hpp"
 

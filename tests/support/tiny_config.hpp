@@ -1,6 +1,6 @@
 #pragma once
 // A small but awkward model/data configuration for model and training tests.
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-#include "core/model/config.hpp"
+#include "core/config/config.hpp"
 #include "core/model/limits.hpp"  // generated from core/model/limits.json
 
 #include <nlohmann/json.hpp>
