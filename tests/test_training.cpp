@@ -141,8 +141,8 @@ TEST_CASE("offload: every offload ratio trains to the same parameters as none", 
   }
 }
 
-TEST_CASE("offload: speculation then validation gives the bits of waiting for the norm, clipped or not, for every "
-          "precision, cast and recompute depth", "[train][offload]") {
+TEST_CASE("offload: speculation then validation gives the bits of waiting for the norm, clipped or not, in fp32 "
+          "and bf16, both casts, recompute depths 0-2", "[train][offload]") {
   // With a worker (ctest offload_host_worker: JOULE_HOST_CORES=1) the host jobs start before the
   // norm is known and are run again on clipped steps; without one they wait for it. Both must give
   // ratio 0's bits, with a threshold that clips some steps and not others.
@@ -155,9 +155,10 @@ TEST_CASE("offload: speculation then validation gives the bits of waiting for th
     TrainConfig::OffloadCast cast;
     int recompute_depth;
   };
+  // (Three variants, ratio 0.5 in the first only: the test runs under qemu in CI's aarch64 phase.)
+  bool first = true;
   for (auto const v : {Variant{Precision::fp32, TrainConfig::OffloadCast::device, 0},
-                       Variant{Precision::fp32, TrainConfig::OffloadCast::device, 2},
-                       Variant{Precision::bf16, TrainConfig::OffloadCast::device, 0},
+                       Variant{Precision::bf16, TrainConfig::OffloadCast::device, 2},
                        Variant{Precision::bf16, TrainConfig::OffloadCast::host, 1}}) {
     INFO(precision_name(v.precision) << ", cast on the " << offload_cast_name(v.cast) << ", recompute depth "
                                      << v.recompute_depth);
@@ -206,11 +207,13 @@ TEST_CASE("offload: speculation then validation gives the bits of waiting for th
     REQUIRE(clipped > 0);
     REQUIRE(clipped < steps);
     for (double const ratio : {0.5, 1.0}) {
+      if (ratio != 1.0 && !first) continue;
       INFO("offload ratio " << ratio);
       auto const p = run(ratio, nullptr);
       REQUIRE(p.size() == reference.size());
       REQUIRE(std::memcmp(p.data(), reference.data(), p.size() * sizeof(float)) == 0);
     }
+    first = false;
   }
 }
 

@@ -212,6 +212,16 @@ for u in "${units[@]}"; do
 done
 # Batches by folder, the folders with the most device code first (the longest compilations start
 # first, so that two run side by side to the end).
+# Small folders join a bigger one's batch (each batch costs a parse of Kokkos' headers): the run
+# log with the scheduler, energy's Kokkos units with energy, the configuration with the model.
+batch_of() {
+  case "$1" in
+    runlog) echo scheduler ;;
+    energy/kokkos) echo energy ;;
+    core/config) echo core/model ;;
+    *) echo "$1" ;;
+  esac
+}
 batches=()
 if [ "${JOULE_COMPILE_CHECK_UNITY:-1}" = 0 ]; then
   batches=("${cuda_units[@]}")
@@ -223,7 +233,7 @@ else
   # cannot share its batch: compiled alone.
   batches+=(parallel/no_mpi_session.cpp)
   for u in "${cuda_units[@]}"; do  # a folder not in the list above gets a batch of its own
-    printf '%s\n' "${batches[@]}" | grep -qx "$(dirname "$u")" || batches+=("$(dirname "$u")")
+    printf '%s\n' "${batches[@]}" | grep -qx "$(batch_of "$(dirname "$u")")" || batches+=("$(batch_of "$(dirname "$u")")")
   done
 fi
 log "compiling ${#units[@]} translation units for CUDA sm_90 (nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')) and for g++ C++20, $([ "${JOULE_COMPILE_CHECK_UNITY:-1}" = 0 ] && echo "each alone" || echo "one batch per folder"), $jobs at a time"
@@ -232,7 +242,7 @@ results="$work/results"
 for b in "${batches[@]}"; do
   members=()
   for u in "${cuda_units[@]}"; do
-    if [ "$u" = "$b" ] || { [ "$(dirname "$u")" = "$b" ] && ! printf '%s\n' "${batches[@]}" | grep -qx "$u"; }; then
+    if [ "$u" = "$b" ] || { [ "$(batch_of "$(dirname "$u")")" = "$b" ] && ! printf '%s\n' "${batches[@]}" | grep -qx "$u"; }; then
       members+=("$u")
     fi
   done
@@ -252,7 +262,7 @@ for b in "${batches[@]}"; do
     for u in "${units[@]}"; do
       [ "$u" = parallel/nccl_communicator.cpp ] && continue
       if needs_kernels "$u"; then [ $which = 4.5 ] || continue; else [ $which = 5 ] || continue; fi
-      if [ "$u" = "$b" ] || { [ "$(dirname "$u")" = "$b" ] && ! printf '%s\n' "${batches[@]}" | grep -qx "$u"; }; then
+      if [ "$u" = "$b" ] || { [ "$(batch_of "$(dirname "$u")")" = "$b" ] && ! printf '%s\n' "${batches[@]}" | grep -qx "$u"; }; then
         members+=("$u")
       fi
     done
