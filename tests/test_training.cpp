@@ -194,7 +194,7 @@ TEST_CASE("offload: speculation then validation gives the bits of waiting for th
       long long offloaded = 0;
       for (bool o : opt.offloaded()) offloaded += o;
       // Every offloaded group but the embeddings (group 0, whose gradient lands last) speculates.
-      long long const speculating = offloaded - (opt.offloaded()[0] ? 1 : 0);
+      long long const speculating = offloaded - (opt.offloaded()[kLastReadyGroup] ? 1 : 0);
       auto const times = opt.offload_times();
       CHECK(opt.speculative() == (offloaded > 0 && offload_on_worker()));
       CHECK(times.speculated == (opt.speculative() ? speculated * speculating : 0));
@@ -269,7 +269,7 @@ TEST_CASE("offload: in bf16 every ratio and both cast placements train to the sa
       // embeddings, group 0, which never speculates)
       double const groups = double(t.optimizer().offloaded().size());
       double const again = double(times.rolled_back) / (groups - 1);  // steps run again
-      double const speculating = double(total - parameter_group_sizes(cfg.model)[0]);
+      double const speculating = double(total - parameter_group_sizes(cfg.model)[kLastReadyGroup]);
       CHECK(times.bytes_to_host == steps * total * sizeof(float));
       CHECK(times.bytes_to_device == (steps * total + again * speculating) *
                                          (cast == TrainConfig::OffloadCast::host ? sizeof(bf16) : sizeof(float)));
@@ -322,9 +322,15 @@ TEST_CASE("offload: the achieved ratio is rounded to whole groups and the state 
     }
     REQUIRE(std::abs(o.achieved_ratio() - ratio) <= best + 0.05);
     // Moments are somewhere, once (the host keeps master weights, gradient and moments: 4 floats
-    // per parameter, and 3 more when it speculates).
-    std::size_t const host_floats = o.speculative() ? 7 : 4;
-    REQUIRE(e.device / 2 + e.host / host_floats == total * sizeof(float));
+    // per parameter, and 3 more for each group that speculates: all but kLastReadyGroup).
+    std::size_t on_host = 0, second_set = 0;
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      if (o.offloaded()[i]) {
+        on_host += sizes[i];
+        if (o.speculative() && int(i) != kLastReadyGroup) second_set += sizes[i];
+      }
+    REQUIRE(e.device == 2 * (total - on_host) * sizeof(float));
+    REQUIRE(e.host == (4 * on_host + 3 * second_set) * sizeof(float));
     if (ratio == 1.0) REQUIRE(o.device_state_bytes() == 0);
   }
   cfg.train.offload_ratio = 0.5;

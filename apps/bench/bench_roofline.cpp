@@ -127,6 +127,7 @@ int run_roofline_bench(RooflineBenchOptions const& options) {
     row.waiting = perf::estimate_offload(target, plan, row.step);  // the jobs wait for the norm
     plan.speculative = speculative;
     plan.speculative_host_bytes = 3 * sizeof(float);
+    plan.last_ready_group = kLastReadyGroup;
     row.offload = perf::estimate_offload(target, plan, row.step);
     rows.push_back(row);
   }

@@ -188,8 +188,9 @@ OffloadEstimate estimate_offload(Target const& t, OffloadPlan const& plan, StepE
   for (int i = 0; i < groups; ++i) {
     int const g = waits ? i : groups - 1 - i;
     if (!on_host(g)) continue;
-    bool const speculates = plan.clipping && plan.speculative && g != 0;
-    double const start = std::max({host_free, landed[g], waits || (plan.clipping && g == 0) ? backward_end : ready[g]});
+    bool const speculates = plan.clipping && plan.speculative && g != plan.last_ready_group;
+    double const start =
+        std::max({host_free, landed[g], waits || (plan.clipping && g == plan.last_ready_group) ? backward_end : ready[g]});
     double const host_bytes = plan.group_parameters[g] * (plan.host_bytes + (speculates ? plan.speculative_host_bytes : 0)),
                  host_seconds = host_bytes / t.host_bandwidth.value;
     host_free = start + host_seconds;

@@ -126,6 +126,7 @@ struct OffloadPlan {
   // second job is not modelled (rare after a run's first steps).
   bool speculative = false;
   double speculative_host_bytes = 0;
+  int last_ready_group = 0;  // the group that waits for the norm even then (kLastReadyGroup)
 };
 struct OffloadEstimate {
   double link_bytes = 0, host_bytes = 0;

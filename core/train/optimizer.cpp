@@ -60,8 +60,9 @@ OptimizerMemory estimate_optimizer_memory(ModelConfig const& m, double offload_r
     total += sizes[i];
     if (chosen[i]) host += sizes[i];
   }
+  std::size_t const second_set = speculative && chosen[kLastReadyGroup] ? host - sizes[kLastReadyGroup] : speculative ? host : 0;
   r.device = 2 * (total - host) * sizeof(float);
-  r.host = (speculative ? 7 : 4) * host * sizeof(float) +
+  r.host = (4 * host + 3 * second_set) * sizeof(float) +
            (held_in_bf16(precision, Held::kernel_weights) && cast_on_host ? host * sizeof(bf16) : 0);
   r.achieved_ratio = total ? double(host) / total : 0.0;
   return r;
@@ -132,7 +133,7 @@ Optimizer::Optimizer(Model& model, OptimizerSettings const& settings)
       g.host_v = Tensor1<float, PinnedHostMemory>(label(("host.adam_v." + g.name).c_str()), n);
       if (cast_on_host_)
         g.host_kernel_weights = Tensor1<bf16, PinnedHostMemory>(label(("host.weight_bf16." + g.name).c_str()), n);
-      if (speculative_) {
+      if (speculative_ && int(i) != kLastReadyGroup) {
         g.next_param = Tensor1<float, PinnedHostMemory>(label(("host.param_next." + g.name).c_str()), n);
         g.next_m = Tensor1<float, PinnedHostMemory>(label(("host.adam_m_next." + g.name).c_str()), n);
         g.next_v = Tensor1<float, PinnedHostMemory>(label(("host.adam_v_next." + g.name).c_str()), n);

@@ -41,7 +41,7 @@
 // run where every step clips costs one roll-back, not one a step; the group whose gradient lands
 // last (the embeddings) never speculates, its gradient arriving with the norm; a
 // non-finite norm or loss stops the run, and abandon_step() puts the device's weights back. The
-// result is bitwise that of waiting for the norm. It costs 12 bytes of host memory per offloaded
+// result is bitwise that of waiting for the norm. It costs 12 bytes of host memory per speculating
 // parameter (estimate_optimizer_memory counts them).
 #include "core/model/model.hpp"
 #include "core/ops/adamw.hpp"
@@ -85,6 +85,10 @@ bool offload_speculates(double grad_clip, bool speculate = true);
 // pass finishes them (head, last block, ..., first block, embed: the earliest ready overlap
 // best) and each is added if that brings the offloaded share closer to the target.
 std::vector<bool> choose_offloaded_groups(std::vector<std::size_t> const& group_sizes, double ratio);
+// The group the backward pass finishes last (the embeddings, Model::backward): its gradient lands
+// when the norm is all but known, so even a speculating run (STV, above) waits for the norm there
+// and updates it in place (no second set, nothing to run again).
+inline constexpr int kLastReadyGroup = 0;
 
 // Bytes of optimizer state for a configuration and offload ratio, from the configuration alone:
 // the device keeps m and v of its groups; the host keeps master weights, a gradient landing
@@ -97,7 +101,7 @@ struct OptimizerMemory {
 };
 std::vector<std::size_t> parameter_group_sizes(ModelConfig const& m);
 // speculative: offload_speculates(...): the second set of master weights and moments (12 bytes
-// per offloaded parameter).
+// per offloaded parameter, but those of kLastReadyGroup, which does not speculate).
 OptimizerMemory estimate_optimizer_memory(ModelConfig const& m, double offload_ratio,
                                           Precision precision = Precision::fp32, bool cast_on_host = false,
                                           bool speculative = false);
@@ -223,10 +227,6 @@ class Optimizer {
   double lr_ = 0;
   long step_ = 0;
   bool speculative_ = false;  // STV (above)
-  // The group the backward pass finishes last (the embeddings, Model::backward): its gradient lands
-  // when the norm is all but known, so it waits for it and is updated in place (no second set to
-  // write, nothing to run again).
-  static constexpr int kLastReadyGroup = 0;
   bool last_step_clipped_ = false;  // then this step waits for the norm: clipping comes in runs
   std::unique_ptr<HostWorker> worker_;  // null: the jobs run on the launching thread
   OffloadTimes times_;
