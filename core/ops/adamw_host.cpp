@@ -1,6 +1,7 @@
 // The host loop of AdamW, compiled without floating-point contraction (core/CMakeLists.txt sets
 // -ffp-contract=off for this file): the same operations as the device kernel, rounded the same
-// way, so host- and device-updated groups agree bit for bit (see detail::mul in adamw.hpp).
+// way, each multiply-add fused exactly where AdamWElement fuses it (JOULE_ADAMW_FMA), so host- and
+// device-updated groups agree bit for bit (see detail::mul_add in adamw.hpp).
 #include "core/ops/adamw.hpp"
 
 namespace joule::detail {
