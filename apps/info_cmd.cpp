@@ -2,7 +2,9 @@
 #include "commands.hpp"
 
 #include "core/compat.hpp"
+#include "core/environment.hpp"
 #include "core/model/model.hpp"
+#include "core/train/host_cores.hpp"
 #include "environment.hpp"
 
 #include <fmt/format.h>
@@ -31,6 +33,9 @@ std::function<int()> add_info_command(CLI::App& app, bool& no_device) {
     fmt::print("OpenMP waiting: {}\n", openmp_wait_text());
     if (long const blas = started ? library_threads() : 0; blas > 0)
       fmt::print("host BLAS threads: {} (Kokkos' threads, at most one per CPU this process may use)\n", blas);
+    if (started)  // where the threads run: this process's CPUs, and what joule placed where
+      fmt::print("CPUs of Kokkos' host threads: {}{}\n", cpu_list_text(core_environment::process_cpus()),
+                 host_cores_text().empty() ? "" : " (" + host_cores_text() + ")");
     return 0;
   };
 }

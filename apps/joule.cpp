@@ -4,6 +4,7 @@
 #include "core/compat.hpp"
 #include "core/environment.hpp"
 #include "core/train/host_cores.hpp"
+#include "energy/source.hpp"
 #include "environment.hpp"
 #include "standard_output.hpp"
 
@@ -61,6 +62,11 @@ class KokkosStart {
   // Starts Kokkos; returns 0, or the exit status after an error naming what is wrong.
   int start() {
     try {
+      // Processes started unbound on one node: each its own share of the node's CPUs, before Kokkos
+      // starts its threads and before JOULE_HOST_CORES sets some of them aside.
+      auto const local = joule::energy::local_process_from_environment();
+      if (auto const share = joule::take_local_rank_share(local.rank, local.size); !share.text.empty() && local.rank == 0)
+        fmt::print(stderr, "joule: {}: {}\n", share.shared ? "warning" : "note", share.text);
       // JOULE_HOST_CORES: before Kokkos starts its threads.
       if (auto const& cores = joule::reserve_host_cores_from_environment();
           !cores.optimizer.empty() && joule::core_environment::openmp_binds_threads())
@@ -71,6 +77,9 @@ class KokkosStart {
                    "CPUs {}-{})\n",
                    cores.kokkos.size() + cores.optimizer.size(), cores.optimizer.size(), cores.kokkos.front(),
                    cores.kokkos.back());
+      // The OpenMP runtime counted the mask it was loaded with, the whole node's: the share's count.
+      if (!joule::host_cores().rank_share.empty() && !std::getenv("OMP_NUM_THREADS"))
+        ::setenv("KOKKOS_NUM_THREADS", std::to_string(joule::core_environment::usable_cpus()).c_str(), 0);
       // No more threads than CPUs where Kokkos would take OpenMP's count (apps/environment.hpp).
       auto const choice = joule::apps::choose_kokkos_threads(joule::apps::usable_cpus(), static_cast<int>(args_.size()) - 1,
                                                              args_.data());

@@ -5,6 +5,7 @@
 #endif
 
 #include "parallel/agreement.hpp"
+#include "core/environment.hpp"
 #include "core/train/host_cores.hpp"
 
 #include <fmt/core.h>
@@ -79,33 +80,37 @@ Processes::Processes(Config const& cfg) {
 }
 
 void Processes::share_host_cores() {
-  // Every rank's node and optimizer CPUs to rank 0, which decides; each rank gets its own share.
+  // Every rank's node, optimizer CPUs and Kokkos CPUs to rank 0, which decides; each rank gets its
+  // own share of the optimizer's. Kokkos' threads started before MPI_Init, so ranks whose Kokkos
+  // CPUs overlap (a launcher that bound them to one socket together) can only be warned about;
+  // ranks started unbound took their shares then (take_local_rank_share).
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
   auto const& mine = host_cores().optimizer;
-  std::string text = std::string(host) + "\n";
-  for (int c : mine) text += std::to_string(c) + " ";
+  std::string text = std::string(host) + "\n" + cpu_list_text(mine) + "\n" +
+                     cpu_list_text(core_environment::process_cpus()) + "\n" +
+                     (host_cores().rank_share.empty() ? "0" : "1");
   auto const all = world_->gather(text, 0);
   std::string plan;  // one line per rank: its CPUs; then the note rank 0 prints
   if (world_->rank() == 0) {
     std::vector<std::string> nodes;
-    std::vector<std::vector<int>> cpus;
+    std::vector<std::vector<int>> cpus, kokkos_cpus;
+    std::vector<bool> split;
     for (auto const& t : all) {
-      auto const nl = t.find('\n');
-      nodes.push_back(t.substr(0, nl));
-      cpus.emplace_back();
-      std::size_t pos = nl + 1;
-      while (pos < t.size()) {
-        auto const space = t.find(' ', pos);
-        cpus.back().push_back(std::stoi(t.substr(pos, space - pos)));
-        pos = space + 1;
+      std::vector<std::string> lines;
+      for (std::size_t pos = 0; pos <= t.size();) {
+        auto const nl = std::min(t.find('\n', pos), t.size());
+        lines.push_back(t.substr(pos, nl - pos));
+        pos = nl + 1;
       }
+      lines.resize(4);
+      nodes.push_back(lines[0]);
+      cpus.push_back(core_environment::parse_cpu_list(lines[1]));
+      kokkos_cpus.push_back(core_environment::parse_cpu_list(lines[2]));
+      split.push_back(lines[3] == "1");
     }
     auto const shares = share_optimizer_cpus(nodes, cpus);
-    for (auto const& s : shares.cpus) {
-      for (int c : s) plan += std::to_string(c) + " ";
-      plan += "\n";
-    }
+    for (auto const& s : shares.cpus) plan += cpu_list_text(s) + "\n";
     for (auto const& group : shares.groups) {
       std::string ranks, each;
       for (int r : group) {
@@ -122,6 +127,23 @@ void Processes::share_host_cores() {
                      cpu_list_text(cpus[std::size_t(group.front())]),
                  shares.shared ? "one, shared, as there are fewer CPUs than ranks" : "its own share", each);
     }
+    // Kokkos' threads of ranks on one node on the same CPUs, where the launcher placed them so.
+    auto const kokkos = share_optimizer_cpus(nodes, kokkos_cpus);  // its groups: the overlapping ranks
+    for (auto const& group : kokkos.groups) {
+      if (std::all_of(group.begin(), group.end(), [&](int r) { return split[std::size_t(r)]; }))
+        continue;  // shares taken at the start, and said then
+      std::string ranks, each;
+      for (int r : group) {
+        ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+        each += fmt::format("{}rank {}: {}", each.empty() ? "" : "; ", r, cpu_list_text(kokkos_cpus[std::size_t(r)]));
+      }
+      fmt::print(stderr,
+                 "joule: warning: ranks {} on node {} run Kokkos' threads on CPUs that overlap ({}): they share "
+                 "cores, and every step waits for the slowest (bind ranks to their own cores, e.g. mpirun "
+                 "--map-by ppr:N:node:pe=C or srun --cpus-per-task=C --cpu-bind=cores, or start them unbound and "
+                 "joule splits the node)\n",
+                 ranks, nodes[std::size_t(group.front())], each);
+    }
   }
   std::uint64_t size = plan.size();
   world_->broadcast(&size, sizeof size, 0);
@@ -131,12 +153,7 @@ void Processes::share_host_cores() {
   std::size_t begin = 0;
   for (int r = 0; r < world_->rank(); ++r) begin = plan.find('\n', begin) + 1;
   std::string const line = plan.substr(begin, plan.find('\n', begin) - begin);
-  std::vector<int> share;
-  for (std::size_t pos = 0; pos < line.size();) {
-    auto const space = line.find(' ', pos);
-    share.push_back(std::stoi(line.substr(pos, space - pos)));
-    pos = space + 1;
-  }
+  std::vector<int> share = core_environment::parse_cpu_list(line);
   if (share != mine) use_optimizer_cpus(std::move(share));
 }
 

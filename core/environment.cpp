@@ -8,6 +8,9 @@
 #endif
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
 
 namespace joule::core_environment {
 
@@ -43,6 +46,52 @@ std::vector<int> process_cpus() {
 }
 
 long usable_cpus() { return std::max<long>(1, long(process_cpus().size())); }
+
+std::vector<int> parse_cpu_list(std::string const& text) {
+  std::vector<int> cpus;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t const comma = std::min(text.find(',', pos), text.size());
+    std::string const item = text.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (item.empty()) continue;
+    auto const number = [](char const* from, char** end) {  // digits only: no sign, no space
+      return std::isdigit(static_cast<unsigned char>(*from)) ? std::strtol(from, end, 10) : (*end = nullptr, -1L);
+    };
+    char* end = nullptr;
+    long const first = number(item.c_str(), &end);
+    long last = first;
+    if (end && *end == '-') last = number(end + 1, &end);
+    if (!end || *end != '\0' || first < 0 || last < first || last >= 1 << 20) return {};
+    for (long c = first; c <= last; ++c) cpus.push_back(int(c));
+  }
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return cpus;
+}
+
+std::vector<int> node_cpus() {
+  auto const first_line = [](std::string const& path) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+    return line;
+  };
+  // This process's cgroup paths: "0::/path" (v2), "N:cpuset:/path" (v1).
+  std::ifstream groups("/proc/self/cgroup");
+  std::string line, v2_path, v1_path;
+  while (std::getline(groups, line)) {
+    if (line.rfind("0::", 0) == 0) v2_path = line.substr(3);
+    auto const colon = line.find(':');
+    if (colon != std::string::npos && line.compare(colon, 8, ":cpuset:") == 0) v1_path = line.substr(colon + 8);
+  }
+  for (std::string const& path : {"/sys/fs/cgroup" + v2_path + "/cpuset.cpus.effective",
+                                  "/sys/fs/cgroup/cpuset" + v1_path + "/cpuset.effective_cpus",
+                                  "/sys/fs/cgroup/cpuset" + v1_path + "/cpuset.cpus", std::string("/sys/devices/system/cpu/online")})
+    if (auto cpus = parse_cpu_list(first_line(path)); !cpus.empty()) return cpus;
+  return {};
+}
 
 std::optional<long> host_cores_wanted(long cpus) {
   auto const text = environment::text_of(kHostCoresName);

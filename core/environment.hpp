@@ -1,6 +1,7 @@
 #pragma once
 // The environment variables joule::core reads (docs/configuration.md, "Environment variables"),
 // each defined once here and read through these objects (common/environment.hpp).
+#include <string>
 #include <vector>
 
 #include "common/environment.hpp"
@@ -20,6 +21,12 @@ std::optional<long> host_cores_wanted(long cpus);
 // the mask the process started with. Sorted; empty where unreadable.
 std::vector<int> process_cpus();
 long usable_cpus();  // their count (at least 1)
+// The CPUs the node gives this process's cgroup (cpuset.cpus.effective in cgroup v2,
+// cpuset.effective_cpus in v1), else the online CPUs: what an unbound process's mask holds. Sorted;
+// empty where unreadable.
+std::vector<int> node_cpus();
+// "0-3,8,10-11" read as CPU numbers (the kernel's list format); empty for text it is not.
+std::vector<int> parse_cpu_list(std::string const& text);
 // Whether the OpenMP runtime binds its threads to places (the user set OMP_PROC_BIND or OMP_PLACES).
 bool openmp_binds_threads();
 

@@ -36,7 +36,7 @@ constexpr Real kModelCoreWatts{
 constexpr long long kMaxLocalProcesses = 1 << 20;
 constexpr char const* kRankMeaning =
     "this process's rank on its node (node sensors are read by local rank 0 only; "
-    "picks the GPU where CUDA does not say)";
+    "picks the GPU where CUDA does not say; processes started unbound split the node's CPUs by it)";
 constexpr char const* kByLauncher = "set by the launcher";
 constexpr char const* kSizeMeaning = "the number of joule processes on this node";
 // In order of preference: JOULE_* overrides, then the local rank as Kokkos 4.x finds it
@@ -97,6 +97,8 @@ std::vector<environment::Description> environment_variables() {
                   "CUDA's syntax (indices or UUIDs, comma-separated); set but empty: no GPU", "all GPUs"});
   return rows;
 }
+
+LocalProcess local_process_from_environment() { return {first_set(kLocalRanks), first_set(kLocalSizes)}; }
 
 SourceOptions SourceOptions::from_environment_variables() {
   SourceOptions o;

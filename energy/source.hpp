@@ -107,6 +107,15 @@ void validate_environment();
 // Every variable from_environment() reads: name, meaning, allowed values, default.
 std::vector<environment::Description> environment_variables();
 
+// This process's rank among the processes on its node, and their number, from the variables above
+// (JOULE_LOCAL_RANK/SIZE, else the launcher's): 0 and 1 where none is set. Read before Kokkos
+// starts too: the processes of one node share its CPUs (core/train/host_cores.hpp).
+struct LocalProcess {
+  int rank = 0;
+  int size = 1;
+};
+LocalProcess local_process_from_environment();
+
 // The PCI bus id of the CUDA device Kokkos runs on; "" when Kokkos is not initialised or has no
 // CUDA backend (kokkos/device.cpp, the one unit of energy/ that calls CUDA).
 std::string kokkos_device_pci_bus_id();

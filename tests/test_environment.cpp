@@ -311,3 +311,48 @@ TEST_CASE("host cores: ranks on one node that set aside the same CPUs take disjo
   CHECK(joule::cpu_list_text({5}) == "5");
   CHECK(joule::cpu_list_text({}) == "");
 }
+
+TEST_CASE("host cores: processes started unbound on one node split its CPUs before Kokkos starts",
+          "[environment][host_cores]") {
+  using V = std::vector<int>;
+  auto range = [](int a, int b) {
+    V v;
+    for (int c = a; c <= b; ++c) v.push_back(c);
+    return v;
+  };
+  V const grace = range(0, 71);
+  SECTION("unbound: the process's mask is the node's, and it has company") {
+    CHECK(joule::started_unbound(grace, grace, 4));
+    CHECK_FALSE(joule::started_unbound(grace, grace, 1));            // alone: keeps the node
+    CHECK_FALSE(joule::started_unbound(range(0, 17), grace, 4));     // bound by the launcher: its choice stands
+    CHECK_FALSE(joule::started_unbound(range(0, 71), V{}, 4));       // the node's CPUs unreadable: nothing done
+  }
+  SECTION("contiguous shares in local-rank order, sizes within one, covering the node once") {
+    auto const s = joule::node_shares(grace, 4);
+    CHECK_FALSE(s.shared);
+    REQUIRE(s.cpus.size() == 4);
+    CHECK(s.cpus[0] == range(0, 17));
+    CHECK(s.cpus[3] == range(54, 71));
+    auto const odd = joule::node_shares(V{0, 1, 2, 3, 4, 5, 6, 8}, 3);  // 8 CPUs (one missing from the numbering)
+    CHECK(odd.cpus == std::vector<V>{V{0, 1}, V{2, 3, 4}, V{5, 6, 8}});
+    V all;
+    for (auto const& c : odd.cpus) all.insert(all.end(), c.begin(), c.end());
+    CHECK(all == V{0, 1, 2, 3, 4, 5, 6, 8});
+  }
+  SECTION("fewer CPUs than processes: one each, round robin, and it says they share") {
+    auto const s = joule::node_shares(V{0, 1}, 3);
+    CHECK(s.shared);
+    CHECK(s.cpus == std::vector<V>{V{0}, V{1}, V{0}});
+  }
+  SECTION("the kernel's CPU lists, as cgroups and /sys write them") {
+    using joule::core_environment::parse_cpu_list;
+    CHECK(parse_cpu_list("0-3,8,10-11") == V{0, 1, 2, 3, 8, 10, 11});
+    CHECK(parse_cpu_list("5") == V{5});
+    CHECK(parse_cpu_list(joule::cpu_list_text(range(3, 40))) == range(3, 40));
+    CHECK(parse_cpu_list("").empty());
+    CHECK(parse_cpu_list("0-").empty());
+    CHECK(parse_cpu_list("3-1").empty());
+    CHECK(parse_cpu_list("a").empty());
+    CHECK_FALSE(joule::core_environment::node_cpus().empty());  // this machine's cgroup or online CPUs
+  }
+}

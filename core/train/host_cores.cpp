@@ -103,6 +103,61 @@ CoreShares share_optimizer_cpus(std::vector<std::string> const& nodes, std::vect
   return out;
 }
 
+NodeShares node_shares(std::vector<int> const& node, int local_size) {
+  NodeShares out;
+  std::size_t const k = std::size_t(std::max(1, local_size));
+  out.shared = node.size() < k;
+  for (std::size_t j = 0; j < k; ++j) {
+    if (node.empty()) {
+      out.cpus.emplace_back();
+    } else if (out.shared) {
+      out.cpus.push_back({node[j % node.size()]});
+    } else {
+      std::size_t const begin = j * node.size() / k, end = (j + 1) * node.size() / k;
+      out.cpus.emplace_back(node.begin() + long(begin), node.begin() + long(end));
+    }
+  }
+  return out;
+}
+
+bool started_unbound(std::vector<int> const& process, std::vector<int> const& node, int local_size) {
+  return local_size > 1 && !node.empty() && process == node;
+}
+
+ShareNote take_local_rank_share(int local_rank, int local_size) {
+#if defined(__linux__)
+  if (core_environment::openmp_binds_threads()) return {};  // OMP_PLACES/OMP_PROC_BIND: the user placed the threads
+  auto const node = core_environment::node_cpus();
+  if (!started_unbound(core_environment::process_cpus(), node, local_size) || local_rank < 0 || local_rank >= local_size)
+    return {};
+  auto const shares = node_shares(node, local_size);
+  auto const& mine = shares.cpus[std::size_t(local_rank)];
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  for (int c : mine) CPU_SET(c, &mask);
+  if (sched_setaffinity(0, sizeof(mask), &mask) != 0) return {};  // left as it was: the overlap check after MPI_Init warns
+  g_cores.rank_share = mine;
+  g_cores.local_rank = local_rank;
+  g_cores.local_size = local_size;
+  std::string each;
+  std::size_t const listed = std::min<std::size_t>(shares.cpus.size(), 8);
+  for (std::size_t r = 0; r < listed; ++r)
+    each += (r ? "; " : "") + std::string("local rank ") + std::to_string(r) + ": " + cpu_list_text(shares.cpus[r]);
+  if (listed < shares.cpus.size()) each += "; ...";
+  return {std::to_string(local_size) + " processes on this node were started unbound (each could use CPU" +
+         (node.size() == 1 ? " " : "s ") + cpu_list_text(node) + "), so each runs its threads on " +
+         (shares.shared ? "one CPU, shared round robin, as the node has fewer CPUs than processes"
+                        : "its own share of them") +
+         ": " + each +
+         " (bind them yourself, e.g. mpirun --map-by ppr:N:node:pe=C or srun --cpus-per-task=C --cpu-bind=cores, to choose)",
+          shares.shared};
+#else
+  (void)local_rank;
+  (void)local_size;
+  return {};
+#endif
+}
+
 void use_optimizer_cpus(std::vector<int> cpus) { g_cores.optimizer = std::move(cpus); }
 
 std::string cpu_list_text(std::vector<int> const& cpus) {
@@ -119,10 +174,16 @@ std::string cpu_list_text(std::vector<int> const& cpus) {
 }
 
 std::string host_cores_text() {
-  if (g_cores.optimizer.empty()) return "";
+  std::string const share =
+      g_cores.rank_share.empty()
+          ? ""
+          : "local rank " + std::to_string(g_cores.local_rank) + " of " + std::to_string(g_cores.local_size) +
+                " started unbound on its node: its share, CPU" + (g_cores.rank_share.size() == 1 ? " " : "s ") +
+                cpu_list_text(g_cores.rank_share);
+  if (g_cores.optimizer.empty()) return share;
   return "host optimizer threads on CPU" + std::string(g_cores.optimizer.size() == 1 ? " " : "s ") +
          cpu_list_text(g_cores.optimizer) + "; launching thread, Kokkos' host threads and data reader on " +
-         cpu_list_text(g_cores.kokkos);
+         cpu_list_text(g_cores.kokkos) + (share.empty() ? "" : " (" + share + ")");
 }
 
 }  // namespace joule
