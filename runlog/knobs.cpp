@@ -12,42 +12,35 @@ namespace joule::scheduler {
 
 namespace {
 constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
-char const* const kCastNames[] = {"device", "host"};  // TrainConfig::OffloadCast, in order
 }  // namespace
 
 std::vector<KnobInfo> const& knob_table() {
   // name, label, column, config field, tune field, integer, neutral,
-  // has_unset, unset, unset text, special, special text, format, unit, get, set, configured
+  // has_unset, unset, unset text, special, special text, format, unit, get, set
   static std::vector<KnobInfo> const table = {
       {"offload_ratio", "offload", "offload", "train.offload_ratio", "offload_ratios", false, true,
        false, kNone, "", kNone, nullptr, "{:.2f}", "",
-       [](Knobs const& k) { return k.offload_ratio; }, [](Knobs& k, double v) { k.offload_ratio = v; },
-       [](Config const& c) { return c.train.offload_ratio; }},
+       [](Knobs const& k) { return k.offload_ratio; }, [](Knobs& k, double v) { k.offload_ratio = v; }},
       {"recompute_depth", "recompute", "recompute", "train.recompute_depth", "recompute_depths", true, true,
        false, kNone, "", kNone, nullptr, "{:.0f}", "",
-       [](Knobs const& k) { return double(k.recompute_depth); }, [](Knobs& k, double v) { k.recompute_depth = int(v); },
-       [](Config const& c) { return double(c.train.recompute_depth); }},
+       [](Knobs const& k) { return double(k.recompute_depth); }, [](Knobs& k, double v) { k.recompute_depth = int(v); }},
       {"seq_shards", "shards", "shards", "train.seq_shards", "seq_shards", true, false,
        false, kNone, "", kNone, nullptr, "{:.0f}", "",
-       [](Knobs const& k) { return double(k.seq_shards); }, [](Knobs& k, double v) { k.seq_shards = int(v); },
-       [](Config const& c) { return double(c.train.seq_shards); }},
+       [](Knobs const& k) { return double(k.seq_shards); }, [](Knobs& k, double v) { k.seq_shards = int(v); }},
       {"micro_batch", "micro-batch", "micro-batch", "train.micro_batch", "micro_batches", true, false,
        true, 0, "config", kNone, nullptr, "{:.0f}", "",
-       [](Knobs const& k) { return double(k.micro_batch); }, [](Knobs& k, double v) { k.micro_batch = int(v); },
-       [](Config const& c) { return double(c.train.micro_batch); }},
+       [](Knobs const& k) { return double(k.micro_batch); }, [](Knobs& k, double v) { k.micro_batch = int(v); }},
       {"host_threads", "host threads", "threads", "train.host_threads", "host_threads", true, true,
        true, -1, "config", 0, "all", "{:.0f}", "",
-       [](Knobs const& k) { return double(k.host_threads); }, [](Knobs& k, double v) { k.host_threads = int(v); },
-       [](Config const& c) { return double(c.train.host_threads); }},
+       [](Knobs const& k) { return double(k.host_threads); }, [](Knobs& k, double v) { k.host_threads = int(v); }},
       {"power_limit_w", "power limit", "power W", "", "power_limits_w", true, true,
        true, 0, "-", kNone, nullptr, "{:.0f}", " W",
-       [](Knobs const& k) { return double(k.power_limit_w); }, [](Knobs& k, double v) { k.power_limit_w = int(v); },
-       nullptr},
+       [](Knobs const& k) { return double(k.power_limit_w); }, [](Knobs& k, double v) { k.power_limit_w = int(v); }},
       // Arithmetic-neutral: both placements round with one function (tests/test_training.cpp).
       {"offload_cast", "cast on", "cast", "train.offload_cast", "offload_casts", true, true,
        true, -1, "config", kNone, nullptr, "{:.0f}", "",
        [](Knobs const& k) { return double(k.offload_cast); }, [](Knobs& k, double v) { k.offload_cast = int(v); },
-       [](Config const& c) { return double(int(c.train.offload_cast)); }, kCastNames, 2},
+       kOffloadCastNames, 2},
   };
   return table;
 }

@@ -3,7 +3,7 @@
 // walks its rows, the run log writes and reads one attribute per row, Knobs::describe(), the
 // report's columns and the CSV read their names and texts from it, and the run log stores it
 // (attribute `knob_table`) so that the plotting script labels values as joule does.
-#include "core/config/config.hpp"
+#include "core/config/reconfigurable.hpp"
 
 #include <cstddef>
 #include <string>
@@ -49,11 +49,15 @@ struct KnobInfo {
   char const* unit;    // after the value in describe(): " W"
   double (*get)(Knobs const&);
   void (*set)(Knobs&, double);
-  double (*configured)(Config const&);  // the configuration's value; nullptr: not a configuration field
   // A knob whose values are names (train.offload_cast: 0 "device", 1 "host"): value v is
   // value_names[v] in the configuration, in texts and in the tune section; nullptr: numbers.
   char const* const* value_names = nullptr;
   int value_count = 0;
+
+  // The running trainer's field it sets (core/config/reconfigurable.hpp), by config_field; nullptr
+  // for a knob that is not a configuration field (the power limit).
+  ReconfigurableField const* field() const { return *config_field ? reconfigurable_field(config_field) : nullptr; }
+  double configured(Config const& c) const { return field()->configured(c.train); }  // the configuration's value
 };
 
 // Every knob, in the order the strategy takes them, describe() lists them and the log's and

@@ -105,25 +105,29 @@ std::vector<Knobs> TrialRunner::space() const {
   return out;
 }
 
-Config TrialRunner::config_for(Knobs const& k, int steps) const {
-  auto j = nlohmann::json::parse(base_.json);
+Reconfigurable TrialRunner::settings_for(Knobs const& k) const {
+  Reconfigurable r = reconfigurable_of(base_.train);
   for (auto const& knob : knob_table()) {
     double const v = knob.get(k);
-    // Only what differs: the configuration's value holds otherwise (and a running trainer sees no
-    // change there, Trainer::reconfigure).
-    if (!knob.configured || !knob_is_set(knob, v) || v == knob.configured(base_)) continue;
-    auto& field = j[nlohmann::json::json_pointer(config_pointer(knob))];
-    field = knob.value_names ? nlohmann::json(knob.value_names[int(v)])
-            : knob.integer   ? nlohmann::json((long long)v)
-                             : nlohmann::json(v);
+    // A knob the search left unset keeps the configuration's value; the power limit is no field.
+    if (knob.field() && knob_is_set(knob, v)) knob.field()->set(r, v);
   }
-  auto& t = j["train"];
-  if (steps > 0) {
-    t["steps"] = steps;
-    t["eval_every"] = 0;
-    t.erase("checkpoint");
+  return r;
+}
+
+Config TrialRunner::config_for(Knobs const& k, int steps) const {
+  Config cfg = with_reconfigured(base_, settings_for(k));
+  if (steps > 0) {  // a trial on a trainer of its own: its steps, no evaluation, no checkpoint
+    cfg.train.steps = steps;
+    cfg.train.eval_every = 0;
+    cfg.train.checkpoint.clear();
+    auto j = nlohmann::json::parse(cfg.json);
+    j["train"]["steps"] = steps;
+    j["train"]["eval_every"] = 0;
+    j["train"].erase("checkpoint");
+    cfg.json = j.dump(2);
   }
-  return parse_config(j.dump(), "tuning trial");
+  return cfg;
 }
 
 std::size_t TrialRunner::predicted_device_bytes(Knobs const& k) const {
@@ -266,16 +270,11 @@ TrialRecord TrialRunner::measure_on(Trainer& live, Knobs const& k) { return meas
 
 std::string TrialRunner::unreachable_in_flight(Knobs const& k) const {
   for (auto const& knob : knob_table()) {
-    if (!knob.configured || !knob_is_set(knob, knob.get(k))) continue;  // the power limit, or unchanged
+    if (!knob.field() || !knob_is_set(knob, knob.get(k))) continue;  // the power limit, or unset
     if (knob.get(k) == knob.configured(base_)) continue;
-    std::string const field = knob.config_field;
-    if (field == "train.seq_shards" && !parallel_.groups)
+    if (std::string(knob.config_field) == "train.seq_shards" && !parallel_.groups)
       return fmt::format("{} {} needs the processes regrouped, and this run has no process groups to re-form",
                          knob.name, knob_value_text(knob, knob.get(k)));
-    auto const& fields = Trainer::reconfigurable_fields();
-    if (std::find(fields.begin(), fields.end(), field) == fields.end())
-      return fmt::format("{} {} needs a new trainer: a running one can change only {}", knob.name,
-                         knob_value_text(knob, knob.get(k)), fmt::join(fields, ", "));
   }
   return "";
 }
@@ -406,7 +405,7 @@ bool TrialRunner::runs_configuration(Knobs const& k) const {
   for (auto const& knob : knob_table()) {
     double const v = knob.get(k);
     bool const unset = knob.has_unset && v == knob.unset;
-    if (!unset && (!knob.configured || v != knob.configured(base_))) return false;
+    if (!unset && (!knob.field() || v != knob.configured(base_))) return false;
   }
   return true;
 }
@@ -415,7 +414,7 @@ void TrialRunner::begin_in_flight(Trainer&) {
   if (live_.started) return;
   live_.started = true;
   for (auto const& knob : knob_table())  // the configuration the run was started with
-    knob.set(live_.now, knob.has_unset || !knob.configured ? knob.unset : knob.configured(base_));
+    knob.set(live_.now, knob.has_unset || !knob.field() ? knob.unset : knob.configured(base_));
   live_.record.in_flight = true;
   live_.regions_before = regions_.stats(/*settle=*/true);
   live_.t0 = monitor_.sampler().now();
@@ -428,12 +427,12 @@ void TrialRunner::switch_in_flight(Trainer& live, Knobs const& k) {
   if (k == live_.now) return;
   auto const begin = std::chrono::steady_clock::now();
   apply_power_limit(k);
-  auto const cfg = config_for(k, 0);
-  if (cfg.train.seq_shards != live.config().train.seq_shards) {  // every rank re-forms its groups
-    auto groups = parallel_.groups(cfg.train.seq_shards);
-    live.reconfigure(cfg, std::move(groups.first), std::move(groups.second));
+  auto const next = settings_for(k);
+  if (next.seq_shards != live.config().train.seq_shards) {  // every rank re-forms its groups
+    auto groups = parallel_.groups(next.seq_shards);
+    live.reconfigure(next, std::move(groups.first), std::move(groups.second));
   } else {
-    live.reconfigure(cfg);
+    live.reconfigure(next);
   }
   live_.now = k;
   live_.record.switches += 1;

@@ -83,6 +83,8 @@ class TrialRunner {
   std::string infeasible_reason(Knobs const& k) const;  // "" when it fits
 
   Config config_for(Knobs const& k, int steps) const;
+  // What the running trainer is set to for `k` (the configuration's values where k leaves a knob unset).
+  Reconfigurable settings_for(Knobs const& k) const;
   // True when k runs the configuration as given: each knob unset or at the configuration's value,
   // the power limit not touched. The choice is measured against this one (significance.hpp).
   bool runs_configuration(Knobs const& k) const;

@@ -129,10 +129,12 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
   set.offload_ratio = 0.5, set.recompute_depth = 2, set.micro_batch = 6, set.host_threads = 1, set.offload_cast = 1;
   auto const trial = runner.config_for(set, 5);
   REQUIRE(trial.train.offload_cast == TrainConfig::OffloadCast::host);  // written as its name
+  auto const reparsed = parse_config(trial.json, "the trial's stored configuration");  // its text says the same
   for (auto const& knob : knob_table()) {
-    if (!knob.configured) continue;
+    if (!knob.field()) continue;
     INFO(knob.config_field);
     REQUIRE(knob.configured(trial) == knob.get(set));
+    REQUIRE(knob.configured(reparsed) == knob.get(set));
   }
   {  // bf16: the cast placements are searched where something is offloaded, once where nothing is
     auto b = j;
@@ -575,4 +577,49 @@ TEST_CASE("trial runner: energy below the sensor's resolution is flagged and mea
     if (!r.energy_below_resolution()) REQUIRE_THAT(trial_line(r), !Contains("below the energy sensor"));
   }
   std::system(("rm -rf " + hwmon).c_str());
+}
+
+TEST_CASE("knobs: the knob table, the trainer's settings and the configuration name the same fields",
+          "[tune][knobs]") {
+  // Adding a knob takes a configuration field, a field of Reconfigurable with its row in
+  // reconfigurable_fields(), and a row of the knob table (docs/design.md); this fails when they disagree.
+  auto const& fields = reconfigurable_fields();
+  Reconfigurable const defaults;
+  // The struct's fields, counted by a structured binding: it stops compiling when a field is added
+  // or removed, and the rows must follow.
+  auto const& [ratio, depth, threads, micro, shards, cast] = defaults;
+  (void)ratio, (void)depth, (void)threads, (void)micro, (void)shards, (void)cast;
+  REQUIRE(fields.size() == 6);
+  for (auto const& f : fields) {
+    INFO(f.name);
+    // Each row reaches its own member: setting it changes exactly that row's value.
+    Reconfigurable r = defaults;
+    double const v = f.get(defaults) == 1 ? 2 : 1;
+    f.set(r, v);
+    REQUIRE(f.get(r) == v);
+    for (auto const& other : fields)
+      if (&other != &f) REQUIRE(other.get(r) == other.get(defaults));
+    // ... and the configuration's field of the same name: with_reconfigured writes it in the text.
+    Config cfg = parse_config(R"({"model": {"layers": 2, "d_model": 64, "heads": 2, "mlp_ratio": 2, "image_size": 16,
+        "patch_size": 8, "channels": 1, "frames": 1, "text_len": 12, "tie_embeddings": true},
+        "data": {"path": "never-read.h5", "eval_fraction": 0.1},
+        "train": {"batch": 4, "micro_batch": 2, "steps": 2, "lr": 0.001, "min_lr": 0.0001, "warmup_steps": 1,
+        "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.95, "grad_clip": 1.0, "eval_every": 0, "eval_samples": 1,
+        "log_every": 1, "seed": 1, "recompute_depth": 0}})");
+    Reconfigurable changed = reconfigurable_of(cfg.train);
+    f.set(changed, f.get(changed) == 1 ? 2 : 1);
+    Config const next = with_reconfigured(cfg, changed);
+    REQUIRE(f.configured(next.train) == f.get(changed));
+    REQUIRE(f.configured(parse_config(next.json).train) == f.get(changed));
+    REQUIRE(reconfigurable_of(next.train) == changed);
+    // Named by exactly one knob.
+    int named = 0;
+    for (auto const& k : knob_table()) named += std::string(k.config_field) == f.name;
+    REQUIRE(named == 1);
+  }
+  for (auto const& k : knob_table()) {
+    INFO(k.name);
+    if (*k.config_field) REQUIRE(k.field() != nullptr);  // every configuration knob a running trainer can switch
+    if (k.field() && k.field()->value_names) REQUIRE(k.value_names == k.field()->value_names);
+  }
 }

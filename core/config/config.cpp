@@ -370,6 +370,29 @@ void check_json_limits(std::string const& text, std::string const& source) {
   reject_duplicate_keys(text, source);  // within the depth limit now; invalid text is the parser's to report
 }
 
+FieldProblem reconfigurable_problem(ModelConfig const& m, TrainConfig const& t) {
+  auto const range = [](auto lo, auto hi) { return "; allowed: [" + number_text(lo) + ", " + number_text(hi) + "]"; };
+  if (!(t.offload_ratio >= 0.0 && t.offload_ratio <= 1.0))
+    return {"offload_ratio", "is " + number_text(t.offload_ratio) + range(0, 1)};
+  if (t.recompute_depth < 0 || t.recompute_depth > m.layers)
+    return {"recompute_depth", "is " + std::to_string(t.recompute_depth) + range(0, m.layers) + " (model.layers)"};
+  if (t.host_threads < 0 || t.host_threads > kMaxHostThreads)
+    return {"host_threads", "is " + std::to_string(t.host_threads) + range(0, kMaxHostThreads)};
+  if (t.micro_batch < 1 || t.micro_batch > kMaxMicroBatch)
+    return {"micro_batch", "is " + std::to_string(t.micro_batch) + range(1, kMaxMicroBatch)};
+  if (t.batch % t.micro_batch != 0)
+    return {"micro_batch", "is " + std::to_string(t.micro_batch) + ", which does not divide batch = " + std::to_string(t.batch)};
+  if (t.seq_shards < 1 || t.seq_shards > kMaxSeqShards)
+    return {"seq_shards", "is " + std::to_string(t.seq_shards) + range(1, kMaxSeqShards)};
+  if (m.heads % t.seq_shards != 0 || m.seq_len() % t.seq_shards != 0)
+    return {"seq_shards", "is " + std::to_string(t.seq_shards) + ", which must divide model.heads (" +
+                              std::to_string(m.heads) + ") and the sequence length (" + std::to_string(m.seq_len()) +
+                              " = image tokens + text_len)"};
+  if (t.offload_cast != TrainConfig::OffloadCast::device && t.offload_cast != TrainConfig::OffloadCast::host)
+    return {"offload_cast", "is not one of \"device\", \"host\""};
+  return {};
+}
+
 Config parse_config(std::string const& json_text, std::string const& source) {
   check_json_limits(json_text, source);  // before anything walks the document
   json root;
@@ -453,16 +476,10 @@ Config parse_config(std::string const& json_text, std::string const& source) {
     s.mark_known("offload_cast");
     s.mark_known("offload_speculation");
     // Absent: the whole batch in one pass (under mpirun, joule train deals it to the replicas).
-    t.micro_batch = s.has("micro_batch") ? s.integer("micro_batch", 1, 1 << 20) : t.batch;
-    if (s.has("seq_shards")) {
-      t.seq_shards = s.integer("seq_shards", 1, 4096);
-      if (cfg.model.heads % t.seq_shards != 0 || cfg.model.seq_len() % t.seq_shards != 0)
-        s.fail("seq_shards", "is " + std::to_string(t.seq_shards) + ", which must divide model.heads (" +
-                                 std::to_string(cfg.model.heads) + ") and the sequence length (" +
-                                 std::to_string(cfg.model.seq_len()) + " = image tokens + text_len)");
-    }
+    t.micro_batch = s.has("micro_batch") ? s.integer("micro_batch", 1, kMaxMicroBatch) : t.batch;
+    if (s.has("seq_shards")) t.seq_shards = s.integer("seq_shards", 1, kMaxSeqShards);
     if (s.has("offload_ratio")) t.offload_ratio = s.number("offload_ratio", 0.0, 1.0);
-    if (s.has("host_threads")) t.host_threads = s.integer("host_threads", 0, 4096);
+    if (s.has("host_threads")) t.host_threads = s.integer("host_threads", 0, kMaxHostThreads);
     if (s.has("checkpoint")) t.checkpoint = s.string("checkpoint", true);
     if (s.has("checkpoint_every")) t.checkpoint_every = s.integer("checkpoint_every", 0, 1 << 30);
     if (s.has("tf32")) t.tf32 = s.boolean("tf32");
@@ -478,9 +495,7 @@ Config parse_config(std::string const& json_text, std::string const& source) {
       t.offload_cast = c == "host" ? TrainConfig::OffloadCast::host : TrainConfig::OffloadCast::device;
     }
     s.reject_unknown();
-    if (t.batch % t.micro_batch != 0)
-      s.fail("micro_batch", "is " + std::to_string(t.micro_batch) + ", which does not divide batch = " +
-                                std::to_string(t.batch));
+    if (auto const problem = reconfigurable_problem(cfg.model, t); !problem.field.empty()) s.fail(problem.field, problem.what);
     if (t.min_lr > t.lr) s.fail("min_lr", "must not exceed lr");
   }
   // A number beyond any double in a part training does not read (tune, parallel) is still an
@@ -497,7 +512,7 @@ Config parse_config(std::string const& json_text, std::string const& source) {
 }
 
 char const* offload_cast_name(TrainConfig::OffloadCast c) {
-  return c == TrainConfig::OffloadCast::host ? "host" : "device";
+  return kOffloadCastNames[static_cast<int>(c)];
 }
 
 Config load_config(std::string const& path) {

@@ -91,6 +91,7 @@ struct TrainConfig {
   // bits either way. false waits for the norm.
   bool offload_speculation = true;
 };
+inline constexpr char const* kOffloadCastNames[] = {"device", "host"};  // TrainConfig::OffloadCast, in order
 char const* offload_cast_name(TrainConfig::OffloadCast c);
 
 struct Config {
@@ -110,6 +111,20 @@ inline constexpr int kConfigMaxDepth = 64;
 // nests arrays/objects deeper than kConfigMaxDepth (brackets inside strings do not count), and
 // naming the key and its lines when an object gives a key twice (JSON does not say which counts).
 void check_json_limits(std::string const& text, std::string const& source);
+
+// The ranges of the train fields a running trainer may change (core/config/reconfigurable.hpp),
+// which parse_config and with_reconfigured both check.
+inline constexpr int kMaxMicroBatch = 1 << 20;
+inline constexpr int kMaxSeqShards = 4096;
+inline constexpr int kMaxHostThreads = 4096;
+// Those fields' checks against the rest of the configuration, beyond their types: the train
+// field that fails ("micro_batch") and what is wrong with it ("is 5, which does not divide batch
+// = 12"); an empty field when all hold.
+struct FieldProblem {
+  std::string field;
+  std::string what;
+};
+FieldProblem reconfigurable_problem(ModelConfig const& m, TrainConfig const& t);
 
 // Checks the limits above, parses (a number beyond the range of a double, e.g. 1e999, is reported
 // with the field it was given for) and validates every field. Throws only ConfigError.

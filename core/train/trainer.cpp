@@ -7,7 +7,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -104,50 +103,25 @@ Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_para
   buckets_.reserve(optimizer_->group_names().size());
 }
 
-std::vector<std::string> const& Trainer::reconfigurable_fields() {
-  static std::vector<std::string> const fields{"train.offload_ratio", "train.recompute_depth", "train.host_threads",
-                                               "train.micro_batch", "train.seq_shards", "train.offload_cast"};
-  return fields;
-}
-
-void Trainer::reconfigure(Config const& config) {
-  if (config.train.seq_shards != cfg_.train.seq_shards)
+void Trainer::reconfigure(Reconfigurable const& next) {
+  if (next.seq_shards != cfg_.train.seq_shards)
     throw TrainingError(fmt::format("train.seq_shards {} needs the processes regrouped: pass the new groups "
-                                    "(Trainer::reconfigure with data_parallel and shards)", config.train.seq_shards));
-  regroup(config, dp_, model_->shards());
+                                    "(Trainer::reconfigure with data_parallel and shards)", next.seq_shards));
+  regroup(next, dp_, model_->shards());
 }
 
-void Trainer::reconfigure(Config const& config, DataParallel data_parallel, SequenceShards shards) {
-  if (shards.size != config.train.seq_shards)
+void Trainer::reconfigure(Reconfigurable const& next, DataParallel data_parallel, SequenceShards shards) {
+  if (shards.size != next.seq_shards)
     throw TrainingError(fmt::format("train.seq_shards = {} but the new groups have {} sequence shard(s)",
-                                    config.train.seq_shards, shards.size));
+                                    next.seq_shards, shards.size));
   if (data_parallel.size * shards.size != dp_.size * model_->shards().size)
     throw TrainingError(fmt::format("the new groups hold {} x {} processes, the run {} x {}", data_parallel.size,
                                     shards.size, dp_.size, model_->shards().size));
-  regroup(config, std::move(data_parallel), std::move(shards));
+  regroup(next, std::move(data_parallel), std::move(shards));
 }
 
-void Trainer::regroup(Config const& config, DataParallel data_parallel, SequenceShards shards) {
-  // Only what reconfigure can change may differ; anything else would need a new trainer.
-  auto const now = nlohmann::json::parse(cfg_.json), next = nlohmann::json::parse(config.json);
-  auto without = [](nlohmann::json j) {
-    for (auto const& field : reconfigurable_fields()) j["train"].erase(field.substr(field.find('.') + 1));
-    return j;
-  };
-  if (without(now) != without(next)) {
-    std::string differs;
-    for (auto const& [section, fields] : next.items())
-      if (fields.is_object())
-        for (auto const& [name, value] : fields.items()) {
-          std::string const field = section + "." + name;
-          bool const allowed = std::find(reconfigurable_fields().begin(), reconfigurable_fields().end(), field) !=
-                               reconfigurable_fields().end();
-          if (!allowed && (!now.contains(section) || !now[section].contains(name) || now[section][name] != value))
-            differs += (differs.empty() ? "" : ", ") + field;
-        }
-    throw TrainingError(fmt::format("a running trainer can change only {}; the new configuration also changes {}",
-                                    fmt::join(reconfigurable_fields(), ", "), differs.empty() ? "other fields" : differs));
-  }
+void Trainer::regroup(Reconfigurable const& next, DataParallel data_parallel, SequenceShards shards) {
+  Config const config = with_reconfigured(cfg_, next);  // checked; the rest of the run as it was
   int const micro_batches = config.train.batch / config.train.micro_batch;
   if (data_parallel.size > 1 && micro_batches % data_parallel.size != 0)
     throw TrainingError(fmt::format("train.micro_batch {}: {} micro-batches per step cannot be dealt evenly to {} "

@@ -3,6 +3,7 @@
 // learning rate and global-norm clipping, held-out evaluation (loss and exact caption accuracy
 // of greedy decoding, decided from one teacher-forced pass), progress lines, checkpoints that
 // resume the same trajectory, and a stop with a clear message on NaN/Inf.
+#include "core/config/reconfigurable.hpp"
 #include "core/data/batch_prefetcher.hpp"
 #include "core/model/model.hpp"
 #include "core/ops/adamw.hpp"
@@ -118,20 +119,20 @@ class Trainer {
   void set_checkpoint_note(std::string const& key, std::string const& value) { notes_[key] = value; }
   static std::map<std::string, std::string> checkpoint_notes(std::string const& checkpoint_path);
 
-  // Between steps (e.g. from TrainObserver::before_step): goes on with `config`, which may differ
-  // from the current one only in train.offload_ratio, train.recompute_depth, train.host_threads
-  // (bitwise the same arithmetic) and train.micro_batch (each step still takes the same samples,
-  // split anew: the same mathematics up to summation order); throws TrainingError naming any
-  // other field that differs. Parameters, AdamW moments, the step and the data order are
-  // kept: the state goes through host memory, the model and optimizer are rebuilt for the new
-  // settings (one allocation per switch, none per step). If that fails (out of memory), the
-  // trainer is rebuilt as it was, with the same state, and the error propagates.
-  void reconfigure(Config const& config);
+  // Between steps (e.g. from TrainObserver::before_step): goes on with the settings `next`
+  // (core/config/reconfigurable.hpp): offload ratio, cast placement, recompute depth and host
+  // threads (bitwise the same arithmetic) and micro-batch (each step still takes the same samples,
+  // split anew: the same mathematics up to summation order); nothing else of the run can change.
+  // Throws ConfigError naming a value the configuration would refuse. Parameters, AdamW moments,
+  // the step and the data order are kept: the state goes through host memory, the model and
+  // optimizer are rebuilt for the new settings (one allocation per switch, none per step). If that
+  // fails (out of memory), the trainer is rebuilt as it was, with the same state, and the error
+  // propagates.
+  void reconfigure(Reconfigurable const& next);
   // The same with new process groups (the job's layout re-formed between steps, e.g. by
-  // apps::Processes::relayout): train.seq_shards may change too, to shards.size; the replicas
-  // and shards must hold as many processes as before, and every process must call it.
-  void reconfigure(Config const& config, DataParallel data_parallel, SequenceShards shards);
-  static std::vector<std::string> const& reconfigurable_fields();  // "train.offload_ratio", ...
+  // apps::Processes::relayout): seq_shards may change too, to shards.size; the replicas and shards
+  // must hold as many processes as before, and every process must call it.
+  void reconfigure(Reconfigurable const& next, DataParallel data_parallel, SequenceShards shards);
 
   // Trains until config.train.steps (or `max_steps` more steps, if >= 0), evaluating every
   // eval_every steps and at the end, checkpointing as configured; `observer` (optional) is told
@@ -157,7 +158,7 @@ class Trainer {
   void start_gradient_sum(int group);  // bucket `group` is final on this process
   void finish_gradient_sums();         // waits for every bucket and hands it to the optimizer
   void stage_buffers();                // the host copies MPI sums, when it cannot read device memory
-  void regroup(Config const& config, DataParallel data_parallel, SequenceShards shards);  // reconfigure's work
+  void regroup(Reconfigurable const& next, DataParallel data_parallel, SequenceShards shards);  // reconfigure's work
   double learning_rate(int step) const;  // step: 0-based
 
   Config cfg_;
