@@ -130,7 +130,7 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
   // GPU power limits only when the configuration asks; restored when `limiter` dies (any exit
   // but SIGKILL) and explicitly at the end.
   std::unique_ptr<energy::PowerLimiter> limiter;
-  if (!settings.power_limits_w.empty()) {
+  if (!settings.values_of("power_limit_w").empty()) {
     limiter = energy::PowerLimiter::open(energy::SourceOptions::from_environment());
     runner.set_power_control([&limiter](double w) { limiter->set(w); }, limiter->min_watts(), limiter->max_watts());
   }
@@ -171,7 +171,7 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
   };
   if (limiter)
     say(fmt::format("GPU power limits to try: {} W (this process's {} GPU(s) allow [{:.0f}, {:.0f}] W, now {:.0f} W; "
-                    "restored at exit)\n", fmt::join(settings.power_limits_w, ", "), limiter->gpus(),
+                    "restored at exit)\n", fmt::join(settings.values_of("power_limit_w"), ", "), limiter->gpus(),
                     limiter->min_watts(), limiter->max_watts(), limiter->original_watts()));
   if (procs.size() > 1) say(procs.collectives() + "\n");
   say(fmt::format("tuning {} ({} processes, {}): objective {}, strategy {}, {} candidates of which {} fit {:.0f} MiB ({})\n"

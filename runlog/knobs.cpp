@@ -12,21 +12,46 @@ namespace joule::scheduler {
 
 namespace {
 constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+
+std::vector<double> all_offload_ratios(Config const&, int) { return {0, 0.25, 0.5, 0.75, 1}; }
+std::vector<double> every_recompute_depth(Config const& c, int) {
+  std::vector<double> depths;
+  for (int k = 0; k <= c.model.layers; ++k) depths.push_back(k);
+  return depths;
+}
+// Every divisor of the process count that divides the heads and the sequence.
+std::vector<double> every_shard_count(Config const& c, int world) {
+  std::vector<double> counts;
+  for (int p = 1; p <= world; ++p)
+    if (world % p == 0 && c.model.heads % p == 0 && c.model.seq_len() % p == 0) counts.push_back(p);
+  return counts;
+}
+std::string power_limit_problem(Config const&, double w) {
+  return w >= 1 && w <= 100000 ? "" : "outside [1, 100000] watts";
+}
+std::string cast_needs_bf16(Config const& c) {
+  return c.train.precision == Precision::bf16 ? ""
+                                              : "is for bf16 runs (train.precision \"bf16\"): an fp32 run has no cast to place";
+}
 }  // namespace
 
 std::vector<KnobInfo> const& knob_table() {
   // name, label, column, config field, tune field, integer, neutral,
-  // has_unset, unset, unset text, special, special text, format, unit, get, set
+  // has_unset, unset, unset text, special, special text, format, unit, get, set,
+  // value names and their count, searched by default, value problem, not searchable
   static std::vector<KnobInfo> const table = {
       {"offload_ratio", "offload", "offload", "train.offload_ratio", "offload_ratios", false, true,
        false, kNone, "", kNone, nullptr, "{:.2f}", "",
-       [](Knobs const& k) { return k.offload_ratio; }, [](Knobs& k, double v) { k.offload_ratio = v; }},
+       [](Knobs const& k) { return k.offload_ratio; }, [](Knobs& k, double v) { k.offload_ratio = v; },
+       nullptr, 0, all_offload_ratios},
       {"recompute_depth", "recompute", "recompute", "train.recompute_depth", "recompute_depths", true, true,
        false, kNone, "", kNone, nullptr, "{:.0f}", "",
-       [](Knobs const& k) { return double(k.recompute_depth); }, [](Knobs& k, double v) { k.recompute_depth = int(v); }},
+       [](Knobs const& k) { return double(k.recompute_depth); }, [](Knobs& k, double v) { k.recompute_depth = int(v); },
+       nullptr, 0, every_recompute_depth},
       {"seq_shards", "shards", "shards", "train.seq_shards", "seq_shards", true, false,
        false, kNone, "", kNone, nullptr, "{:.0f}", "",
-       [](Knobs const& k) { return double(k.seq_shards); }, [](Knobs& k, double v) { k.seq_shards = int(v); }},
+       [](Knobs const& k) { return double(k.seq_shards); }, [](Knobs& k, double v) { k.seq_shards = int(v); },
+       nullptr, 0, every_shard_count},
       {"micro_batch", "micro-batch", "micro-batch", "train.micro_batch", "micro_batches", true, false,
        true, 0, "config", kNone, nullptr, "{:.0f}", "",
        [](Knobs const& k) { return double(k.micro_batch); }, [](Knobs& k, double v) { k.micro_batch = int(v); }},
@@ -35,12 +60,13 @@ std::vector<KnobInfo> const& knob_table() {
        [](Knobs const& k) { return double(k.host_threads); }, [](Knobs& k, double v) { k.host_threads = int(v); }},
       {"power_limit_w", "power limit", "power W", "", "power_limits_w", true, true,
        true, 0, "-", kNone, nullptr, "{:.0f}", " W",
-       [](Knobs const& k) { return double(k.power_limit_w); }, [](Knobs& k, double v) { k.power_limit_w = int(v); }},
+       [](Knobs const& k) { return double(k.power_limit_w); }, [](Knobs& k, double v) { k.power_limit_w = int(v); },
+       nullptr, 0, nullptr, power_limit_problem},
       // Arithmetic-neutral: both placements round with one function (tests/test_training.cpp).
       {"offload_cast", "cast on", "cast", "train.offload_cast", "offload_casts", true, true,
        true, -1, "config", kNone, nullptr, "{:.0f}", "",
        [](Knobs const& k) { return double(k.offload_cast); }, [](Knobs& k, double v) { k.offload_cast = int(v); },
-       kOffloadCastNames, 2},
+       kOffloadCastNames, 2, nullptr, nullptr, cast_needs_bf16},
   };
   return table;
 }
@@ -55,6 +81,15 @@ KnobInfo const& knob(std::string const& name) {
 }
 
 bool knob_is_set(KnobInfo const& k, double value) { return !k.has_unset || value != k.unset; }
+
+std::string knob_value_problem(KnobInfo const& k, Config const& c, double value) {
+  if (k.value_problem) return k.value_problem(c, value);
+  if (!k.field()) return "";
+  TrainConfig t = c.train;
+  k.field()->configure(t, value);
+  auto const problem = reconfigurable_problem(c.model, t);
+  return problem.field.empty() ? "" : "train." + problem.field + " " + problem.what;
+}
 
 std::string config_pointer(KnobInfo const& k) {
   std::string pointer = std::string("/") + k.config_field;

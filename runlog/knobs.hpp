@@ -53,6 +53,15 @@ struct KnobInfo {
   // value_names[v] in the configuration, in texts and in the tune section; nullptr: numbers.
   char const* const* value_names = nullptr;
   int value_count = 0;
+  // The values searched where the tune section gives none (absent, or "all"), for configuration
+  // `c` run on `world` processes; nullptr: none, the configuration's value.
+  std::vector<double> (*searched_by_default)(Config const& c, int world) = nullptr;
+  // What is wrong with `value` for configuration `c` beyond its type ("" when allowed); nullptr:
+  // what the running trainer's field allows (reconfigurable_problem, the configuration's own check).
+  std::string (*value_problem)(Config const& c, double value) = nullptr;
+  // Why the knob cannot be searched in configuration `c` ("" when it can): an fp32 run has no cast
+  // to place. nullptr: always.
+  std::string (*not_searchable)(Config const& c) = nullptr;
 
   // The running trainer's field it sets (core/config/reconfigurable.hpp), by config_field; nullptr
   // for a knob that is not a configuration field (the power limit).
@@ -65,6 +74,9 @@ struct KnobInfo {
 std::vector<KnobInfo> const& knob_table();
 KnobInfo const& knob(std::string const& name);  // throws std::invalid_argument naming the knobs
 bool knob_is_set(KnobInfo const& k, double value);
+// What is wrong with `value` of knob `k` for configuration `c` ("" when it may be tried): its
+// value_problem, else its configuration field's check.
+std::string knob_value_problem(KnobInfo const& k, Config const& c, double value);
 // The configuration field as a JSON pointer: "train.offload_ratio" -> "/train/offload_ratio".
 std::string config_pointer(KnobInfo const& k);
 // A value for people: "0.50", "2", "all", "config", "host", "-".

@@ -63,27 +63,12 @@ TrialRunner::~TrialRunner() {
 }
 
 std::vector<double> TrialRunner::candidate_values(KnobInfo const& knob) const {
-  auto const numbers = [](auto const& list) { return std::vector<double>(list.begin(), list.end()); };
-  std::string const name = knob.name;
-  std::vector<double> values;
-  if (name == "offload_ratio") values = settings_.offload_ratios;
-  if (name == "recompute_depth") {
-    values = numbers(settings_.recompute_depths);
-    if (values.empty())
-      for (int k = 0; k <= base_.model.layers; ++k) values.push_back(k);
-  }
-  if (name == "seq_shards") {
-    values = numbers(settings_.seq_shards);
-    if (values.empty())
-      for (int p = 1; p <= parallel_.world; ++p)
-        if (parallel_.world % p == 0 && base_.model.heads % p == 0 && base_.model.seq_len() % p == 0) values.push_back(p);
-  }
-  if (name == "micro_batch") values = numbers(settings_.micro_batches);
-  if (name == "host_threads") values = numbers(settings_.host_threads);
-  if (name == "power_limit_w") values = numbers(settings_.power_limits_w);
-  // Only a bf16 run has a cast to place (fp32 weights cross as they are either way).
-  if (name == "offload_cast" && base_.train.precision == Precision::bf16) values = numbers(settings_.offload_casts);
-  if (values.empty() && knob.has_unset) values.push_back(knob.unset);  // not searched: the configuration's
+  // The tune section's values, else the row's defaults; a knob this run cannot search (an fp32
+  // run's cast) and one searched nowhere keep the configuration's value.
+  if (knob.not_searchable && !knob.not_searchable(base_).empty()) return {knob.unset};
+  std::vector<double> values = settings_.values_of(knob.name);
+  if (values.empty() && knob.searched_by_default) values = knob.searched_by_default(base_, parallel_.world);
+  if (values.empty() && knob.has_unset) values.push_back(knob.unset);
   return values;
 }
 

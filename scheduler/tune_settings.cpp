@@ -3,10 +3,17 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 
 namespace joule::scheduler {
+
+std::vector<double> const& TuneSettings::values_of(std::string const& knob) const {
+  static std::vector<double> const none;
+  auto const it = knob_values.find(knob);
+  return it == knob_values.end() ? none : it->second;
+}
 
 StrategyKind TuneSettings::strategy_for(std::size_t feasible_candidates) const {
   if (strategy == "auto")
@@ -45,20 +52,41 @@ bool whole(nlohmann::json const& v) {
   return v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
 }
 
-template <class T>
-std::vector<T> list(nlohmann::json const& j, char const* field, T lo, T hi) {
+// A knob's list from its tune field: numbers (whole ones for an integer knob), or its value names;
+// each value checked as the configuration checks the field it sets. Absent or "all": none given.
+std::vector<double> knob_list(nlohmann::json const& j, KnobInfo const& knob, Config const& config) {
+  char const* field = knob.tune_field;
   if (!j.contains(field)) return {};
   auto const& v = j.at(field);
-  if (v.is_string() && v.get<std::string>() == "all") return {};
-  if (!v.is_array() || v.empty()) fail_field(field, "must be a non-empty list of numbers (or \"all\")");
-  std::vector<T> out;
+  if (!knob.value_names && v.is_string() && v.get<std::string>() == "all") return {};
+  if (auto const why = knob.not_searchable ? knob.not_searchable(config) : std::string(); !why.empty()) fail_field(field, why);
+  std::string allowed_names;
+  for (int i = 0; i < knob.value_count; ++i) allowed_names += (i ? ", \"" : "\"") + std::string(knob.value_names[i]) + "\"";
+  if (!v.is_array() || v.empty())
+    fail_field(field, knob.value_names ? "must be a non-empty list of " + allowed_names
+                                       : std::string("must be a non-empty list of numbers (or \"all\")"));
+  std::vector<double> out;
   for (std::size_t i = 0; i < v.size(); ++i) {
-    bool const ok = std::is_integral_v<T> ? whole(v[i]) : v[i].is_number();
-    if (!ok) fail_field(std::string(field) + "[" + std::to_string(i) + "]", std::is_integral_v<T> ? "must be a whole number" : "must be a number");
-    if (!within(v[i], lo, hi))
-      fail_field(std::string(field) + "[" + std::to_string(i) + "]",
-           "= " + v[i].dump() + " is outside [" + nlohmann::json(lo).dump() + ", " + nlohmann::json(hi).dump() + "]");
-    out.push_back(v[i].get<T>());
+    std::string const entry = std::string(field) + "[" + std::to_string(i) + "]";
+    double value = 0;
+    if (knob.value_names) {  // names, each once
+      std::string const name = v[i].is_string() ? v[i].get<std::string>() : v[i].dump();
+      int index = -1;
+      for (int n = 0; n < knob.value_count; ++n)
+        if (v[i].is_string() && name == knob.value_names[n]) index = n;
+      if (index < 0)
+        fail_field(field, "contains " + (v[i].is_string() ? "\"" + name + "\"" : name) + "; allowed: " + allowed_names);
+      if (std::find(out.begin(), out.end(), double(index)) == out.end()) out.push_back(index);
+      continue;
+    }
+    if (!(knob.integer ? whole(v[i]) : v[i].is_number()))
+      fail_field(entry, knob.integer ? "must be a whole number" : "must be a number");
+    if (knob.integer && !within<long long>(v[i], -(1LL << 31), (1LL << 31) - 1))
+      fail_field(entry, "= " + v[i].dump() + " is outside the integers joule takes");
+    value = v[i].get<double>();
+    if (auto const problem = knob_value_problem(knob, config, value); !problem.empty())
+      fail_field(entry, "= " + v[i].dump() + ": " + problem);
+    out.push_back(value);
   }
   return out;
 }
@@ -112,37 +140,8 @@ TuneSettings parse_tune_settings(Config const& config) {
         fail_field("strategy", std::string(": ") + e.what() + " (or \"auto\")");
       }
   }
-  auto const offload = list<double>(t, "offload_ratios", 0.0, 1.0);
-  if (!offload.empty() || t.contains("offload_ratios")) s.offload_ratios = offload.empty() ? s.offload_ratios : offload;
-  s.recompute_depths = list<int>(t, "recompute_depths", 0, config.model.layers);
-  s.seq_shards = list<int>(t, "seq_shards", 1, 4096);
-  for (int p : s.seq_shards)
-    if (config.model.heads % p || config.model.seq_len() % p)
-      fail_field("seq_shards", "contains " + std::to_string(p) + ", which does not divide model.heads (" +
-                             std::to_string(config.model.heads) + ") and the sequence length (" +
-                             std::to_string(config.model.seq_len()) + ")");
-  s.micro_batches = list<int>(t, "micro_batches", 1, config.train.batch);
-  for (int m : s.micro_batches)
-    if (config.train.batch % m)
-      fail_field("micro_batches", "contains " + std::to_string(m) + ", which does not divide train.batch = " +
-                                std::to_string(config.train.batch) + " (the global batch stays fixed)");
-  s.host_threads = list<int>(t, "host_threads", 0, 4096);
-  s.power_limits_w = list<int>(t, "power_limits_w", 1, 100000);  // watts; needs NVML and privileges
-  if (t.contains("offload_casts")) {
-    auto const& v = t.at("offload_casts");
-    if (!v.is_array() || v.empty()) fail_field("offload_casts", "must be a non-empty list of \"device\" and \"host\"");
-    for (auto const& item : v) {
-      std::string const name = item.is_string() ? item.get<std::string>() : item.dump();
-      if (name != "device" && name != "host")
-        fail_field("offload_casts", "contains " + (item.is_string() ? "\"" + name + "\"" : name) +
-                                        "; allowed: \"device\", \"host\"");
-      int const cast = name == "host" ? 1 : 0;
-      if (std::find(s.offload_casts.begin(), s.offload_casts.end(), cast) == s.offload_casts.end())
-        s.offload_casts.push_back(cast);
-    }
-    if (config.train.precision != Precision::bf16)
-      fail_field("offload_casts", "is for bf16 runs (train.precision \"bf16\"): an fp32 run has no cast to place");
-  }
+  for (auto const& knob : knob_table())
+    if (auto values = knob_list(t, knob, config); !values.empty()) s.knob_values[knob.name] = std::move(values);
   s.warmup_steps = number<int>(t, "warmup_steps", s.warmup_steps, 0, 1000);
   s.measured_steps = number<int>(t, "measured_steps", s.measured_steps, 2, 10000);
   s.max_repeats = number<int>(t, "max_repeats", s.max_repeats, 1, 100);

@@ -5,6 +5,7 @@
 #include "scheduler/objective.hpp"
 #include "scheduler/strategy.hpp"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -14,13 +15,10 @@ struct TuneSettings {
   Objective objective;                      // "objective": "edp" | "ed2p" | "weighted[:eta]" | ...
   std::string strategy = "auto";            // "auto" | "exhaustive" | "coordinate_descent"
   int auto_exhaustive_limit = 24;           // auto: exhaustive up to this many feasible candidates
-  std::vector<double> offload_ratios = {0, 0.25, 0.5, 0.75, 1};
-  std::vector<int> recompute_depths;        // empty: 0..layers
-  std::vector<int> seq_shards;              // empty: every divisor of the world size that fits
-  std::vector<int> micro_batches;           // empty: train.micro_batch only (each must divide batch)
-  std::vector<int> host_threads;            // empty: train.host_threads only
-  std::vector<int> power_limits_w;          // empty: GPU power limits never touched
-  std::vector<int> offload_casts;           // "offload_casts": ["device", "host"] (bf16 runs); empty: the config's
+  // Each knob's values from its tune field (runlog/knobs.hpp: "offload_ratios", ...; named values
+  // by index), by knob name; a knob not here is searched over its table row's default values.
+  std::map<std::string, std::vector<double>> knob_values;
+  std::vector<double> const& values_of(std::string const& knob) const;  // empty: the default
   int warmup_steps = 2, measured_steps = 4, max_repeats = 3;
   double ci_target = 0.05;                  // stop repeating when the objective's relative 95% CI is below
   int reference_every = 6;                  // re-measure the reference config after this many trials

@@ -60,31 +60,32 @@ TEST_CASE("tune settings: defaults, values, and clear errors", "[tune]") {
   auto const j = test::tiny_config_json("unused.h5");  // 3 layers, 2 heads, batch 6
   auto const d = parse_tune_settings(parse_config(j.dump()));
   REQUIRE(d.objective.kind == Objective::Kind::edp);
-  REQUIRE(d.offload_ratios.size() == 5);
+  REQUIRE(d.knob_values.empty());  // every knob over its row's defaults
   auto const s = parse_tune_settings(with_tune(j, {{"objective", "weighted:0.3"}, {"micro_batches", {1, 3, 6}},
                                                    {"recompute_depths", {0, 3}}, {"measured_steps", 3}}));
   REQUIRE(s.objective.kind == Objective::Kind::weighted);
   REQUIRE(s.objective.eta == Approx(0.3));
-  REQUIRE(s.micro_batches == std::vector<int>{1, 3, 6});
-  REQUIRE(s.recompute_depths == std::vector<int>{0, 3});
+  REQUIRE(s.values_of("micro_batch") == std::vector<double>{1, 3, 6});
+  REQUIRE(s.values_of("recompute_depth") == std::vector<double>{0, 3});
   REQUIRE(s.strategy_for(24) == StrategyKind::exhaustive);
   REQUIRE(s.strategy_for(25) == StrategyKind::coordinate_descent);
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"micro_batches", {4}}})),
-                      Contains("tune.micro_batches") && Contains("does not divide train.batch = 6"));
+                      Contains("tune.micro_batches[0] = 4: train.micro_batch is 4, which does not divide batch = 6"));
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"recompute_depths", {4}}})),
-                      Contains("tune.recompute_depths[0]") && Contains("outside [0, 3]"));
+                      Contains("tune.recompute_depths[0] = 4: train.recompute_depth is 4; allowed: [0, 3]"));
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"offload_ratios", {0.5, 1.5}}})),
                       Contains("tune.offload_ratios[1]"));
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"seq_shards", {4}}})),
-                      Contains("does not divide model.heads"));
+                      Contains("tune.seq_shards[0] = 4: train.seq_shards is 4, which must divide model.heads (2)"));
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"objective", "fastest"}})), Contains("tune.objective"));
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"strategy", "random"}})), Contains("tune.strategy"));
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"offload", {0}}})),
                       Contains("unknown field tune.offload") && Contains("offload_ratios"));
-  REQUIRE(parse_tune_settings(with_tune(j, {{"power_limits_w", {300, 450}}})).power_limits_w == std::vector<int>{300, 450});
+  REQUIRE(parse_tune_settings(with_tune(j, {{"power_limits_w", {300, 450}}})).values_of("power_limit_w") ==
+          std::vector<double>{300, 450});
   // 2.0 is the number 2 (JSON has one kind of number); 2.5 is not whole.
-  REQUIRE(parse_tune_settings(with_tune(j, {{"measured_steps", 3.0}, {"micro_batches", {1.0, 3}}})).micro_batches ==
-          std::vector<int>{1, 3});
+  REQUIRE(parse_tune_settings(with_tune(j, {{"measured_steps", 3.0}, {"micro_batches", {1.0, 3}}})).values_of("micro_batch") ==
+          std::vector<double>{1, 3});
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"measured_steps", 2.5}})),
                       Contains("tune.measured_steps must be a whole number"));
   // Cast placements: names, each once, and only for bf16 runs (an fp32 run has no cast to place).
@@ -92,8 +93,8 @@ TEST_CASE("tune settings: defaults, values, and clear errors", "[tune]") {
   {
     auto b = j;
     b["train"]["precision"] = "bf16";
-    REQUIRE(parse_tune_settings(with_tune(b, {{"offload_casts", {"host", "device", "host"}}})).offload_casts ==
-            std::vector<int>{1, 0});
+    REQUIRE(parse_tune_settings(with_tune(b, {{"offload_casts", {"host", "device", "host"}}})).values_of("offload_cast") ==
+            std::vector<double>{1, 0});
     REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(b, {{"offload_casts", {"gpu"}}})),
                         Contains("tune.offload_casts contains \"gpu\"; allowed: \"device\", \"host\""));
     REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(b, {{"offload_casts", {1}}})), Contains("tune.offload_casts contains 1"));
@@ -103,7 +104,9 @@ TEST_CASE("tune settings: defaults, values, and clear errors", "[tune]") {
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"warmup_steps", 4294967297LL}})),
                       Contains("tune.warmup_steps = 4294967297 is outside [0, 1000]"));
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"recompute_depths", {0, 4294967296ULL}}})),
-                      Contains("tune.recompute_depths[1]") && Contains("outside [0, 3]"));
+                      Contains("tune.recompute_depths[1] = 4294967296 is outside the integers joule takes"));
+  REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"power_limits_w", {300, 100001}}})),
+                      Contains("tune.power_limits_w[1] = 100001: outside [1, 100000] watts"));
   REQUIRE_THROWS_WITH(parse_tune_settings(with_tune(j, {{"measured_steps", -4294967294LL}})),
                       Contains("tune.measured_steps = -4294967294 is outside [2, 10000]"));
 }
