@@ -451,3 +451,53 @@ TEST_CASE("data: time to validate a 1 GB dataset", "[.validation-time]") {
                 st.st_size / 1e9, s, st.st_size / 1e9 / s);
   }
 }
+
+TEST_CASE("config: a configuration built in code is refused as the same one parsed from text, in the same words",
+          "[config]") {
+  auto const base = parse_config(tiny_config_json("d.h5").dump(), "cfg.json");
+  REQUIRE_NOTHROW(check_config(base, "cfg.json"));
+  struct Change {
+    char const* section;
+    char const* key;
+    json value;
+    void (*apply)(Config&);
+  };
+  // One out of range or inconsistent value per field kind: model and train integers, reals with
+  // open and closed ends, the layers-dependent range, and each cross-field rule.
+  Change const changes[] = {
+      {"model", "layers", 0, [](Config& c) { c.model.layers = 0; }},
+      {"model", "heads", 3, [](Config& c) { c.model.heads = 3; }},
+      {"model", "patch_size", 7, [](Config& c) { c.model.patch_size = 7; }},
+      {"model", "text_len", 2, [](Config& c) { c.model.text_len = 2; }},
+      {"data", "eval_fraction", 0.0, [](Config& c) { c.data.eval_fraction = 0.0; }},
+      {"data", "path", "", [](Config& c) { c.data.path.clear(); }},
+      {"train", "lr", 0.0, [](Config& c) { c.train.lr = 0.0; }},
+      {"train", "beta2", 1.0, [](Config& c) { c.train.beta2 = 1.0; }},
+      {"train", "grad_clip", 1e9, [](Config& c) { c.train.grad_clip = 1e9; }},
+      {"train", "steps", 0, [](Config& c) { c.train.steps = 0; }},
+      {"train", "recompute_depth", 99, [](Config& c) { c.train.recompute_depth = 99; }},
+      {"train", "micro_batch", 5, [](Config& c) { c.train.micro_batch = 5; }},
+      {"train", "seq_shards", 5, [](Config& c) { c.train.seq_shards = 5; }},
+      {"train", "min_lr", 9.0, [](Config& c) { c.train.min_lr = 9.0; }},
+  };
+  for (auto const& change : changes) {
+    INFO(change.section << "." << change.key);
+    auto text = json::parse(base.json);
+    text[change.section][change.key] = change.value;
+    std::string parsed, built;
+    try {
+      parse_config(text.dump(), "cfg.json");
+    } catch (ConfigError const& e) {
+      parsed = e.what();
+    }
+    Config in_code = base;
+    change.apply(in_code);
+    try {
+      check_config(in_code, "cfg.json");
+    } catch (ConfigError const& e) {
+      built = e.what();
+    }
+    REQUIRE_FALSE(parsed.empty());
+    REQUIRE(built == parsed);
+  }
+}

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -232,6 +233,74 @@ json parse_with_overflows(std::string const& text, std::string const& source, Ov
 
 // Reads fields of one section, checking type and range; remembers which it saw so that unknown
 // (misspelt) fields are reported too.
+// Every numeric field's range, in one place: parse_config reads each field within it, and
+// check_config checks a configuration built in code against it. recompute_depth's upper end is
+// model.layers (kLayersBound).
+constexpr long long kLayersBound = -1;
+struct IntField {
+  char const* section;
+  char const* key;
+  int ModelConfig::*model;  // one of these two
+  int TrainConfig::*train;
+  long long lo, hi;
+};
+constexpr IntField kIntFields[] = {
+    {"model", "layers", &ModelConfig::layers, nullptr, 1, 256},
+    {"model", "d_model", &ModelConfig::d_model, nullptr, 16, 16384},
+    {"model", "heads", &ModelConfig::heads, nullptr, 1, 256},
+    {"model", "mlp_ratio", &ModelConfig::mlp_ratio, nullptr, 1, 16},
+    {"model", "image_size", &ModelConfig::image_size, nullptr, limits::kImageSizeMin, limits::kImageSizeMax},
+    {"model", "patch_size", &ModelConfig::patch_size, nullptr, 1, 256},
+    {"model", "channels", &ModelConfig::channels, nullptr, limits::kChannelsMin, limits::kChannelsMax},
+    {"model", "frames", &ModelConfig::frames, nullptr, limits::kFramesMin, limits::kFramesMax},
+    {"model", "text_len", &ModelConfig::text_len, nullptr, limits::kTextLenMin, limits::kTextLenMax},
+    {"train", "batch", nullptr, &TrainConfig::batch, 1, 1 << 20},
+    {"train", "steps", nullptr, &TrainConfig::steps, 1, 1 << 30},
+    {"train", "warmup_steps", nullptr, &TrainConfig::warmup_steps, 0, 1 << 30},
+    {"train", "eval_every", nullptr, &TrainConfig::eval_every, 0, 1 << 30},
+    {"train", "eval_samples", nullptr, &TrainConfig::eval_samples, 1, 1 << 24},
+    {"train", "log_every", nullptr, &TrainConfig::log_every, 1, 1 << 30},
+    {"train", "recompute_depth", nullptr, &TrainConfig::recompute_depth, 0, kLayersBound},
+    {"train", "micro_batch", nullptr, &TrainConfig::micro_batch, 1, kMaxMicroBatch},
+    {"train", "seq_shards", nullptr, &TrainConfig::seq_shards, 1, kMaxSeqShards},
+    {"train", "host_threads", nullptr, &TrainConfig::host_threads, 0, kMaxHostThreads},
+    {"train", "checkpoint_every", nullptr, &TrainConfig::checkpoint_every, 0, 1 << 30},
+};
+struct RealField {
+  char const* section;
+  char const* key;
+  double DataConfig::*data;  // one of these two
+  double TrainConfig::*train;
+  double lo, hi;
+  bool lo_open;
+};
+constexpr RealField kRealFields[] = {
+    {"data", "eval_fraction", &DataConfig::eval_fraction, nullptr, limits::kEvalFractionMin, limits::kEvalFractionMax,
+     limits::kEvalFractionMinOpen},
+    {"train", "lr", nullptr, &TrainConfig::lr, 0.0, 10.0, true},
+    {"train", "min_lr", nullptr, &TrainConfig::min_lr, 0.0, 10.0, false},
+    {"train", "weight_decay", nullptr, &TrainConfig::weight_decay, 0.0, 1.0, false},
+    {"train", "beta1", nullptr, &TrainConfig::beta1, 0.0, 0.999999, false},
+    {"train", "beta2", nullptr, &TrainConfig::beta2, 0.0, 0.999999, false},
+    {"train", "grad_clip", nullptr, &TrainConfig::grad_clip, 0.0, 1e6, false},
+    {"train", "offload_ratio", nullptr, &TrainConfig::offload_ratio, 0.0, 1.0, false},
+};
+IntField const& int_field(std::string const& section, char const* key) {
+  for (auto const& f : kIntFields)
+    if (section == f.section && std::strcmp(key, f.key) == 0) return f;
+  throw std::logic_error("no range for " + section + "." + key);
+}
+RealField const& real_field(std::string const& section, char const* key) {
+  for (auto const& f : kRealFields)
+    if (section == f.section && std::strcmp(key, f.key) == 0) return f;
+  throw std::logic_error("no range for " + section + "." + key);
+}
+std::string range_text(double lo, double hi, bool lo_open) {
+  std::ostringstream range;
+  range << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
+  return range.str();
+}
+
 class Section {
  public:
   Section(json const& root, std::string name, std::string const& source, Overflows const& overflows)
@@ -283,17 +352,25 @@ class Section {
   }
   double number(char const* key, double lo, double hi, bool lo_open = false) {
     json const& v = field(key);
-    std::ostringstream range;
-    range << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
-    check_overflow(key, range.str());
-    if (!v.is_number()) fail(key, "must be a number in " + range.str());
+    std::string const range = range_text(lo, hi, lo_open);
+    check_overflow(key, range);
+    if (!v.is_number()) fail(key, "must be a number in " + range);
     double const x = v.get<double>();
     if (!(lo_open ? x > lo : x >= lo) || !(x <= hi)) {
       std::ostringstream msg;
-      msg << "is " << x << "; allowed: " << range.str();
+      msg << "is " << x << "; allowed: " << range;
       fail(key, msg.str());
     }
     return x;
+  }
+  // The field's range from the tables above (upper ends that depend on the model given).
+  int integer(char const* key, int layers = 0) {
+    auto const& f = int_field(name_, key);
+    return integer(key, f.lo, f.hi == kLayersBound ? layers : f.hi);
+  }
+  double number(char const* key) {
+    auto const& f = real_field(name_, key);
+    return number(key, f.lo, f.hi, f.lo_open);
   }
   bool boolean(char const* key) {
     json const& v = field(key);
@@ -370,6 +447,44 @@ void check_json_limits(std::string const& text, std::string const& source) {
   reject_duplicate_keys(text, source);  // within the depth limit now; invalid text is the parser's to report
 }
 
+FieldProblem model_problem(ModelConfig const& m) {
+  if (m.heads < 1 || m.d_model % m.heads != 0)
+    return {"heads", "is " + std::to_string(m.heads) + ", which does not divide d_model = " + std::to_string(m.d_model)};
+  int const hd = m.head_dim();
+  if (hd != 16 && hd != 32 && hd != 64 && hd != 128)
+    return {"heads", "gives head size d_model/heads = " + std::to_string(hd) + "; allowed head sizes: 16, 32, 64, 128"};
+  if (m.patch_size < 1 || m.image_size % m.patch_size != 0)
+    return {"patch_size", "is " + std::to_string(m.patch_size) + ", which does not divide image_size = " +
+                              std::to_string(m.image_size)};
+  return {};
+}
+
+void check_config(Config const& cfg, std::string const& source) {
+  auto const fail = [&](std::string const& field, std::string const& what) { throw ConfigError(source + ": " + field + " " + what); };
+  for (auto const& f : kIntFields) {
+    long long const v = f.model ? cfg.model.*f.model : cfg.train.*f.train;
+    long long const hi = f.hi == kLayersBound ? cfg.model.layers : f.hi;
+    if (v < f.lo || v > hi)
+      fail(std::string(f.section) + "." + f.key, "is " + std::to_string(v) + "; allowed: [" + std::to_string(f.lo) + ", " +
+                                                    std::to_string(hi) + "]");
+  }
+  for (auto const& f : kRealFields) {
+    double const v = f.data ? cfg.data.*f.data : cfg.train.*f.train;
+    if (!(f.lo_open ? v > f.lo : v >= f.lo) || !(v <= f.hi)) {
+      std::ostringstream msg;
+      msg << "is " << v << "; allowed: " << range_text(f.lo, f.hi, f.lo_open);
+      fail(std::string(f.section) + "." + f.key, msg.str());
+    }
+  }
+  if (cfg.data.path.empty()) fail("data.path", "must not be empty");
+  if (cfg.train.precision != Precision::fp32 && cfg.train.precision != Precision::bf16)
+    fail("train.precision", "is not one of \"fp32\", \"bf16\"");
+  if (auto const problem = model_problem(cfg.model); !problem.field.empty()) fail("model." + problem.field, problem.what);
+  if (auto const problem = reconfigurable_problem(cfg.model, cfg.train); !problem.field.empty())
+    fail("train." + problem.field, problem.what);
+  if (cfg.train.min_lr > cfg.train.lr) fail("train.min_lr", "must not exceed lr");
+}
+
 FieldProblem reconfigurable_problem(ModelConfig const& m, TrainConfig const& t) {
   auto const range = [](auto lo, auto hi) { return "; allowed: [" + number_text(lo) + ", " + number_text(hi) + "]"; };
   if (!(t.offload_ratio >= 0.0 && t.offload_ratio <= 1.0))
@@ -418,52 +533,42 @@ Config parse_config(std::string const& json_text, std::string const& source) {
   {
     Section s(root, "model", source, overflows);
     ModelConfig& m = cfg.model;
-    m.layers = s.integer("layers", 1, 256);
-    m.d_model = s.integer("d_model", 16, 16384);
-    m.heads = s.integer("heads", 1, 256);
-    m.mlp_ratio = s.integer("mlp_ratio", 1, 16);
-    m.image_size = s.integer("image_size", limits::kImageSizeMin, limits::kImageSizeMax);
-    m.patch_size = s.integer("patch_size", 1, 256);
-    m.channels = s.integer("channels", limits::kChannelsMin, limits::kChannelsMax);
-    m.frames = s.integer("frames", limits::kFramesMin, limits::kFramesMax);
-    m.text_len = s.integer("text_len", limits::kTextLenMin, limits::kTextLenMax);
+    m.layers = s.integer("layers");
+    m.d_model = s.integer("d_model");
+    m.heads = s.integer("heads");
+    m.mlp_ratio = s.integer("mlp_ratio");
+    m.image_size = s.integer("image_size");
+    m.patch_size = s.integer("patch_size");
+    m.channels = s.integer("channels");
+    m.frames = s.integer("frames");
+    m.text_len = s.integer("text_len");
     m.tie_embeddings = s.boolean("tie_embeddings");
     s.reject_unknown();
-    if (m.d_model % m.heads != 0)
-      s.fail("heads", "is " + std::to_string(m.heads) + ", which does not divide d_model = " +
-                          std::to_string(m.d_model));
-    int const hd = m.head_dim();
-    if (hd != 16 && hd != 32 && hd != 64 && hd != 128)
-      s.fail("heads", "gives head size d_model/heads = " + std::to_string(hd) +
-                          "; allowed head sizes: 16, 32, 64, 128");
-    if (m.image_size % m.patch_size != 0)
-      s.fail("patch_size", "is " + std::to_string(m.patch_size) +
-                               ", which does not divide image_size = " + std::to_string(m.image_size));
+    if (auto const problem = model_problem(m); !problem.field.empty()) s.fail(problem.field, problem.what);
   }
   {
     Section s(root, "data", source, overflows);
     cfg.data.path = s.string("path", false);
-    cfg.data.eval_fraction = s.number("eval_fraction", limits::kEvalFractionMin, limits::kEvalFractionMax,
-                                       limits::kEvalFractionMinOpen);
+    cfg.data.eval_fraction = s.number("eval_fraction");
     s.reject_unknown();
   }
   {
     Section s(root, "train", source, overflows);
     TrainConfig& t = cfg.train;
-    t.batch = s.integer("batch", 1, 1 << 20);
-    t.steps = s.integer("steps", 1, 1 << 30);
-    t.lr = s.number("lr", 0.0, 10.0, true);
-    t.min_lr = s.number("min_lr", 0.0, 10.0);
-    t.warmup_steps = s.integer("warmup_steps", 0, 1 << 30);
-    t.weight_decay = s.number("weight_decay", 0.0, 1.0);
-    t.beta1 = s.number("beta1", 0.0, 0.999999);
-    t.beta2 = s.number("beta2", 0.0, 0.999999);
-    t.grad_clip = s.number("grad_clip", 0.0, 1e6);
-    t.eval_every = s.integer("eval_every", 0, 1 << 30);
-    t.eval_samples = s.integer("eval_samples", 1, 1 << 24);
-    t.log_every = s.integer("log_every", 1, 1 << 30);
+    t.batch = s.integer("batch");
+    t.steps = s.integer("steps");
+    t.lr = s.number("lr");
+    t.min_lr = s.number("min_lr");
+    t.warmup_steps = s.integer("warmup_steps");
+    t.weight_decay = s.number("weight_decay");
+    t.beta1 = s.number("beta1");
+    t.beta2 = s.number("beta2");
+    t.grad_clip = s.number("grad_clip");
+    t.eval_every = s.integer("eval_every");
+    t.eval_samples = s.integer("eval_samples");
+    t.log_every = s.integer("log_every");
     t.seed = s.unsigned_integer("seed");
-    t.recompute_depth = s.integer("recompute_depth", 0, cfg.model.layers);
+    t.recompute_depth = s.integer("recompute_depth", cfg.model.layers);
     // Optional fields.
     s.mark_known("checkpoint");
     s.mark_known("checkpoint_every");
@@ -476,12 +581,12 @@ Config parse_config(std::string const& json_text, std::string const& source) {
     s.mark_known("offload_cast");
     s.mark_known("offload_speculation");
     // Absent: the whole batch in one pass (under mpirun, joule train deals it to the replicas).
-    t.micro_batch = s.has("micro_batch") ? s.integer("micro_batch", 1, kMaxMicroBatch) : t.batch;
-    if (s.has("seq_shards")) t.seq_shards = s.integer("seq_shards", 1, kMaxSeqShards);
-    if (s.has("offload_ratio")) t.offload_ratio = s.number("offload_ratio", 0.0, 1.0);
-    if (s.has("host_threads")) t.host_threads = s.integer("host_threads", 0, kMaxHostThreads);
+    t.micro_batch = s.has("micro_batch") ? s.integer("micro_batch") : t.batch;
+    if (s.has("seq_shards")) t.seq_shards = s.integer("seq_shards");
+    if (s.has("offload_ratio")) t.offload_ratio = s.number("offload_ratio");
+    if (s.has("host_threads")) t.host_threads = s.integer("host_threads");
     if (s.has("checkpoint")) t.checkpoint = s.string("checkpoint", true);
-    if (s.has("checkpoint_every")) t.checkpoint_every = s.integer("checkpoint_every", 0, 1 << 30);
+    if (s.has("checkpoint_every")) t.checkpoint_every = s.integer("checkpoint_every");
     if (s.has("tf32")) t.tf32 = s.boolean("tf32");
     if (s.has("offload_speculation")) t.offload_speculation = s.boolean("offload_speculation");
     if (s.has("precision")) {
@@ -503,6 +608,7 @@ Config parse_config(std::string const& json_text, std::string const& source) {
   if (!overflows.empty())
     throw ConfigError(source + ": " + overflows.begin()->first + " is " + overflows.begin()->second +
                       ", beyond the range of any double");
+  check_config(cfg, source);  // what the sections above checked, as one built in code is checked
   try {
     cfg.json = root.dump(2);
   } catch (json::exception const& e) {

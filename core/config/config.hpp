@@ -2,7 +2,8 @@
 // The job configuration: a JSON file with three sections, documented field by field in
 // docs/configuration.md. parse_config() checks every field (type, range, consistency between
 // fields) and throws ConfigError naming the field and what is allowed, before anything is
-// allocated. Every read path (files, the `config` attribute of checkpoints and run logs) goes
+// allocated; check_config() checks the values of a configuration built in code the same way, in
+// the same words (a Trainer runs it on the configuration it is given). Every read path (files, the `config` attribute of checkpoints and run logs) goes
 // through check_json_limits() first, so no JSON parser ever walks a document that is too large or
 // too deeply nested.
 #include "core/precision/precision_kind.hpp"  // train.precision (no Kokkos here)
@@ -125,6 +126,15 @@ struct FieldProblem {
   std::string what;
 };
 FieldProblem reconfigurable_problem(ModelConfig const& m, TrainConfig const& t);
+// The model's own consistency: heads dividing d_model into a supported head size, patches tiling
+// the image.
+FieldProblem model_problem(ModelConfig const& m);
+
+// Every check parse_config makes on values, for a configuration built in code: each numeric
+// field's range (one table, which parse_config reads too), data.path set, the model's and the
+// train fields' consistency. Throws ConfigError "SOURCE: FIELD ..." naming the field and what is
+// allowed, in parse_config's words.
+void check_config(Config const& cfg, std::string const& source = "config");
 
 // Checks the limits above, parses (a number beyond the range of a double, e.g. 1e999, is reported
 // with the field it was given for) and validates every field. Throws only ConfigError.

@@ -65,8 +65,16 @@ Dataset open_training_data(Config const& config) {
 }
 }  // namespace
 
+namespace {
+// A configuration built in code is checked as a parsed one is, before anything is opened.
+Config const& checked(Config const& config) {
+  check_config(config, "the training configuration");
+  return config;
+}
+}  // namespace
+
 Trainer::Trainer(Config const& config, std::ostream* log, DataParallel data_parallel, SequenceShards shards)
-    : cfg_(config),
+    : cfg_(checked(config)),
       log_(log),
       data_(open_training_data(config)),
       train_indices_(range(0, data_.shape().count - held_out_count(data_.shape().count, config.data.eval_fraction))),
