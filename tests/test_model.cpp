@@ -9,6 +9,7 @@
 #include "support/test_support.hpp"
 #include "support/tiny_config.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -376,4 +377,29 @@ TEST_CASE("model: the whole model's loss, logits and gradients match PyTorch in 
       }
     }
   }
+}
+
+TEST_CASE("model: every group holds the parameters its layout declares, tied and untied, at awkward shapes",
+          "[model]") {
+  for (bool const tied : {true, false})
+    for (auto const [layers, d_model, heads, mlp_ratio, image, patch, channels, text] :
+         {std::array<int, 8>{1, 48, 3, 3, 12, 4, 1, 7}, std::array<int, 8>{3, 64, 2, 2, 16, 8, 3, 12}}) {
+      ModelConfig m;
+      m.layers = layers, m.d_model = d_model, m.heads = heads, m.mlp_ratio = mlp_ratio, m.image_size = image;
+      m.patch_size = patch, m.channels = channels, m.text_len = text, m.tie_embeddings = tied;
+      INFO("tied " << tied << ", d_model " << d_model << ", layers " << layers);
+      auto const sizes = parameter_group_sizes(m);
+      REQUIRE(sizes.size() == std::size_t(layers + 2));
+      ModelParameters<float, DeviceMemory> params("count.", m);
+      // (The LM head's padding rows lie past its group's storage: not parameters.)
+      std::size_t g = 0;
+      params.for_each_group([&](std::string const& name, auto const& storage) {
+        INFO(name);
+        CHECK(std::size_t(storage.extent(0)) == sizes[g]);
+        ++g;
+      });
+      // Written out by hand, as the code did before the count came from the layouts.
+      std::size_t const C = d_model, M = std::size_t(mlp_ratio) * C;
+      CHECK(sizes[1] == 4 * C + 3 * C * C + 3 * C + C * C + C + M * C + M + C * M + C);
+    }
 }

@@ -53,6 +53,19 @@ LinearGemmScratch model_gemm_scratch(ModelConfig const& m, int batch, int seq_sh
 }
 }  // namespace
 
+std::vector<std::size_t> parameter_group_sizes(ModelConfig const& m) {
+  EmbeddingParameters<float, Kokkos::HostSpace> embed;  // shapes only: nothing is allocated
+  embed.shape = m;
+  BlockParameters<float, Kokkos::HostSpace> block;
+  block.shape = block_shape(m, 1);
+  HeadParameters<float, Kokkos::HostSpace> head;
+  head.shape = m;
+  std::vector<std::size_t> sizes{layout_parameter_count(embed)};
+  sizes.insert(sizes.end(), std::size_t(m.layers), layout_parameter_count(block));
+  sizes.push_back(layout_parameter_count(head));
+  return sizes;
+}
+
 MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_depth, int seq_shards,
                                Precision precision) {
   // a: activations and their gradients; f: fp32 (inputs, statistics, master weights, gradients)
@@ -62,9 +75,8 @@ MemoryEstimate estimate_memory(ModelConfig const& m, int batch, int recompute_de
                     V = m.vocab(), Vp = m.vocab_padded(), H = m.heads / P, L = m.layers, Ni = B * m.image_tokens(),
                     Nt = B * m.text_len, N = B * S / P, Fp = m.patch_features();
   bool const sharded = P > 1;  // H: heads per rank; N: tokens held
-  std::size_t const block_params = 4 * C + 3 * C * C + 3 * C + C * C + C + M * C + M + C * M + C;
-  std::size_t const params = C * Fp + C + S * C + V * C + L * block_params + 2 * C +
-                             (m.tie_embeddings ? 0 : V * C) + (Vp - V) * C;  // + the LM head's padding rows
+  std::size_t params = (Vp - V) * C;  // the LM head's padding rows, and every group's parameters
+  for (std::size_t n : parameter_group_sizes(m)) params += n;
   std::size_t const kept_blocks = (L - recompute_depth) + (recompute_depth > 0 ? 1 : 0);
   BlockShape sharded_shape = block_shape(m, batch);
   sharded_shape.shards = seq_shards;

@@ -32,14 +32,6 @@ std::vector<bool> choose_offloaded_groups(std::vector<std::size_t> const& sizes,
   return chosen;
 }
 
-std::vector<std::size_t> parameter_group_sizes(ModelConfig const& m) {
-  std::size_t const C = m.d_model, M = m.mlp_hidden(), V = m.vocab(), S = m.seq_len(), Fp = m.patch_features();
-  std::vector<std::size_t> sizes{C * Fp + C + S * C + V * C};
-  for (int l = 0; l < m.layers; ++l) sizes.push_back(4 * C + 3 * C * C + 3 * C + C * C + C + M * C + M + C * M + C);
-  sizes.push_back(2 * C + (m.tie_embeddings ? 0 : V * C));
-  return sizes;
-}
-
 LinkBytesPerParameter link_bytes_per_parameter(Precision precision, bool cast_on_host) {
   bool const bf16_copy = held_in_bf16(precision, Held::kernel_weights);
   return {held_bytes(precision, Held::parameter_gradients),

@@ -99,7 +99,6 @@ struct OptimizerMemory {
   std::size_t device = 0, host = 0;
   double achieved_ratio = 0;
 };
-std::vector<std::size_t> parameter_group_sizes(ModelConfig const& m);
 // speculative: offload_speculates(...): the second set of master weights and moments (12 bytes
 // per offloaded parameter, but those of kLastReadyGroup, which does not speculate).
 OptimizerMemory estimate_optimizer_memory(ModelConfig const& m, double offload_ratio,
