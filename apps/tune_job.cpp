@@ -74,30 +74,80 @@ std::string hostname() {
   return name;
 }
 
+// Before any work (rank 0 writes every output): no output overwrites an input, an existing log is
+// never overwritten, and every output can be written where it is meant to go; "" when all hold,
+// with `locks` taken on the outputs.
+std::string outputs_problem(TuneJob const& job, Config const& cfg, scheduler::TuneSettings const& settings,
+                            std::vector<io::OutputLock>& locks) {
+  std::string const& out = job.log_path;
+  auto const plan = files(job, cfg, settings);
+  if (auto const clash = plan.clash(); !clash.empty()) return clash;
+  if (!job.continue_log && std::filesystem::exists(out) && !std::filesystem::is_directory(out))
+    return job.in_flight ? out + " exists: write the log elsewhere with --tune-log (a run continued with --resume "
+                                 "continues the log its checkpoint names)"
+                         : out + " exists: continue it with --resume " + out + ", or write elsewhere with --out "
+                                 "(joule tune never overwrites a log)";
+  if (auto const p = plan.probe(); !p.empty()) return p;
+  // Room for a checkpoint where it goes (a full disk at the end would lose the run).
+  if (!cfg.train.checkpoint.empty())
+    io::require_free_space(job.checkpoint_role, cfg.train.checkpoint, checkpoint_bytes(cfg), "checkpoint of this model");
+  return plan.lock(locks);
+}
+
+// What the trial runner needs of the process set: its size and rank, the collectives, how to
+// re-form the groups for other sequence shards, and the device memory each process may use.
+scheduler::Parallelism parallelism_of(Processes& procs, Config const& cfg, scheduler::TuneSettings const& settings) {
+  scheduler::Parallelism par;
+  par.world = procs.size();
+  par.rank = procs.rank();
+  if (auto* world = procs.world()) {
+    par.groups = [&procs, &cfg](int shards) {
+      procs.relayout(shards, cfg);
+      return std::make_pair(procs.data_parallel(), procs.sequence_shards());
+    };
+    par.sum = [world](double* p, std::size_t n) { world->allreduce_sum(p, n); };
+    par.broadcast_from_root = [world](double* p, std::size_t n) { world->broadcast(p, n * sizeof(double), 0); };
+    par.first_error = [world](std::string const& mine) { return parallel::first_error(*world, mine); };
+  }
+  if (settings.device_memory_budget_mib <= 0) par.device_memory_bytes = procs.device_memory_per_process(&par.device_memory_source);
+  return par;
+}
+
+// The run log's header: versions, machine, energy source, the search and the configuration.
+scheduler::RunHeader run_header(scheduler::TrialRunner const& runner, Config const& cfg,
+                                scheduler::TuneSettings const& settings, TuneJob const& job,
+                                std::string const& energy_regions, int world_size) {
+  scheduler::RunHeader header;
+  header.joule_version = JOULE_VERSION;
+  header.git_commit = JOULE_GIT_COMMIT;
+  header.kokkos_version = fmt::format("{}.{}.{}", KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100);
+  header.execution_space = ExecSpace::name();
+  header.host = hostname();
+  header.energy_source = runner.energy_description();
+  header.energy_kind = runner.energy_measured() ? "measured" : "model";
+  header.energy_regions = energy_regions;
+  header.objective = settings.objective.name();
+  header.tuning = job.in_flight ? "in_flight" : "offline";
+  header.config_json = cfg.json;
+  header.precision = precision_name(cfg.train.precision);
+  header.gemm_path = gemm_path(cfg.train.precision);
+  header.attention_path = attention_path(cfg.train.precision);
+  header.host_cores = host_cores_text();
+  header.world_size = world_size;
+  header.device_memory_budget_bytes = runner.budget_bytes();
+  return header;
+}
+
 }  // namespace
 
 int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings const& settings, TuneJob const& job) {
   std::string const& out = job.log_path;
   bool const root = procs.root();
   auto* world = procs.world();
-  // Before any work (rank 0 writes every output): no output overwrites an input, an existing log
-  // is never overwritten, and every output can be written where it is meant to go.
   std::vector<io::OutputLock> locks;  // held to the end of the job: one job at a time writes an output
-  auto const problem = check_on_root(world, [&] {
-    auto const plan = files(job, cfg, settings);
-    if (auto const clash = plan.clash(); !clash.empty()) return clash;
-    if (!job.continue_log && std::filesystem::exists(out) && !std::filesystem::is_directory(out))
-      return job.in_flight ? out + " exists: write the log elsewhere with --tune-log (a run continued with --resume "
-                                   "continues the log its checkpoint names)"
-                           : out + " exists: continue it with --resume " + out + ", or write elsewhere with --out "
-                                   "(joule tune never overwrites a log)";
-    if (auto const p = plan.probe(); !p.empty()) return p;
-    // Room for a checkpoint where it goes (a full disk at the end would lose the run).
-    if (!cfg.train.checkpoint.empty())
-      io::require_free_space(job.checkpoint_role, cfg.train.checkpoint, checkpoint_bytes(cfg), "checkpoint of this model");
-    return plan.lock(locks);
-  });
-  if (!problem.empty()) return refuse(world, problem);
+  if (auto const problem = check_on_root(world, [&] { return outputs_problem(job, cfg, settings, locks); });
+      !problem.empty())
+    return refuse(world, problem);
   if (root && !job.continue_log)
     if (auto const parent = std::filesystem::path(out).parent_path(); !parent.empty())
       std::filesystem::create_directories(parent);
@@ -112,19 +162,7 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
   energy::Monitor monitor(sampler);
   sampler.start();
 
-  scheduler::Parallelism par;
-  par.world = procs.size();
-  par.rank = procs.rank();
-  if (world) {
-    par.groups = [&](int shards) {
-      procs.relayout(shards, cfg);
-      return std::make_pair(procs.data_parallel(), procs.sequence_shards());
-    };
-    par.sum = [world](double* p, std::size_t n) { world->allreduce_sum(p, n); };
-    par.broadcast_from_root = [world](double* p, std::size_t n) { world->broadcast(p, n * sizeof(double), 0); };
-    par.first_error = [world](std::string const& mine) { return parallel::first_error(*world, mine); };
-  }
-  if (settings.device_memory_budget_mib <= 0) par.device_memory_bytes = procs.device_memory_per_process(&par.device_memory_source);
+  auto const par = parallelism_of(procs, cfg, settings);
   catch_stop_signals();  // SIGINT, SIGTERM, SIGHUP: stop between steps, keep what is due
   scheduler::TrialRunner runner(cfg, settings, monitor, *regions, par, [] { return stop_requested(); });
   // GPU power limits only when the configuration asks; restored when `limiter` dies (any exit
@@ -135,24 +173,7 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
     runner.set_power_control([&limiter](double w) { limiter->set(w); }, limiter->min_watts(), limiter->max_watts());
   }
 
-  scheduler::RunHeader header;
-  header.joule_version = JOULE_VERSION;
-  header.git_commit = JOULE_GIT_COMMIT;
-  header.kokkos_version = fmt::format("{}.{}.{}", KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100);
-  header.execution_space = ExecSpace::name();
-  header.host = hostname();
-  header.energy_source = runner.energy_description();
-  header.energy_kind = runner.energy_measured() ? "measured" : "model";
-  header.energy_regions = energy::edges_description(*regions);
-  header.objective = settings.objective.name();
-  header.tuning = job.in_flight ? "in_flight" : "offline";
-  header.config_json = cfg.json;
-  header.precision = precision_name(cfg.train.precision);
-  header.gemm_path = gemm_path(cfg.train.precision);
-  header.attention_path = attention_path(cfg.train.precision);
-  header.host_cores = host_cores_text();
-  header.world_size = procs.size();
-  header.device_memory_budget_bytes = runner.budget_bytes();
+  auto header = run_header(runner, cfg, settings, job, energy::edges_description(*regions), procs.size());
 
   // The log: only rank 0 writes; on --resume every rank reads the finished trials (same search path).
   scheduler::TuneSession session(runner, settings, root ? &std::cout : nullptr);

@@ -13,7 +13,7 @@ using namespace joule::test;
 
 namespace {
 
-// Block: run the GPU-shaped kernels (256-thread blocks, see attention_kernels.hpp) whatever the
+// Block: run the GPU-shaped kernels (256-thread blocks, see attention_block_kernels.hpp) whatever the
 // backend; else the backend's own (the host kernels on CPUs).
 template <class T, class Space, bool Block = detail::attention_block_default<Space>()>
 void compare_with_naive(Space const& space, int batch, int seq, int heads, int hd,
