@@ -8,6 +8,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cctype>
 #include <charconv>
 #include <filesystem>
@@ -189,6 +192,35 @@ nlohmann::json integer_json(std::string const& text) {
   unsigned long long u = 0;
   if (parse_whole(text, u) == std::errc()) return u;
   throw std::invalid_argument(text + " is not a 64-bit integer");
+}
+
+namespace {
+// 0: a number; 1: not one; 2: beyond any double.
+int read_real(std::string const& text, double& value) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text.front()))) return 1;
+  char* end = nullptr;
+  errno = 0;
+  value = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size()) return 1;
+  if (errno == ERANGE && std::isinf(value)) return 2;
+  return 0;
+}
+}  // namespace
+
+CLI::Validator real_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double value = 0;
+        int const status = read_real(text, value);
+        return status == 0 ? "" : status == 2 ? text + " is beyond the range of any double" : text + " is not a number";
+      },
+      "");
+}
+
+nlohmann::json real_json(std::string const& text) {
+  double value = 0;
+  if (read_real(text, value) != 0) throw std::invalid_argument(text + " is not a number");
+  return value;
 }
 
 nlohmann::json power_limits_json(std::vector<std::string> const& values) {

@@ -82,6 +82,10 @@ CLI::Validator whole_number();
 // that an unsigned field such as train.seed takes all its values and a negative one is judged by
 // the field's own check.
 nlohmann::json integer_json(std::string const& text);
+// A number (what strtod reads, the whole text), and not beyond the range of a double: "1e999"
+// is refused here, naming it, rather than turned into infinity.
+CLI::Validator real_number();
+nlohmann::json real_json(std::string const& text);  // the number of a text real_number() accepted
 
 // `--power-limits W,W,...` or `--power-limits all` (joule tune, joule train --tune): the JSON of
 // tune.power_limits_w, whose own check judges the values. One text, for both commands' help.

@@ -3,6 +3,7 @@
 #include "energy_setup.hpp"
 #include "output_paths.hpp"
 
+#include "core/config/reconfigurable.hpp"
 #include "core/train/trainer.hpp"
 #include "energy/report.hpp"
 #include "processes.hpp"
@@ -20,6 +21,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <new>
 #include <optional>
 
@@ -33,9 +35,11 @@ struct TrainOptions {
   std::optional<std::string> data, checkpoint, seed;  // seed: any 64-bit integer text (integer_json)
   std::optional<std::string> objective, strategy;     // with --tune
   std::vector<std::string> power_limits;               // with --tune: watts, or all
-  std::optional<std::string> precision, offload_cast;
-  std::optional<long long> steps, recompute_depth, micro_batch, host_threads, seq_shards, checkpoint_every;
-  std::optional<double> offload_ratio;
+  std::optional<std::string> precision;
+  std::optional<long long> steps, checkpoint_every;
+  // The running trainer's settings (--offload-ratio, --micro-batch, ...), one flag per row of
+  // reconfigurable_fields(), by field name: the text given (its field's check judges it).
+  std::map<std::string, std::optional<std::string>> settings;
   bool make_data = false;
   bool tune = false;     // in-flight tuning (tune_job.hpp)
   std::string tune_log;  // its run log ("": runs/tune-<time>.h5, or on --resume the one the checkpoint names)
@@ -49,13 +53,13 @@ Overrides overrides(TrainOptions const& o) {
   Overrides ov;
   ov.set("--data", "data.path", o.data);
   ov.set("--steps", "train.steps", o.steps);
-  ov.set("--recompute-depth", "train.recompute_depth", o.recompute_depth);
-  ov.set("--micro-batch", "train.micro_batch", o.micro_batch);
-  ov.set("--offload-ratio", "train.offload_ratio", o.offload_ratio);
-  ov.set("--host-threads", "train.host_threads", o.host_threads);
-  ov.set("--seq-shards", "train.seq_shards", o.seq_shards);
+  for (auto const& f : reconfigurable_fields())
+    if (auto const it = o.settings.find(f.name); it != o.settings.end() && it->second) {
+      std::string const& text = *it->second;
+      ov.add(reconfigurable_flag(f), f.name,
+             f.value_names ? nlohmann::json(text) : f.integer ? integer_json(text) : real_json(text));
+    }
   ov.set("--precision", "train.precision", o.precision);
-  ov.set("--offload-cast", "train.offload_cast", o.offload_cast);
   if (o.seed) ov.add("--seed", "train.seed", integer_json(*o.seed));
   ov.set("--checkpoint", "train.checkpoint", o.checkpoint);
   ov.set("--checkpoint-every", "train.checkpoint_every", o.checkpoint_every);
@@ -138,7 +142,7 @@ int run_train(TrainOptions const& o) {
   Processes procs(cfg);
   // Several data-parallel replicas and no micro-batch of the user's: deal the batch to them.
   if (int const replicas = procs.layout().dp;
-      replicas > 1 && !o.micro_batch && !config_file_sets(o.config_path, "train", "micro_batch")) {
+      replicas > 1 && !o.settings.at("train.micro_batch") && !config_file_sets(o.config_path, "train", "micro_batch")) {
     int const was = cfg.train.micro_batch, micro = replica_micro_batch(cfg.train.batch, was, replicas);
     if (micro == 0)
       return refuse(procs.world(), fmt::format("train.batch = {} cannot be dealt evenly to {} data-parallel replicas: make it a "
@@ -339,27 +343,25 @@ std::function<int()> add_train_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--data", o->data, "dataset path (overrides data.path)");
   cmd->add_option("--steps", o->steps, "optimizer steps (overrides train.steps: 1 to 2^30)")->check(whole_number());
-  cmd->add_option("--recompute-depth", o->recompute_depth,
-                  "blocks to recompute (overrides train.recompute_depth: 0 to model.layers)")->check(whole_number());
-  cmd->add_option("--micro-batch", o->micro_batch,
-                  "samples per forward/backward (overrides train.micro_batch: divides train.batch)")->check(whole_number());
   cmd->add_option("--seed", o->seed, "seed (overrides train.seed: >= 0)")->check(whole_number())->type_name("INT");
-  cmd->add_option("--offload-ratio", o->offload_ratio,
-                  "share of parameter bytes whose AdamW state lives on the host (overrides train.offload_ratio: 0 to 1)");
   cmd->add_option("--precision", o->precision,
                   "fp32, or bf16: bf16 activations and kernel weights, fp32 master state (overrides train.precision)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
-  cmd->add_option("--offload-cast", o->offload_cast,
-                  "bf16: where offloaded weights are rounded to bf16, device or host (overrides train.offload_cast)")
-      ->check(CLI::IsMember({"device", "host"}));
-  cmd->add_option("--host-threads", o->host_threads,
-                  "threads for the host optimizer, 0 = all (overrides train.host_threads: 0 to 4096)")->check(whole_number());
   cmd->add_option("--comm", o->comm, "float collectives: auto (NCCL where every rank has its own GPU), mpi, nccl "
                   "(overrides parallel.backend)")
       ->check(CLI::IsMember({"auto", "mpi", "nccl"}));
-  cmd->add_option("--seq-shards", o->seq_shards,
-                  "processes sharing each sequence, Ulysses style (overrides train.seq_shards; needs mpirun)")
-      ->check(whole_number());
+  // The running trainer's settings, from their table (core/config/reconfigurable.hpp).
+  for (auto const& f : reconfigurable_fields()) {
+    std::string const note = *f.note ? std::string(", ") + f.note : std::string();
+    auto* option = cmd->add_option(reconfigurable_flag(f), o->settings[f.name],
+                                   fmt::format("{} (overrides {}: {}{})", f.meaning, f.name, reconfigurable_allowed_text(f), note));
+    if (f.value_names)
+      option->check(CLI::IsMember(std::vector<std::string>(f.value_names, f.value_names + f.value_count)));
+    else if (f.integer)
+      option->check(whole_number())->type_name("INT");
+    else
+      option->check(real_number())->type_name("NUMBER");
+  }
   cmd->add_option("--checkpoint", o->checkpoint,
                   "write checkpoints here (overrides train.checkpoint; its folder must exist and be writable)");
   cmd->add_option("--checkpoint-every", o->checkpoint_every,

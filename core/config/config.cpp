@@ -459,6 +459,21 @@ FieldProblem model_problem(ModelConfig const& m) {
   return {};
 }
 
+std::string field_range_text(std::string const& dotted_name) {
+  auto const dot = dotted_name.find('.');
+  std::string const section = dotted_name.substr(0, dot), key = dotted_name.substr(dot + 1);
+  for (auto const& f : kIntFields)
+    if (section == f.section && key == f.key)
+      return std::to_string(f.lo) + " to " + (f.hi == kLayersBound ? std::string("model.layers") : std::to_string(f.hi));
+  for (auto const& f : kRealFields)
+    if (section == f.section && key == f.key) {
+      std::ostringstream text;
+      text << (f.lo_open ? "above " : "") << f.lo << " to " << f.hi;
+      return text.str();
+    }
+  return "";
+}
+
 void check_config(Config const& cfg, std::string const& source) {
   auto const fail = [&](std::string const& field, std::string const& what) { throw ConfigError(source + ": " + field + " " + what); };
   for (auto const& f : kIntFields) {

@@ -130,6 +130,10 @@ FieldProblem reconfigurable_problem(ModelConfig const& m, TrainConfig const& t);
 // the image.
 FieldProblem model_problem(ModelConfig const& m);
 
+// A numeric field's range in words, from the table parse_config reads: "1 to 4096", "0 to
+// model.layers"; "" for a field with none.
+std::string field_range_text(std::string const& dotted_name);
+
 // Every check parse_config makes on values, for a configuration built in code: each numeric
 // field's range (one table, which parse_config reads too), data.path set, the model's and the
 // train fields' consistency. Throws ConfigError "SOURCE: FIELD ..." naming the field and what is

@@ -19,7 +19,8 @@ T from_number(double v) {
 
 // The row of a field held as `Member` in Reconfigurable and `Field` in TrainConfig.
 template <auto Member, auto Field>
-ReconfigurableField row(char const* name, char const* const* value_names = nullptr) {
+ReconfigurableField row(char const* name, char const* meaning, char const* note, char const* const* value_names = nullptr,
+                        int value_count = 0) {
   using T = std::remove_reference_t<decltype(std::declval<Reconfigurable&>().*Member)>;
   static_assert(std::is_same_v<T, std::remove_reference_t<decltype(std::declval<TrainConfig&>().*Field)>>,
                 "a reconfigurable field has the configuration field's type");
@@ -29,7 +30,10 @@ ReconfigurableField row(char const* name, char const* const* value_names = nullp
           [](TrainConfig const& t) { return as_number(t.*Field); },
           [](TrainConfig& t, double v) { t.*Field = from_number<T>(v); },
           !std::is_floating_point_v<T>,
-          value_names};
+          value_names,
+          value_count,
+          meaning,
+          note};
 }
 }  // namespace
 
@@ -37,14 +41,34 @@ std::vector<ReconfigurableField> const& reconfigurable_fields() {
   using R = Reconfigurable;
   using T = TrainConfig;
   static std::vector<ReconfigurableField> const table = {
-      row<&R::offload_ratio, &T::offload_ratio>("train.offload_ratio"),
-      row<&R::recompute_depth, &T::recompute_depth>("train.recompute_depth"),
-      row<&R::host_threads, &T::host_threads>("train.host_threads"),
-      row<&R::micro_batch, &T::micro_batch>("train.micro_batch"),
-      row<&R::seq_shards, &T::seq_shards>("train.seq_shards"),
-      row<&R::offload_cast, &T::offload_cast>("train.offload_cast", kOffloadCastNames),
+      row<&R::offload_ratio, &T::offload_ratio>("train.offload_ratio",
+                                                "share of parameter bytes whose AdamW state lives on the host", ""),
+      row<&R::recompute_depth, &T::recompute_depth>("train.recompute_depth", "blocks to recompute", ""),
+      row<&R::host_threads, &T::host_threads>("train.host_threads", "threads for the host optimizer, 0 = all", ""),
+      row<&R::micro_batch, &T::micro_batch>("train.micro_batch", "samples per forward/backward", "divides train.batch"),
+      row<&R::seq_shards, &T::seq_shards>("train.seq_shards", "processes sharing each sequence, Ulysses style",
+                                          "needs mpirun"),
+      row<&R::offload_cast, &T::offload_cast>("train.offload_cast",
+                                              "bf16: where offloaded weights are rounded to bf16", "", kOffloadCastNames,
+                                              2),
   };
   return table;
+}
+
+std::string reconfigurable_flag(ReconfigurableField const& f) {
+  std::string flag = std::string("--") + (std::strchr(f.name, '.') + 1);
+  for (char& c : flag)
+    if (c == '_') c = '-';
+  return flag;
+}
+
+std::string reconfigurable_allowed_text(ReconfigurableField const& f) {
+  if (f.value_names) {
+    std::string text;
+    for (int i = 0; i < f.value_count; ++i) text += (i == 0 ? "" : i + 1 == f.value_count ? " or " : ", ") + std::string(f.value_names[i]);
+    return text;
+  }
+  return field_range_text(f.name);
 }
 
 ReconfigurableField const* reconfigurable_field(char const* name) {

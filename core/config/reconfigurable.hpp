@@ -6,6 +6,7 @@
 // configuration field names a row here: tests/test_scheduler.cpp fails when they disagree).
 #include "core/config/config.hpp"
 
+#include <string>
 #include <vector>
 
 namespace joule {
@@ -32,7 +33,14 @@ struct ReconfigurableField {
   void (*configure)(TrainConfig&, double);
   bool integer;                    // written to the configuration's text as an integer
   char const* const* value_names;  // written as these names; nullptr: as numbers
+  int value_count;
+  char const* meaning;  // for people: `joule train`'s flag (--offload-ratio, ...) shows it in --help
+  char const* note;     // what else bounds it ("" none): "divides train.batch"
 };
+// `joule train --offload-ratio` for "train.offload_ratio".
+std::string reconfigurable_flag(ReconfigurableField const& f);
+// "0 to 1", "0 to model.layers", "device or host": what the field allows, for help texts.
+std::string reconfigurable_allowed_text(ReconfigurableField const& f);
 std::vector<ReconfigurableField> const& reconfigurable_fields();
 // The row named `name` ("train.micro_batch"); nullptr when the field is not reconfigurable.
 ReconfigurableField const* reconfigurable_field(char const* name);

@@ -52,6 +52,10 @@ refused '^joule: error: --seq-shards -1: train\.seq_shards .*\[1, 4096\]' train 
 refused '^joule: error: --checkpoint-every -1: train\.checkpoint_every ' train --data data.h5 --checkpoint-every -1
 refused '^--steps: 99999999999999999999 is too large for a 64-bit integer$' train --data data.h5 --steps 99999999999999999999
 refused '^--steps: 2\.5 is not a whole number$' train --data data.h5 --steps 2.5
+# The running trainer's flags come from their table (core/config/reconfigurable.hpp): numbers read whole.
+refused '^--offload-ratio: 1e999 is beyond the range of any double$' train --data data.h5 --offload-ratio 1e999
+refused '^--offload-ratio: abc is not a number$' train --data data.h5 --offload-ratio abc
+refused '^--offload-cast: gpu not in \{device,host\}' train --data data.h5 --offload-cast gpu
 # The flag is blamed, not the file it overrides.
 refused '^joule: error: --steps 0: train\.steps ' train --config cfg.json --data data.h5 --steps 0
 grep -q "cfg.json:" out.txt && fail "an error of --steps blames cfg.json: $(cat out.txt)"
