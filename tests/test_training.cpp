@@ -703,10 +703,10 @@ void write_text(std::filesystem::path const& p, std::string const& text) {
 TEST_CASE("memory check: a trainer's peak allocation is what memory_need predicts", "[train][memory]") {
   TempFile data(".h5");
   auto cfg = write_data_and_config(data.path());
-  cfg.train.batch = 32;  // both micro-batches divide it (a trainer checks its configuration)
+  cfg.train.batch = 16;  // both micro-batches divide it (a trainer checks its configuration)
   for (double const ratio : {0.0, 0.5})
     for (int const depth : {0, 2})
-      for (int const micro : {32, 8}) {
+      for (int const micro : {16, 8}) {
         INFO("offload " << ratio << ", recompute " << depth << ", micro-batch " << micro);
         cfg.train.offload_ratio = ratio, cfg.train.recompute_depth = depth, cfg.train.micro_batch = micro;
         g_live = g_peak = 0;

@@ -285,16 +285,15 @@ constexpr RealField kRealFields[] = {
     {"train", "grad_clip", nullptr, &TrainConfig::grad_clip, 0.0, 1e6, false},
     {"train", "offload_ratio", nullptr, &TrainConfig::offload_ratio, 0.0, 1.0, false},
 };
-IntField const& int_field(std::string const& section, char const* key) {
-  for (auto const& f : kIntFields)
+// The row of section.key in one of the tables above.
+template <class Field, std::size_t N>
+Field const& field_in(Field const (&table)[N], std::string const& section, char const* key) {
+  for (auto const& f : table)
     if (section == f.section && std::strcmp(key, f.key) == 0) return f;
   throw std::logic_error("no range for " + section + "." + key);
 }
-RealField const& real_field(std::string const& section, char const* key) {
-  for (auto const& f : kRealFields)
-    if (section == f.section && std::strcmp(key, f.key) == 0) return f;
-  throw std::logic_error("no range for " + section + "." + key);
-}
+IntField const& int_field(std::string const& section, char const* key) { return field_in(kIntFields, section, key); }
+RealField const& real_field(std::string const& section, char const* key) { return field_in(kRealFields, section, key); }
 std::string range_text(double lo, double hi, bool lo_open) {
   std::ostringstream range;
   range << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
