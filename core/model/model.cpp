@@ -60,9 +60,9 @@ std::vector<std::size_t> parameter_group_sizes(ModelConfig const& m) {
   block.shape = block_shape(m, 1);
   HeadParameters<float, Kokkos::HostSpace> head;
   head.shape = m;
-  std::vector<std::size_t> sizes{layout_parameter_count(embed)};
-  sizes.insert(sizes.end(), std::size_t(m.layers), layout_parameter_count(block));
-  sizes.push_back(layout_parameter_count(head));
+  std::vector<std::size_t> sizes{group_size(embed)};
+  sizes.insert(sizes.end(), std::size_t(m.layers), group_size(block));
+  sizes.push_back(group_size(head));
   return sizes;
 }
 

@@ -81,18 +81,9 @@ struct HeadParameters {  // group "head"
 
 BlockShape block_shape(ModelConfig const& m, int batch);
 
-// The parameters of a group as its layout() declares them (the one list of its tensors and their
-// shapes), counted without allocating anything.
-template <class Group>
-std::size_t layout_parameter_count(Group const& shaped) {
-  std::size_t n = 0;
-  Group::layout(shaped, [&](char const*, ParamRole, auto const&, int rows, int cols) {
-    n += std::size_t(rows) * std::size_t(cols > 0 ? cols : 1);
-  });
-  return n;
-}
 // Every group's parameter count, in for_each_group order (embed, the blocks, head), from the
-// layouts: what the optimizer, the offload split and the memory model count.
+// layouts (group_size, parameter_group.hpp, on shapes alone: nothing is allocated): what the
+// optimizer, the offload split and the memory model count.
 std::vector<std::size_t> parameter_group_sizes(ModelConfig const& m);
 
 template <class T, class MemorySpace>
