@@ -293,6 +293,10 @@ TEST_CASE("config: a key given twice is refused with its lines; control characte
   std::string arrays = base;
   arrays.insert(arrays.size() - 1, ",\"parallel\": {\"x\": [{\"a\": 1}, {\"a\": 2}]}");
   REQUIRE_NOTHROW(parse_config(arrays, "cfg.json"));  // (parallel is read by the process set-up, not here)
+  // The path counts every element of an array, scalars too: the duplicate is in element 2.
+  std::string in_array = base;
+  in_array.insert(in_array.size() - 1, ",\"parallel\": {\"x\": [7, \"y\", {\"a\": 1, \"a\": 2}]}");
+  REQUIRE_THROWS_WITH(parse_config(in_array, "cfg.json"), Contains("cfg.json: parallel.x[2].a is given more than once"));
   // A NUL in a key no longer cuts the message short.
   std::string nul = base;
   nul.insert(nul.find("\"steps\""), "\"st\\u0000x\": 1, ");

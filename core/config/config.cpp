@@ -32,68 +32,6 @@ std::string number_text(double x) {
   return out.str();
 }
 
-// Follows the path of the value being parsed ("train.steps", "tune.offload_ratios[2]") through
-// nlohmann's SAX events and records the paths of the numbers whose positions (counted over all
-// number tokens in text order) are in `wanted`.
-class NumberPaths : public nlohmann::json_sax<json> {
- public:
-  NumberPaths(std::map<std::size_t, std::string> const& wanted, Overflows& found) : wanted_(wanted), found_(found) {}
-
-  bool null() override { return value(); }
-  bool boolean(bool) override { return value(); }
-  bool number_integer(number_integer_t) override { return number(); }
-  bool number_unsigned(number_unsigned_t) override { return number(); }
-  bool number_float(number_float_t, string_t const&) override { return number(); }
-  bool string(string_t&) override { return value(); }
-  bool binary(binary_t&) override { return value(); }
-  bool start_object(std::size_t) override { return open(false); }
-  bool key(string_t& k) override {
-    frames_.back().key = k;
-    return true;
-  }
-  bool end_object() override { return close(); }
-  bool start_array(std::size_t) override { return open(true); }
-  bool end_array() override { return close(); }
-  bool parse_error(std::size_t, std::string const&, nlohmann::detail::exception const&) override { return false; }
-
- private:
-  struct Frame {
-    bool array = false;
-    std::string key;
-    std::size_t next = 0, current = 0;
-  };
-  bool value() {
-    if (!frames_.empty() && frames_.back().array) frames_.back().current = frames_.back().next++;
-    return true;
-  }
-  bool number() {
-    value();
-    auto const it = wanted_.find(count_++);
-    if (it != wanted_.end()) found_.emplace(path(), it->second);
-    return true;
-  }
-  bool open(bool array) {
-    value();
-    frames_.push_back({array, {}, 0, 0});
-    return true;
-  }
-  bool close() {
-    frames_.pop_back();
-    return true;
-  }
-  std::string path() const {
-    std::string p;
-    for (auto const& f : frames_)
-      p += f.array ? "[" + std::to_string(f.current) + "]" : (p.empty() ? "" : ".") + f.key;
-    return p;
-  }
-
-  std::map<std::size_t, std::string> const& wanted_;
-  Overflows& found_;
-  std::vector<Frame> frames_;
-  std::size_t count_ = 0;
-};
-
 // A key as it can be printed: control characters (a NUL would cut the message) as \u00XX.
 std::string printable(std::string const& key) {
   std::string out;
@@ -109,56 +47,91 @@ std::string printable(std::string const& key) {
   return out;
 }
 
-// Finds the first key given twice in one object ("train.steps"): JSON leaves which one counts to
-// the reader (nlohmann keeps the last), so joule refuses the document instead of guessing.
-class DuplicateKeys : public nlohmann::json_sax<json> {
+// Follows the path of the value being parsed ("train.steps", "tune.offload_ratios[2]") through
+// nlohmann's SAX events; a reader acts on the numbers (on_number) and the keys (on_key), and
+// stops the parse by returning false.
+class JsonPaths : public nlohmann::json_sax<json> {
  public:
-  std::string found;  // the path of the first duplicate, "" if none
-
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, string_t const&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override {
-    frames_.push_back({false, {}, {}, 0});
-    return true;
-  }
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value() && on_number(); }
+  bool number_unsigned(number_unsigned_t) override { return value() && on_number(); }
+  bool number_float(number_float_t, string_t const&) override { return value() && on_number(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override { return open(false); }
   bool key(string_t& k) override {
     auto& f = frames_.back();
     f.key = k;
-    if (!f.keys.insert(k).second && found.empty()) found = path();
-    return found.empty();  // stop at the first
+    return on_key(f.keys.insert(k).second);
   }
   bool end_object() override { return close(); }
-  bool start_array(std::size_t) override {
-    frames_.push_back({true, {}, {}, 0});
-    return true;
-  }
+  bool start_array(std::size_t) override { return open(true); }
   bool end_array() override { return close(); }
   bool parse_error(std::size_t, std::string const&, nlohmann::detail::exception const&) override { return false; }
+
+ protected:
+  virtual bool on_number() { return true; }
+  virtual bool on_key(bool /*first_in_its_object*/) { return true; }
+  // The path of the value (or key) just read.
+  std::string path() const {
+    std::string p;
+    for (auto const& f : frames_)
+      p += f.array ? "[" + std::to_string(f.current) + "]" : (p.empty() ? "" : ".") + printable(f.key);
+    return p;
+  }
 
  private:
   struct Frame {
     bool array = false;
-    std::string key;
-    std::set<std::string> keys;
-    std::size_t index = 0;
+    std::string key;             // objects: the key just read
+    std::set<std::string> keys;  // objects: the keys read so far
+    std::size_t next = 0, current = 0;  // arrays: the next element's index, the current one's
   };
-  bool close() {
-    frames_.pop_back();
-    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+  bool value() {
+    if (!frames_.empty() && frames_.back().array) frames_.back().current = frames_.back().next++;
     return true;
   }
-  std::string path() const {
-    std::string p;
-    for (auto const& f : frames_)
-      p += f.array ? "[" + std::to_string(f.index) + "]" : (p.empty() ? "" : ".") + printable(f.key);
-    return p;
+  bool open(bool array) {
+    value();
+    frames_.push_back({array, {}, {}, 0, 0});
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    return true;
   }
   std::vector<Frame> frames_;
+};
+
+// Records the paths of the numbers whose positions (counted over all number tokens in text
+// order) are in `wanted`.
+class NumberPaths : public JsonPaths {
+ public:
+  NumberPaths(std::map<std::size_t, std::string> const& wanted, Overflows& found) : wanted_(wanted), found_(found) {}
+
+ private:
+  bool on_number() override {
+    auto const it = wanted_.find(count_++);
+    if (it != wanted_.end()) found_.emplace(path(), it->second);
+    return true;
+  }
+  std::map<std::size_t, std::string> const& wanted_;
+  Overflows& found_;
+  std::size_t count_ = 0;
+};
+
+// Finds the first key given twice in one object ("train.steps"): JSON leaves which one counts to
+// the reader (nlohmann keeps the last), so joule refuses the document instead of guessing.
+class DuplicateKeys : public JsonPaths {
+ public:
+  std::string found;  // the path of the first duplicate, "" if none
+
+ private:
+  bool on_key(bool first_in_its_object) override {
+    if (!first_in_its_object) found = path();
+    return first_in_its_object;  // stop at the first
+  }
 };
 
 void reject_duplicate_keys(std::string const& text, std::string const& source) {

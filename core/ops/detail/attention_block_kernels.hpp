@@ -203,6 +203,64 @@ KOKKOS_INLINE_FUNCTION void attention_micro_store(int ty, int tx, T const (&acc)
     for (int c = 0; c < C; ++c) tile[(ty + kBlockGrid * r) * ld + tx + kBlockGrid * c] = acc[r][c];
 }
 
+// What every block kernel shares: teams of 256 threads (two blocks per SM at least), the scratch
+// plan of its tiles (Layout<T, HD>, below), the team's own rows, and the staging of operand rows
+// into shared tiles. Args: its operands (AttentionForwardArgs / AttentionBackwardArgs).
+template <class ExecutionSpace, int HD, template <class, int> class Layout, class Args>
+struct AttentionBlockKernelBase : Args {
+  using typename Args::S, typename Args::T;
+  using Policy = Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<kBlockThreads, 2>>;
+  using Member = typename Policy::member_type;
+  using Tiles = Layout<T, HD>;
+  using Scratch = AttentionBlockScratch<Tiles>;
+  static constexpr AttentionBlockPlan kPlan = Scratch::kPlan;
+  static constexpr int kTile = kPlan.rows;     // the team's own rows, for the launch
+  static constexpr int kCD = HD / kBlockGrid;  // head columns per thread in phase C
+  static_assert(HD % kBlockGrid == 0, "head columns must split over the threads");
+  static constexpr int team_size() { return is_host_space<ExecutionSpace>() ? 1 : kBlockThreads; }
+  static constexpr std::size_t scratch_bytes(int level) { return Scratch::bytes(level); }
+
+  KOKKOS_INLINE_FUNCTION AttentionTeamTile team_tile(Member const& team) const {
+    return AttentionTeamTile::decode<kTile, HD>(this->s, team.league_rank(), this->tiles);
+  }
+  // The staging of rows [row0, row0 + n) of the team's head into tiles of Rows rows (zero past
+  // n), each a pass of attention_stage(_pair). K and V:
+  template <int Rows>
+  KOKKOS_INLINE_FUNCTION void stage_keys_values(int tid, AttentionTeamTile const& t, int row0, int n, T* sk, int ldk,
+                                                T* sv, int ldv) const {
+    attention_stage_pair<Rows, HD>(
+        tid, n, sk, ldk, [&](int j, int d) { return widen(this->qkv(t.token0 + row0 + j, t.k_col + d)); }, sv, ldv,
+        [&](int j, int d) { return widen(this->qkv(t.token0 + row0 + j, t.v_col + d)); });
+  }
+  // Q, pre-scaled (d score / d k = scale * q):
+  template <int Rows>
+  KOKKOS_INLINE_FUNCTION void stage_queries(int tid, AttentionTeamTile const& t, int row0, int n, T* sq,
+                                            int ldq) const {
+    attention_stage<Rows, HD>(tid, n, sq, ldq, [&](int i, int d) { return this->scale * widen(this->qkv(t.token0 + row0 + i, t.q_col + d)); });
+  }
+  // Backward: Q (pre-scaled) and dO; and each query's lse and delta (threads tid < Rows).
+  template <int Rows>
+  KOKKOS_INLINE_FUNCTION void stage_queries_grads(int tid, AttentionTeamTile const& t, int row0, int n, T* sq,
+                                                  T* sdo, int ld, T* slse, T* sdel) const {
+    attention_stage_pair<Rows, HD>(
+        tid, n, sq, ld, [&](int i, int d) { return this->scale * widen(this->qkv(t.token0 + row0 + i, t.q_col + d)); }, sdo, ld,
+        [&](int i, int d) { return widen(this->d_out(t.token0 + row0 + i, t.q_col + d)); });
+    if (tid < Rows) {
+      slse[tid] = tid < n ? this->lse(t.bh, row0 + tid) : T(0);
+      sdel[tid] = tid < n ? this->delta(t.bh, row0 + tid) : T(0);
+    }
+  }
+  // Backward: rows [0, n) of a shared tile, times `factor`, into d_qkv's rows from the team's
+  // first, at column `col` (a flat index over the rows, coalesced).
+  KOKKOS_INLINE_FUNCTION void store_grads(int tid, AttentionTeamTile const& t, int n, int col, T const* tile, int ld,
+                                          T factor) const {
+    for (int e = tid; e < n * HD; e += kBlockThreads) {
+      int const i = e / HD, d = e % HD;
+      this->d_qkv(t.token0 + t.row0 + i, col + d) = narrow<S>(factor * tile[i * ld + d]);
+    }
+  }
+};
+
 // Forward, GPU shape: a team owns kQ query rows and walks key tiles of kK keys.
 template <class T, int HD>
 struct AttentionForwardBlockLayout {
@@ -217,38 +275,23 @@ struct AttentionForwardBlockLayout {
 };
 
 template <class ExecutionSpace, int HD, class Out, class Lse, class Qkv>
-struct AttentionForwardBlockKernel {
-  using S = typename Out::non_const_value_type;  // storage (bf16, float, double)
-  using T = compute_t<S>;                         // arithmetic and scratch tiles
-  using Policy = Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<kBlockThreads, 2>>;
-  using Member = typename Policy::member_type;
-  using Layout = AttentionForwardBlockLayout<T, HD>;
-  using Scratch = AttentionBlockScratch<Layout>;
-  static constexpr AttentionBlockPlan kPlan = Scratch::kPlan;
+struct AttentionForwardBlockKernel
+    : AttentionBlockKernelBase<ExecutionSpace, HD, AttentionForwardBlockLayout, AttentionForwardArgs<Out, Lse, Qkv>> {
+  using Base = typename AttentionForwardBlockKernel::AttentionBlockKernelBase;
+  using typename Base::S, typename Base::T, typename Base::Member, typename Base::Tiles;
+  using Base::s, Base::out, Base::lse, Base::kPlan, Base::kCD;
   static constexpr int kQ = kPlan.rows, kK = kPlan.cols;
-  static constexpr int kTile = kQ;  // rows per team, for the launch
-  static constexpr int kRQ = kQ / kBlockGrid, kCK = kK / kBlockGrid, kCD = HD / kBlockGrid;
+  static constexpr int kRQ = kQ / kBlockGrid, kCK = kK / kBlockGrid;
   static constexpr int kParts = kBlockThreads / kQ, kKeysPerPart = kK / kParts;  // phase B
-  static constexpr int ldq = Layout::ldq, ldk = Layout::ldk, ldv = Layout::ldv, ldo = Layout::ldo;
+  static constexpr int ldq = Tiles::ldq, ldk = Tiles::ldk, ldv = Tiles::ldv, ldo = Tiles::ldo;
   static constexpr int ldp = attention_stride2(kQ);
-  static_assert(kK % kParts == 0 && HD % kBlockGrid == 0, "block tiles must split over the threads");
-  static constexpr int team_size() { return is_host_space<ExecutionSpace>() ? 1 : kBlockThreads; }
-
-  AttentionShape s;
-  Out out;
-  Lse lse;
-  Qkv qkv;
-  T scale;
-  int row_tiles;
-
-  static constexpr std::size_t scratch_bytes(int level) { return Scratch::bytes(level); }
+  static_assert(kK % kParts == 0, "block tiles must split over the threads");
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
-    auto const t = AttentionTeamTile::decode<kQ, HD>(s, team.league_rank(), row_tiles);
-    int const bh = t.bh, row0 = t.row0, n_rows = t.n_rows, token0 = t.token0;
-    int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
+    auto const t = this->team_tile(team);
+    int const bh = t.bh, row0 = t.row0, n_rows = t.n_rows, token0 = t.token0, q_col = t.q_col;
     T *sq, *so;
-    Scratch::template buffers<ExecutionSpace>(team, sq, so);
+    Base::Scratch::template buffers<ExecutionSpace>(team, sq, so);
     T* const sk = sq + kQ * ldq;
     T* const sv = sk + kK * ldk;
     T* const spt = sv + kK * ldv;       // P^T [kK][ldp]
@@ -259,8 +302,7 @@ struct AttentionForwardBlockKernel {
     T* const scorr = sl + kQ;
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
-      // Rows past the end are zero, computed, never stored.
-      attention_stage<kQ, HD>(tid, n_rows, sq, ldq, [&](int i, int d) { return scale * widen(qkv(token0 + row0 + i, q_col + d)); });
+      this->template stage_queries<kQ>(tid, t, row0, n_rows, sq, ldq);  // rows past the end: zero, never stored
       attention_zero_tile<kQ, HD>(tid, so, ldo);
       if (tid < kQ) {
         sm[tid] = T(-1e30);
@@ -273,9 +315,7 @@ struct AttentionForwardBlockKernel {
       int const n_keys = key_limit - key0 < kK ? key_limit - key0 : kK;
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
-        attention_stage_pair<kK, HD>(  // keys past the end are zero, never used
-            tid, n_keys, sk, ldk, [&](int j, int d) { return widen(qkv(token0 + key0 + j, k_col + d)); }, sv, ldv,
-            [&](int j, int d) { return widen(qkv(token0 + key0 + j, v_col + d)); });
+        this->template stage_keys_values<kK>(tid, t, key0, n_keys, sk, ldk, sv, ldv);  // past the end: zero, unused
       });
       team.team_barrier();
       // (A) scores of rows ty + 16 r against keys tx + 16 c; partial maxima over those keys.
@@ -366,38 +406,21 @@ struct AttentionKeyValueBlockLayout {
 };
 
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
-struct AttentionBackwardKeyValueBlockKernel {
-  using S = typename DQkv::non_const_value_type;  // storage (bf16, float, double)
-  using T = compute_t<S>;                          // arithmetic and scratch tiles
-  using Policy = Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<kBlockThreads, 2>>;
-  using Member = typename Policy::member_type;
-  using Layout = AttentionKeyValueBlockLayout<T, HD>;
-  using Scratch = AttentionBlockScratch<Layout>;
-  static constexpr AttentionBlockPlan kPlan = Scratch::kPlan;
+struct AttentionBackwardKeyValueBlockKernel
+    : AttentionBlockKernelBase<ExecutionSpace, HD, AttentionKeyValueBlockLayout,
+                               AttentionBackwardArgs<DQkv, Delta, DOut, Qkv, Lse>> {
+  using Base = typename AttentionBackwardKeyValueBlockKernel::AttentionBlockKernelBase;
+  using typename Base::T, typename Base::Member, typename Base::Tiles;
+  using Base::s, Base::kPlan, Base::kCD;
   static constexpr int kK = kPlan.rows, kQ = kPlan.cols;
-  static constexpr int kTile = kK;
-  static constexpr int kRK = kK / kBlockGrid, kCQ = kQ / kBlockGrid, kCD = HD / kBlockGrid;
-  static constexpr int ld = Layout::ld, lda = Layout::lda, ldp = attention_stride16(kQ);
-  static_assert(HD % kBlockGrid == 0, "head columns must split over the threads");
-  static constexpr int team_size() { return is_host_space<ExecutionSpace>() ? 1 : kBlockThreads; }
-
-  AttentionShape s;
-  DQkv d_qkv;
-  Delta delta;
-  DOut d_out;
-  Qkv qkv;
-  Lse lse;
-  T scale;
-  int key_tiles;
-
-  static constexpr std::size_t scratch_bytes(int level) { return Scratch::bytes(level); }
+  static constexpr int kRK = kK / kBlockGrid, kCQ = kQ / kBlockGrid;
+  static constexpr int ld = Tiles::ld, lda = Tiles::lda, ldp = attention_stride16(kQ);
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
-    auto const t = AttentionTeamTile::decode<kK, HD>(s, team.league_rank(), key_tiles);
-    int const bh = t.bh, key0 = t.row0, n_keys = t.n_rows, token0 = t.token0;
-    int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
+    auto const t = this->team_tile(team);
+    int const key0 = t.row0, n_keys = t.n_rows;
     T *sk, *sdk;
-    Scratch::template buffers<ExecutionSpace>(team, sk, sdk);
+    Base::Scratch::template buffers<ExecutionSpace>(team, sk, sdk);
     T* const sdv = sdk + kK * lda;
     T* const sv = sk + kK * ld;
     T* const sq = sv + kK * ld;
@@ -408,9 +431,8 @@ struct AttentionBackwardKeyValueBlockKernel {
     T* const sdel = slse + kQ;
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
-      attention_stage_pair<kK, HD>(  // keys past the end are zero, computed, never stored
-          tid, n_keys, sk, ld, [&](int j, int d) { return widen(qkv(token0 + key0 + j, k_col + d)); }, sv, ld,
-          [&](int j, int d) { return widen(qkv(token0 + key0 + j, v_col + d)); });
+      // Keys past the end are zero, computed, never stored.
+      this->template stage_keys_values<kK>(tid, t, key0, n_keys, sk, ld, sv, ld);
       attention_zero_tile<kK, HD>(tid, sdk, lda);
       attention_zero_tile<kK, HD>(tid, sdv, lda);
     });
@@ -418,13 +440,8 @@ struct AttentionBackwardKeyValueBlockKernel {
       int const n_queries = s.seq - query0 < kQ ? s.seq - query0 : kQ;
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
-        attention_stage_pair<kQ, HD>(  // rows past the end are zero, never used; q pre-scaled
-            tid, n_queries, sq, ld, [&](int i, int d) { return scale * widen(qkv(token0 + query0 + i, q_col + d)); },
-            sdo, ld, [&](int i, int d) { return widen(d_out(token0 + query0 + i, q_col + d)); });
-        if (tid < kQ) {
-          slse[tid] = tid < n_queries ? lse(bh, query0 + tid) : T(0);
-          sdel[tid] = tid < n_queries ? delta(bh, query0 + tid) : T(0);
-        }
+        // Rows past the end are zero, never used.
+        this->template stage_queries_grads<kQ>(tid, t, query0, n_queries, sq, sdo, ld, slse, sdel);
       });
       team.team_barrier();
       // (A) s = k q^T, dp = v dO^T for keys ty + 16 r, queries tx + 16 c; p and ds.
@@ -460,11 +477,8 @@ struct AttentionBackwardKeyValueBlockKernel {
     }
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
-      for (int e = tid; e < n_keys * HD; e += kBlockThreads) {
-        int const j = e / HD, d = e % HD;
-        d_qkv(token0 + key0 + j, k_col + d) = narrow<S>(sdk[j * lda + d]);
-        d_qkv(token0 + key0 + j, v_col + d) = narrow<S>(sdv[j * lda + d]);
-      }
+      this->store_grads(tid, t, n_keys, t.k_col, sdk, lda, T(1));
+      this->store_grads(tid, t, n_keys, t.v_col, sdv, lda, T(1));
     });
   }
 };
@@ -483,38 +497,21 @@ struct AttentionQueryBlockLayout {
 };
 
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
-struct AttentionBackwardQueryBlockKernel {
-  using S = typename DQkv::non_const_value_type;  // storage (bf16, float, double)
-  using T = compute_t<S>;                          // arithmetic and scratch tiles
-  using Policy = Kokkos::TeamPolicy<ExecutionSpace, Kokkos::LaunchBounds<kBlockThreads, 2>>;
-  using Member = typename Policy::member_type;
-  using Layout = AttentionQueryBlockLayout<T, HD>;
-  using Scratch = AttentionBlockScratch<Layout>;
-  static constexpr AttentionBlockPlan kPlan = Scratch::kPlan;
+struct AttentionBackwardQueryBlockKernel
+    : AttentionBlockKernelBase<ExecutionSpace, HD, AttentionQueryBlockLayout,
+                               AttentionBackwardArgs<DQkv, Delta, DOut, Qkv, Lse>> {
+  using Base = typename AttentionBackwardQueryBlockKernel::AttentionBlockKernelBase;
+  using typename Base::T, typename Base::Member, typename Base::Tiles;
+  using Base::s, Base::kPlan, Base::kCD;
   static constexpr int kQ = kPlan.rows, kK = kPlan.cols;
-  static constexpr int kTile = kQ;
-  static constexpr int kRQ = kQ / kBlockGrid, kCK = kK / kBlockGrid, kCD = HD / kBlockGrid;
-  static constexpr int ld = Layout::ld, lda = Layout::lda, lds = attention_stride16(kK);
-  static_assert(HD % kBlockGrid == 0, "head columns must split over the threads");
-  static constexpr int team_size() { return is_host_space<ExecutionSpace>() ? 1 : kBlockThreads; }
-
-  AttentionShape s;
-  DQkv d_qkv;
-  Delta delta;
-  DOut d_out;
-  Qkv qkv;
-  Lse lse;
-  T scale;
-  int row_tiles;
-
-  static constexpr std::size_t scratch_bytes(int level) { return Scratch::bytes(level); }
+  static constexpr int kRQ = kQ / kBlockGrid, kCK = kK / kBlockGrid;
+  static constexpr int ld = Tiles::ld, lda = Tiles::lda, lds = attention_stride16(kK);
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
-    auto const t = AttentionTeamTile::decode<kQ, HD>(s, team.league_rank(), row_tiles);
-    int const bh = t.bh, row0 = t.row0, n_rows = t.n_rows, token0 = t.token0;
-    int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
+    auto const t = this->team_tile(team);
+    int const row0 = t.row0, n_rows = t.n_rows;
     T *sq, *sdq;
-    Scratch::template buffers<ExecutionSpace>(team, sq, sdq);
+    Base::Scratch::template buffers<ExecutionSpace>(team, sq, sdq);
     T* const sdo = sq + kQ * ld;
     T* const sk = sdo + kQ * ld;
     T* const sv = sk + kK * ld;
@@ -523,23 +520,16 @@ struct AttentionBackwardQueryBlockKernel {
     T* const sdel = slse + kQ;
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
-      attention_stage_pair<kQ, HD>(  // rows past the end are zero, computed, never stored
-          tid, n_rows, sq, ld, [&](int i, int d) { return scale * widen(qkv(token0 + row0 + i, q_col + d)); }, sdo, ld,
-          [&](int i, int d) { return widen(d_out(token0 + row0 + i, q_col + d)); });
+      // Rows past the end are zero, computed, never stored.
+      this->template stage_queries_grads<kQ>(tid, t, row0, n_rows, sq, sdo, ld, slse, sdel);
       attention_zero_tile<kQ, HD>(tid, sdq, lda);
-      if (tid < kQ) {
-        slse[tid] = tid < n_rows ? lse(bh, row0 + tid) : T(0);
-        sdel[tid] = tid < n_rows ? delta(bh, row0 + tid) : T(0);
-      }
     });
     int const key_limit = attention_key_end(row0 + n_rows - 1, s.seq, s.open_prefix);
     for (int key0 = 0; key0 < key_limit; key0 += kK) {
       int const n_keys = key_limit - key0 < kK ? key_limit - key0 : kK;
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
-        attention_stage_pair<kK, HD>(  // keys past the end are zero, never used
-            tid, n_keys, sk, ld, [&](int j, int d) { return widen(qkv(token0 + key0 + j, k_col + d)); }, sv, ld,
-            [&](int j, int d) { return widen(qkv(token0 + key0 + j, v_col + d)); });
+        this->template stage_keys_values<kK>(tid, t, key0, n_keys, sk, ld, sv, ld);  // past the end: zero, unused
       });
       team.team_barrier();
       // (A) s = q k^T, dp = dO v^T for queries ty + 16 r, keys tx + 16 c; ds.
@@ -570,10 +560,7 @@ struct AttentionBackwardQueryBlockKernel {
     }
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kBlockThreads), [&](int tid) {
-      for (int e = tid; e < n_rows * HD; e += kBlockThreads) {
-        int const i = e / HD, d = e % HD;
-        d_qkv(token0 + row0 + i, q_col + d) = narrow<S>(scale * sdq[i * lda + d]);
-      }
+      this->store_grads(tid, t, n_rows, t.q_col, sdq, lda, this->scale);  // d score / d q = scale * k
     });
   }
 };

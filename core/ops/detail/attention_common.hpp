@@ -112,6 +112,32 @@ struct AttentionTeamTile {
   }
 };
 
+// What the attention kernels read and write, filled by the launch: each kernel derives from one
+// of these and adds its tiles, so a kernel's operands are listed once for both shapes. `tiles`
+// is the number of tiles of the kernel's own rows per (batch, head); `scale` is 1/sqrt(HD),
+// applied to every staged query.
+template <class Storage, class Qkv>
+struct AttentionArgs {
+  using S = Storage;      // the results' storage (bf16, float, double)
+  using T = compute_t<S>;  // arithmetic and scratch tiles
+  AttentionShape s;
+  Qkv qkv;
+  T scale;
+  int tiles;
+};
+template <class Out, class Lse, class Qkv>
+struct AttentionForwardArgs : AttentionArgs<typename Out::non_const_value_type, Qkv> {
+  Out out;
+  Lse lse;
+};
+template <class DQkv, class Delta, class DOut, class Qkv, class Lse>
+struct AttentionBackwardArgs : AttentionArgs<typename DQkv::non_const_value_type, Qkv> {
+  DQkv d_qkv;
+  Delta delta;
+  DOut d_out;
+  Lse lse;
+};
+
 // Rows per tile so that `NTiles` tiles of [tile, HD] scalars fit in `Bytes`, between 4 and 64.
 template <class T, int HD, int NTiles, std::size_t Bytes = 32768>
 constexpr int attention_tile() {

@@ -7,36 +7,42 @@
 
 namespace joule::detail {
 
-// Forward: one team per (batch, head, tile of kTile query rows); each thread owns kR rows and
-// walks the key tiles (K transposed and V staged in scratch) with an online softmax.
-template <class ExecutionSpace, int HD, class Out, class Lse, class Qkv>
-struct AttentionForwardKernel {
-  using S = typename Out::non_const_value_type;  // storage (bf16, float, double)
-  using T = compute_t<S>;                         // arithmetic and scratch tiles
+// What every host kernel shares: its tiles of kTile rows, sized so that NTiles [kTile, HD] tiles
+// (and two vectors of kTile) fit the scratch budget, kR rows per thread, the team's own rows.
+// Args: its operands (AttentionForwardArgs / AttentionBackwardArgs).
+template <class ExecutionSpace, int HD, int NTiles, class Args>
+struct AttentionHostKernelBase : Args {
+  using typename Args::S, typename Args::T;
   using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
   using Member = typename Policy::member_type;
   using Tile2 = ScratchMatrix<T, ExecutionSpace>;
   using Tile1 = ScratchVector<T, ExecutionSpace>;
-  static constexpr int kTile = attention_tile<T, HD, 4, attention_scratch_budget<ExecutionSpace>()>();
+  static constexpr int kTile = attention_tile<T, HD, NTiles, attention_scratch_budget<ExecutionSpace>()>();
   static constexpr int kR = attention_rows_per_thread<ExecutionSpace>();
   static_assert(kTile % kR == 0, "tile rows must split evenly over threads");
   // GPUs: one thread per kR rows; CPUs: a team is one thread that walks the tile.
   static constexpr int team_size() { return is_host_space<ExecutionSpace>() ? 1 : kTile / kR; }
-
-  AttentionShape s;
-  Out out;
-  Lse lse;
-  Qkv qkv;
-  T scale;
-  int row_tiles;
-
-  static std::size_t scratch_bytes(int level) {  // q, o, kt, v; m, l
-    return level == 0 ? 4 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile) : 0;
+  static std::size_t scratch_bytes(int level) {
+    return level == 0 ? NTiles * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile) : 0;
   }
+
+  KOKKOS_INLINE_FUNCTION AttentionTeamTile team_tile(Member const& team) const {
+    return AttentionTeamTile::decode<kTile, HD>(this->s, team.league_rank(), this->tiles);
+  }
+};
+
+// Forward: one team per (batch, head, tile of kTile query rows); each thread owns kR rows and
+// walks the key tiles (K transposed and V staged in scratch) with an online softmax.
+template <class ExecutionSpace, int HD, class Out, class Lse, class Qkv>
+struct AttentionForwardKernel
+    : AttentionHostKernelBase<ExecutionSpace, HD, 4, AttentionForwardArgs<Out, Lse, Qkv>> {
+  using Base = typename AttentionForwardKernel::AttentionHostKernelBase;  // scratch: q, o, kt, v; m, l
+  using typename Base::S, typename Base::T, typename Base::Member, typename Base::Tile2, typename Base::Tile1;
+  using Base::s, Base::out, Base::lse, Base::qkv, Base::scale, Base::kTile, Base::kR;
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
     // (Plain locals, not a structured binding: lambdas may capture those only from C++20 on.)
-    auto const t = AttentionTeamTile::decode<kTile, HD>(s, team.league_rank(), row_tiles);
+    auto const t = this->team_tile(team);
     int const bh = t.bh, row0 = t.row0, n_rows = t.n_rows, token0 = t.token0;
     int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
 
@@ -98,33 +104,14 @@ struct AttentionForwardKernel {
 // dO tiles, p = exp(s - lse), ds = p (dp - delta), then dV += p dO and dK += ds Q against the
 // row-major tiles (register-blocked micro-tiles, see attention_tile_dot / attention_tile_axpy).
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
-struct AttentionBackwardKeyValueKernel {
-  using S = typename DQkv::non_const_value_type;  // storage (bf16, float, double)
-  using T = compute_t<S>;                          // arithmetic and scratch tiles
-  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
-  using Member = typename Policy::member_type;
-  using Tile2 = ScratchMatrix<T, ExecutionSpace>;
-  using Tile1 = ScratchVector<T, ExecutionSpace>;
-  static constexpr int kTile = attention_tile<T, HD, 8, attention_scratch_budget<ExecutionSpace>()>();
-  static constexpr int kR = attention_rows_per_thread<ExecutionSpace>();
-  static_assert(kTile % kR == 0, "tile rows must split evenly over threads");
-  static constexpr int team_size() { return is_host_space<ExecutionSpace>() ? 1 : kTile / kR; }
-
-  AttentionShape s;
-  DQkv d_qkv;
-  Delta delta;
-  DOut d_out;
-  Qkv qkv;
-  Lse lse;
-  T scale;
-  int key_tiles;
-
-  static std::size_t scratch_bytes(int level) {  // k, v, dk, dv, q, qt, dout, doutt; lse, delta
-    return level == 0 ? 8 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile) : 0;
-  }
+struct AttentionBackwardKeyValueKernel
+    : AttentionHostKernelBase<ExecutionSpace, HD, 8, AttentionBackwardArgs<DQkv, Delta, DOut, Qkv, Lse>> {
+  using Base = typename AttentionBackwardKeyValueKernel::AttentionHostKernelBase;  // scratch: k, v, dk, dv, q, qt, dout, doutt; lse, delta
+  using typename Base::S, typename Base::T, typename Base::Member, typename Base::Tile2, typename Base::Tile1;
+  using Base::s, Base::d_qkv, Base::delta, Base::d_out, Base::qkv, Base::lse, Base::scale, Base::kTile, Base::kR;
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
-    auto const t = AttentionTeamTile::decode<kTile, HD>(s, team.league_rank(), key_tiles);
+    auto const t = this->team_tile(team);
     int const bh = t.bh, key0 = t.row0, n_keys = t.n_rows, token0 = t.token0;
     int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
 
@@ -200,34 +187,15 @@ struct AttentionBackwardKeyValueKernel {
 // Each thread owns kR queries. Per key tile: s = q k^T and dp = dO v^T against transposed K and
 // V tiles, ds = exp(s - lse) (dp - delta), then dQ += ds K against the row-major K tile.
 template <class ExecutionSpace, int HD, class DQkv, class Delta, class DOut, class Qkv, class Lse>
-struct AttentionBackwardQueryKernel {
-  using S = typename DQkv::non_const_value_type;  // storage (bf16, float, double)
-  using T = compute_t<S>;                          // arithmetic and scratch tiles
-  using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
-  using Member = typename Policy::member_type;
-  using Tile2 = ScratchMatrix<T, ExecutionSpace>;
-  using Tile1 = ScratchVector<T, ExecutionSpace>;
-  static constexpr int kTile = attention_tile<T, HD, 6, attention_scratch_budget<ExecutionSpace>()>();
-  static constexpr int kR = attention_rows_per_thread<ExecutionSpace>();
-  static_assert(kTile % kR == 0, "tile rows must split evenly over threads");
-  static constexpr int team_size() { return is_host_space<ExecutionSpace>() ? 1 : kTile / kR; }
-
-  AttentionShape s;
-  DQkv d_qkv;
-  Delta delta;
-  DOut d_out;
-  Qkv qkv;
-  Lse lse;
-  T scale;
-  int row_tiles;
-
-  static std::size_t scratch_bytes(int level) {  // q, dout, dq, k, kt, vt; lse, delta
-    return level == 0 ? 6 * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile) : 0;
-  }
+struct AttentionBackwardQueryKernel
+    : AttentionHostKernelBase<ExecutionSpace, HD, 6, AttentionBackwardArgs<DQkv, Delta, DOut, Qkv, Lse>> {
+  using Base = typename AttentionBackwardQueryKernel::AttentionHostKernelBase;  // scratch: q, dout, dq, k, kt, vt; lse, delta
+  using typename Base::S, typename Base::T, typename Base::Member, typename Base::Tile2, typename Base::Tile1;
+  using Base::s, Base::d_qkv, Base::delta, Base::d_out, Base::qkv, Base::lse, Base::scale, Base::kTile, Base::kR;
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
     // (Plain locals, not a structured binding: lambdas may capture those only from C++20 on.)
-    auto const t = AttentionTeamTile::decode<kTile, HD>(s, team.league_rank(), row_tiles);
+    auto const t = this->team_tile(team);
     int const bh = t.bh, row0 = t.row0, n_rows = t.n_rows, token0 = t.token0;
     int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
 

@@ -34,21 +34,29 @@ typename Kernel::Policy attention_policy(typename Kernel::Policy::execution_spac
       .set_scratch_size(1, Kokkos::PerTeam(Kernel::scratch_bytes(1)));
 }
 
+// One pass's launch: the host- or GPU-shaped kernel over every (batch, head, tile of its rows),
+// with `args` (its `tiles` filled in here); the note is the GPU shape's CUDA launch either way.
+template <class BlockKernel, class HostKernel, bool Block, class ExecutionSpace, class Args>
+void launch_attention_pass(ExecutionSpace const& space, char const* name, Args args, KernelWork const& work) {
+  using Kernel = std::conditional_t<Block, BlockKernel, HostKernel>;
+  AttentionShape const& s = args.s;
+  auto const tiles_per_head = [&](int tile) { return (s.seq + tile - 1) / tile; };
+  args.tiles = tiles_per_head(Kernel::kTile);
+  note_attention_launch<BlockKernel>(name, long(s.batch) * s.heads * tiles_per_head(BlockKernel::kTile), work);
+  Kokkos::parallel_for(label(name), attention_policy<Kernel>(space, s.batch * s.heads * args.tiles), Kernel{args});
+}
+
 template <int HD, bool Block, class ExecutionSpace, class Out, class Lse, class Qkv>
 void launch_attention_forward(ExecutionSpace const& space, AttentionShape const& s, Out const& out,
                               Lse const& lse, Qkv const& qkv) {
-  using BlockKernel = AttentionForwardBlockKernel<ExecutionSpace, HD, Out, Lse, Qkv>;
-  using Kernel = std::conditional_t<Block, BlockKernel, AttentionForwardKernel<ExecutionSpace, HD, Out, Lse, Qkv>>;
-  using T = typename Kernel::T;
-  int const row_tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
-  Kernel kernel{s, out, lse, qkv, T(1.0 / std::sqrt(double(HD))), row_tiles};
+  using Args = AttentionForwardArgs<Out, Lse, Qkv>;
+  using T = typename Args::T;
   // q, k, v read, out written, lse written; q k^T, the softmax (~5 per pair) and p v
-  note_attention_launch<BlockKernel>(
-      "attention_forward", long(s.batch) * s.heads * ((s.seq + BlockKernel::kTile - 1) / BlockKernel::kTile),
+  launch_attention_pass<AttentionForwardBlockKernel<ExecutionSpace, HD, Out, Lse, Qkv>,
+                        AttentionForwardKernel<ExecutionSpace, HD, Out, Lse, Qkv>, Block>(
+      space, "attention_forward", Args{{s, qkv, T(1.0 / std::sqrt(double(HD))), 0}, out, lse},
       fused_attention_work(s, kAttentionForwardFlopsPerPair + 5.0 / s.head_dim, kAttentionForwardFlopsPerPair,
                            sizeof(typename Out::value_type), 3, 1, 1));
-  Kokkos::parallel_for(label("attention_forward"), attention_policy<Kernel>(space, s.batch * s.heads * row_tiles),
-                       kernel);
 }
 
 // delta[bh, i] = sum_d d_out[token, h*HD + d] * out[token, h*HD + d]
@@ -79,33 +87,18 @@ void launch_attention_backward(ExecutionSpace const& space, AttentionShape const
                                DQkv const& d_qkv, Delta const& delta, DOut const& d_out,
                                Qkv const& qkv, Out const& out, Lse const& lse) {
   attention_delta<HD>(space, s, delta, d_out, out);
-  using T = compute_t<typename DQkv::non_const_value_type>;
-  T const scale = T(1.0 / std::sqrt(double(HD)));
-  auto const cuda_teams = [&](int tile) { return long(s.batch) * s.heads * ((s.seq + tile - 1) / tile); };
-  {
-    using BlockKernel = AttentionBackwardKeyValueBlockKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>;
-    using Kernel = std::conditional_t<
-        Block, BlockKernel, AttentionBackwardKeyValueKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>>;
-    int const tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
-    Kernel kernel{s, d_qkv, delta, d_out, qkv, lse, scale, tiles};
-    // q, k, v, d_out read, dk and dv written, lse and delta read; s, dp, dv, dk
-    note_attention_launch<BlockKernel>("attention_backward_key_value", cuda_teams(BlockKernel::kTile),
-                                       fused_attention_work(s, 8, 8, sizeof(typename DQkv::value_type), 4, 2, 2));
-    Kokkos::parallel_for(label("attention_backward_key_value"),
-                         attention_policy<Kernel>(space, s.batch * s.heads * tiles), kernel);
-  }
-  {
-    using BlockKernel = AttentionBackwardQueryBlockKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>;
-    using Kernel = std::conditional_t<
-        Block, BlockKernel, AttentionBackwardQueryKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>>;
-    int const tiles = (s.seq + Kernel::kTile - 1) / Kernel::kTile;
-    Kernel kernel{s, d_qkv, delta, d_out, qkv, lse, scale, tiles};
-    // q, k, v, d_out read, dq written, lse and delta read; s and dp again (counted above), dq
-    note_attention_launch<BlockKernel>("attention_backward_query", cuda_teams(BlockKernel::kTile),
-                                       fused_attention_work(s, 6, 2, sizeof(typename DQkv::value_type), 4, 1, 2));
-    Kokkos::parallel_for(label("attention_backward_query"), attention_policy<Kernel>(space, s.batch * s.heads * tiles),
-                         kernel);
-  }
+  using Args = AttentionBackwardArgs<DQkv, Delta, DOut, Qkv, Lse>;
+  using T = typename Args::T;
+  Args const args{{s, qkv, T(1.0 / std::sqrt(double(HD))), 0}, d_qkv, delta, d_out, lse};
+  int const bytes = sizeof(typename DQkv::value_type);
+  // q, k, v, d_out read, dk and dv written, lse and delta read; s, dp, dv, dk
+  launch_attention_pass<AttentionBackwardKeyValueBlockKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>,
+                        AttentionBackwardKeyValueKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>, Block>(
+      space, "attention_backward_key_value", args, fused_attention_work(s, 8, 8, bytes, 4, 2, 2));
+  // q, k, v, d_out read, dq written, lse and delta read; s and dp again (counted above), dq
+  launch_attention_pass<AttentionBackwardQueryBlockKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>,
+                        AttentionBackwardQueryKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>, Block>(
+      space, "attention_backward_query", args, fused_attention_work(s, 6, 2, bytes, 4, 1, 2));
 }
 
 }  // namespace joule::detail
