@@ -37,37 +37,37 @@ std::string cast_needs_bf16(Config const& c) {
 
 std::vector<KnobInfo> const& knob_table() {
   // name, label, column, config field, tune field, integer, neutral,
-  // has_unset, unset, unset text, special, special text, format, unit, get, set,
-  // value names and their count, searched by default, value problem, not searchable
-  static std::vector<KnobInfo> const table = {
-      {"offload_ratio", "offload", "offload", "train.offload_ratio", "offload_ratios", false, true,
-       false, kNone, "", kNone, nullptr, "{:.2f}", "",
-       [](Knobs const& k) { return k.offload_ratio; }, [](Knobs& k, double v) { k.offload_ratio = v; },
-       nullptr, 0, all_offload_ratios},
-      {"recompute_depth", "recompute", "recompute", "train.recompute_depth", "recompute_depths", true, true,
-       false, kNone, "", kNone, nullptr, "{:.0f}", "",
-       [](Knobs const& k) { return double(k.recompute_depth); }, [](Knobs& k, double v) { k.recompute_depth = int(v); },
-       nullptr, 0, every_recompute_depth},
-      {"seq_shards", "shards", "shards", "train.seq_shards", "seq_shards", true, false,
-       false, kNone, "", kNone, nullptr, "{:.0f}", "",
-       [](Knobs const& k) { return double(k.seq_shards); }, [](Knobs& k, double v) { k.seq_shards = int(v); },
-       nullptr, 0, every_shard_count},
-      {"micro_batch", "micro-batch", "micro-batch", "train.micro_batch", "micro_batches", true, false,
-       true, 0, "config", kNone, nullptr, "{:.0f}", "",
-       [](Knobs const& k) { return double(k.micro_batch); }, [](Knobs& k, double v) { k.micro_batch = int(v); }},
-      {"host_threads", "host threads", "threads", "train.host_threads", "host_threads", true, true,
-       true, -1, "config", 0, "all", "{:.0f}", "",
-       [](Knobs const& k) { return double(k.host_threads); }, [](Knobs& k, double v) { k.host_threads = int(v); }},
-      {"power_limit_w", "power limit", "power W", "", "power_limits_w", true, true,
-       true, 0, "-", kNone, nullptr, "{:.0f}", " W",
-       [](Knobs const& k) { return double(k.power_limit_w); }, [](Knobs& k, double v) { k.power_limit_w = int(v); },
-       nullptr, 0, nullptr, power_limit_problem},
-      // Arithmetic-neutral: both placements round with one function (tests/test_training.cpp).
-      {"offload_cast", "cast on", "cast", "train.offload_cast", "offload_casts", true, true,
-       true, -1, "config", kNone, nullptr, "{:.0f}", "",
-       [](Knobs const& k) { return double(k.offload_cast); }, [](Knobs& k, double v) { k.offload_cast = int(v); },
-       kOffloadCastNames, 2, nullptr, nullptr, cast_needs_bf16},
-  };
+  // has_unset, unset, unset text, special, special text, format, unit,
+  // searched by default, value problem, not searchable, own get and set (the power limit only)
+  static std::vector<KnobInfo> const table = [] {
+    std::vector<KnobInfo> rows = {
+        {"offload_ratio", "offload", "offload", "train.offload_ratio", "offload_ratios", false, true,
+         false, kNone, "", kNone, nullptr, "{:.2f}", "", all_offload_ratios},
+        {"recompute_depth", "recompute", "recompute", "train.recompute_depth", "recompute_depths", true, true,
+         false, kNone, "", kNone, nullptr, "{:.0f}", "", every_recompute_depth},
+        {"seq_shards", "shards", "shards", "train.seq_shards", "seq_shards", true, false,
+         false, kNone, "", kNone, nullptr, "{:.0f}", "", every_shard_count},
+        {"micro_batch", "micro-batch", "micro-batch", "train.micro_batch", "micro_batches", true, false,
+         true, 0, "config", kNone, nullptr, "{:.0f}", ""},
+        {"host_threads", "host threads", "threads", "train.host_threads", "host_threads", true, true,
+         true, -1, "config", 0, "all", "{:.0f}", ""},
+        {"power_limit_w", "power limit", "power W", "", "power_limits_w", true, true,
+         true, 0, "-", kNone, nullptr, "{:.0f}", " W", nullptr, power_limit_problem, nullptr,
+         [](Knobs const& k) { return double(k.power_limit_w); }, [](Knobs& k, double v) { k.power_limit_w = int(v); }},
+        // Arithmetic-neutral: both placements round with one function (tests/test_training.cpp).
+        {"offload_cast", "cast on", "cast", "train.offload_cast", "offload_casts", true, true,
+         true, -1, "config", kNone, nullptr, "{:.0f}", "", nullptr, nullptr, cast_needs_bf16},
+    };
+    for (auto& k : rows) {
+      k.field_row = *k.config_field ? reconfigurable_field(k.config_field) : nullptr;
+      if (*k.config_field && !k.field_row)
+        throw std::logic_error(std::string("knob ") + k.name + ": " + k.config_field + " is no reconfigurable field");
+      if (!k.field_row && (!k.own_get || !k.own_set))
+        throw std::logic_error(std::string("knob ") + k.name + ": neither a configuration field nor a member of its own");
+      if (k.field_row) k.value_names = k.field_row->value_names, k.value_count = k.field_row->value_count;
+    }
+    return rows;
+  }();
   return table;
 }
 
@@ -126,6 +126,11 @@ std::string knob_table_json() {
                                                         k.value_names, k.value_names + k.value_count))
                                                   : nlohmann::json::array()}});
   return rows.dump();
+}
+
+Knobs::Knobs() {
+  for (auto const& k : knob_table())
+    if (k.has_unset) k.set(*this, k.unset);
 }
 
 std::string Knobs::describe() const {

@@ -11,16 +11,15 @@
 
 namespace joule::scheduler {
 
-// One point of the search space. Knobs the search does not vary keep the configuration's value.
-struct Knobs {
-  double offload_ratio = 0;  // share of parameter bytes whose AdamW state is on the host
-  int recompute_depth = 0;   // first k blocks recomputed in the backward pass
-  int seq_shards = 1;        // Ulysses sequence shards (divides the world size)
-  int micro_batch = 0;       // samples per forward/backward (global batch fixed); 0: the config's
-  int host_threads = -1;     // host optimizer threads (0: all); -1: the config's
-  int power_limit_w = 0;     // GPU power limit; 0: not touched
-  int offload_cast = -1;     // bf16 runs: 0 the device rounds offloaded weights, 1 the host; -1: the config's
+// One point of the search space: the running trainer's settings (Reconfigurable; a knob that
+// sets a configuration field reads and sets its member there, so a new field of Reconfigurable is
+// a member here with nothing added) and the GPU power limit. A knob the search does not vary
+// holds its row's unset value, which Knobs() gives every such knob: micro_batch 0, host_threads
+// -1, offload_cast -1 (outside its names) keep the configuration's value; power 0 is not touched.
+struct Knobs : Reconfigurable {
+  int power_limit_w = 0;  // GPU power limit; 0: not touched
 
+  Knobs();
   // "offload 0.50, recompute 2, shards 1" (+ the optional knobs that are set).
   std::string describe() const;
   bool operator==(Knobs const& o) const;
@@ -47,12 +46,6 @@ struct KnobInfo {
   char const* special_text;
   char const* format;  // format of a plain value, the same for fmt and Python: "{:.2f}", "{:.0f}"
   char const* unit;    // after the value in describe(): " W"
-  double (*get)(Knobs const&);
-  void (*set)(Knobs&, double);
-  // A knob whose values are names (train.offload_cast: 0 "device", 1 "host"): value v is
-  // value_names[v] in the configuration, in texts and in the tune section; nullptr: numbers.
-  char const* const* value_names = nullptr;
-  int value_count = 0;
   // The values searched where the tune section gives none (absent, or "all"), for configuration
   // `c` run on `world` processes; nullptr: none, the configuration's value.
   std::vector<double> (*searched_by_default)(Config const& c, int world) = nullptr;
@@ -63,10 +56,24 @@ struct KnobInfo {
   // to place. nullptr: always.
   std::string (*not_searchable)(Config const& c) = nullptr;
 
-  // The running trainer's field it sets (core/config/reconfigurable.hpp), by config_field; nullptr
-  // for a knob that is not a configuration field (the power limit).
-  ReconfigurableField const* field() const { return *config_field ? reconfigurable_field(config_field) : nullptr; }
-  double configured(Config const& c) const { return field()->configured(c.train); }  // the configuration's value
+  // A knob that is no configuration field (the power limit): its member of Knobs.
+  double (*own_get)(Knobs const&) = nullptr;
+  void (*own_set)(Knobs&, double) = nullptr;
+
+  // Filled by knob_table() from the running trainer's field named config_field
+  // (core/config/reconfigurable.hpp); nullptr for a knob that is no configuration field.
+  ReconfigurableField const* field_row = nullptr;
+  // A knob whose values are names (train.offload_cast: 0 "device", 1 "host"): value v is
+  // value_names[v] in the configuration, in texts and in the tune section; nullptr: numbers.
+  // The field's names.
+  char const* const* value_names = nullptr;
+  int value_count = 0;
+
+  ReconfigurableField const* field() const { return field_row; }
+  double configured(Config const& c) const { return field_row->configured(c.train); }  // the configuration's value
+  // The knob's value in a point of the search, through its field (or its own member).
+  double get(Knobs const& k) const { return field_row ? field_row->get(k) : own_get(k); }
+  void set(Knobs& k, double v) const { field_row ? field_row->set(k, v) : own_set(k, v); }
 };
 
 // Every knob, in the order the strategy takes them, describe() lists them and the log's and

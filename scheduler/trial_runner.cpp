@@ -116,11 +116,10 @@ Config TrialRunner::config_for(Knobs const& k, int steps) const {
 }
 
 std::size_t TrialRunner::predicted_device_bytes(Knobs const& k) const {
-  int const micro = k.micro_batch > 0 ? k.micro_batch : base_.train.micro_batch;
-  bool const cast_on_host = k.offload_cast >= 0 ? k.offload_cast == 1
-                                               : base_.train.offload_cast == TrainConfig::OffloadCast::host;
-  return memory_need(base_.model, micro, k.recompute_depth, k.seq_shards, k.offload_ratio, base_.train.precision,
-                     cast_on_host, offload_speculates(base_.train.grad_clip, base_.train.offload_speculation))
+  Reconfigurable const r = settings_for(k);  // unset knobs: the configuration's values
+  return memory_need(base_.model, r.micro_batch, r.recompute_depth, r.seq_shards, r.offload_ratio,
+                     base_.train.precision, r.offload_cast == TrainConfig::OffloadCast::host,
+                     offload_speculates(base_.train.grad_clip, base_.train.offload_speculation))
       .device_bytes();
 }
 

@@ -150,10 +150,18 @@ RunHeader make_header(std::string const& energy_kind = "measured") {
   return h;
 }
 
+// A point of the search with the cast placement unset.
+Knobs knobs_of(double ratio, int depth, int shards, int micro, int threads, int power_w) {
+  Knobs k;
+  k.offload_ratio = ratio, k.recompute_depth = depth, k.seq_shards = shards, k.micro_batch = micro;
+  k.host_threads = threads, k.power_limit_w = power_w;
+  return k;
+}
+
 TrialRecord make_ok_trial(Rng& rng, int index, std::size_t steps, std::size_t samples) {
   TrialRecord t;
   t.index = index;
-  t.knobs = Knobs{1.0 / 3.0 + index, index % 4, 1 + index % 2, 8 * index, index - 1, 250 + index};
+  t.knobs = knobs_of(1.0 / 3.0 + index, index % 4, 1 + index % 2, 8 * index, index - 1, 250 + index);
   t.status = TrialStatus::ok;
   auto const v = random_values(rng, 7);
   t.time_per_step_s = 0.1 + index;
@@ -179,7 +187,7 @@ TrialRecord make_ok_trial(Rng& rng, int index, std::size_t steps, std::size_t sa
 TrialRecord make_infeasible_trial(int index) {
   TrialRecord t;
   t.index = index;
-  t.knobs = Knobs{1.0, 6, 2, 0, -1, 0};
+  t.knobs = knobs_of(1.0, 6, 2, 0, -1, 0);
   t.status = TrialStatus::infeasible;
   t.reason = "predicted 91.2 GiB on the device, budget 80 GiB; \"micro_batch\" too large\n(see the memory model)";
   t.predicted_device_bytes = 97925143347ull;
@@ -189,7 +197,7 @@ TrialRecord make_infeasible_trial(int index) {
 TrialRecord make_failed_trial(Rng& rng, int index) {
   TrialRecord t;
   t.index = index;
-  t.knobs = Knobs{0.5, 0, 1, 3, 0, 0};
+  t.knobs = knobs_of(0.5, 0, 1, 3, 0, 0);
   t.status = TrialStatus::failed;
   t.reason = "step 3: the loss is nan — stopping, \"lr\" = 1e9\r\n\tété 🔥 'quoted', commas, and \\backslash";
   t.repeats = 1;
@@ -203,7 +211,7 @@ TrialRecord make_failed_trial(Rng& rng, int index) {
 
 TrainRecord make_train(Rng& rng) {
   TrainRecord t;
-  t.knobs = Knobs{0.25, 1, 1, 4, 2, 300};
+  t.knobs = knobs_of(0.25, 1, 1, 4, 2, 300);
   for (int s = 0; s < 11; ++s) {
     auto const v = random_values(rng, 4);
     t.steps.push_back({s, v[0], v[1], v[2], std::abs(v[0]), s < 6 ? s / 2 : 4, s % 3 == 1, 0.25 * s + v[3], s % 4 == 2 ? 7 : 0});
@@ -1201,6 +1209,6 @@ TEST_CASE("knobs: one table; every row reads and writes its own field, by name",
   CHECK(knob_value_text(cast, -1) == "config");
   CHECK(json[6]["value_names"] == nlohmann::json::array({"device", "host"}));
   Knobs k;
-  k.offload_cast = 1;
+  k.offload_cast = TrainConfig::OffloadCast::host;
   CHECK_THAT(k.describe(), Contains("cast on host"));
 }

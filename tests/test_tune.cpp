@@ -129,7 +129,8 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
   for (std::size_t i = 0; i < space.size(); ++i)
     for (std::size_t other = i + 1; other < space.size(); ++other) REQUIRE(space[i] != space[other]);
   Knobs set;
-  set.offload_ratio = 0.5, set.recompute_depth = 2, set.micro_batch = 6, set.host_threads = 1, set.offload_cast = 1;
+  set.offload_ratio = 0.5, set.recompute_depth = 2, set.micro_batch = 6, set.host_threads = 1,
+      set.offload_cast = TrainConfig::OffloadCast::host;
   auto const trial = runner.config_for(set, 5);
   REQUIRE(trial.train.offload_cast == TrainConfig::OffloadCast::host);  // written as its name
   auto const reparsed = parse_config(trial.json, "the trial's stored configuration");  // its text says the same
@@ -148,11 +149,13 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
     auto const bf16_space = bf16_runner.space();
     REQUIRE(bf16_space.size() == 1 + 2 * 2);
     int host_casts = 0;
-    for (auto const& k : bf16_space) host_casts += k.offload_cast == 1;
+    for (auto const& k : bf16_space) host_casts += k.offload_cast == TrainConfig::OffloadCast::host;
     REQUIRE(host_casts == 2);
   }
   Knobs unset = set;
-  unset.micro_batch = 0, unset.host_threads = -1, unset.offload_cast = -1;  // not searched: the configuration's values stay
+  // Not searched (Knobs()' values): the configuration's values stay.
+  unset.micro_batch = Knobs{}.micro_batch, unset.host_threads = Knobs{}.host_threads,
+  unset.offload_cast = Knobs{}.offload_cast;
   auto const kept = runner.config_for(unset, 5);
   REQUIRE(kept.train.micro_batch == cfg.train.micro_batch);
   REQUIRE(kept.train.host_threads == cfg.train.host_threads);
@@ -623,6 +626,15 @@ TEST_CASE("knobs: the knob table, the trainer's settings and the configuration n
   for (auto const& k : knob_table()) {
     INFO(k.name);
     if (*k.config_field) REQUIRE(k.field() != nullptr);  // every configuration knob a running trainer can switch
-    if (k.field() && k.field()->value_names) REQUIRE(k.value_names == k.field()->value_names);
+    if (!k.field()) continue;
+    REQUIRE(k.integer == k.field()->integer);  // the log's attribute type is the field's
+    // The search's point holds the knob in the trainer's settings: setting it there changes only it.
+    Knobs point;
+    double const v = k.get(point) == 1 ? 2 : 1;
+    k.set(point, v);
+    REQUIRE(k.get(point) == v);
+    REQUIRE(k.field()->get(point) == v);
+    for (auto const& other : knob_table())
+      if (&other != &k) REQUIRE(other.get(point) == other.get(Knobs{}));
   }
 }
