@@ -173,6 +173,12 @@ MatrixBatch<T> squares_of(T* data, AttentionShape const& s, AttentionGemmWorkspa
   return {data, s.seq, s.seq, w.ld, (long long)s.seq * w.ld};
 }
 
+// The model's FLOPs of one of the batched GEMMs (every one is [S x S] by [S x hd] per head, over
+// the pairs the mask lets through).
+inline double attention_gemm_flops(AttentionShape const& s) {
+  return 2.0 * s.head_dim * attention_visible_pairs(s);
+}
+
 }  // namespace detail
 
 // out [B*S, C] and lse [B*H, S] from qkv [B*S, 3C], all bf16 but lse (fp32): core/ops/attention.hpp's
@@ -186,12 +192,12 @@ void attention_forward_gemm(ExecutionSpace const& space, Out const& out, Lse con
   auto const s = detail::attention_gemm_shape("attention_forward_gemm", int(qkv.extent(0)), int(qkv.extent(1)), batch,
                                               n_heads, mask, w);
   detail::check_attention_forward_views("attention_forward_gemm", s, out, lse, qkv);
-  float const scale = float(1.0 / std::sqrt(double(s.head_dim)));
+  float const scale = float(detail::attention_scale(s.head_dim));
+  double const product = detail::attention_gemm_flops(s);
   int const bh = w.batch_heads;
   using detail::heads_of;
   using detail::squares_of;
   detail::CountAs const attention(detail::WorkKind::attention);
-  double const product = 2.0 * s.head_dim * detail::attention_visible_pairs(s);  // the model's FLOPs of one of its GEMMs
   detail::move_heads<true>(space, "attention_gemm_pack_qkv", qkv, 3, s, w.q.data(), w.k.data(), w.v.data());
   gemm_bf16_batched(space, "N", "T", scale, heads_of<bf16 const>(w.q.data(), s), heads_of<bf16 const>(w.k.data(), s),
                     0.0f, squares_of(w.scores.data(), s, w), bh, w.gemm, product);
@@ -212,12 +218,12 @@ void attention_backward_gemm(ExecutionSpace const& space, DQkv const& d_qkv, Del
   auto const s = detail::attention_gemm_shape("attention_backward_gemm", int(qkv.extent(0)), int(qkv.extent(1)),
                                               batch, n_heads, mask, w);
   detail::check_attention_backward_views("attention_backward_gemm", s, d_qkv, delta, d_out, qkv, out, lse);
-  float const scale = float(1.0 / std::sqrt(double(s.head_dim)));
+  float const scale = float(detail::attention_scale(s.head_dim));
+  double const product = detail::attention_gemm_flops(s);
   int const bh = w.batch_heads;
   using detail::heads_of;
   using detail::squares_of;
   detail::CountAs const attention(detail::WorkKind::attention);
-  double const product = 2.0 * s.head_dim * detail::attention_visible_pairs(s);  // the model's FLOPs of one of its GEMMs
   switch (s.head_dim) {  // the fused path's delta kernel (a warp per token row)
     case 16: detail::attention_delta<16>(space, s, delta, d_out, out); break;
     case 32: detail::attention_delta<32>(space, s, delta, d_out, out); break;

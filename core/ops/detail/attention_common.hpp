@@ -112,6 +112,9 @@ struct AttentionTeamTile {
   }
 };
 
+// The scores' scale, 1/sqrt(head_dim), in double (each path rounds it once to its type).
+inline double attention_scale(int head_dim) { return 1.0 / std::sqrt(double(head_dim)); }
+
 // What the attention kernels read and write, filled by the launch: each kernel derives from one
 // of these and adds its tiles, so a kernel's operands are listed once for both shapes. `tiles`
 // is the number of tiles of the kernel's own rows per (batch, head); `scale` is 1/sqrt(HD),

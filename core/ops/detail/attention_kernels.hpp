@@ -54,7 +54,7 @@ void launch_attention_forward(ExecutionSpace const& space, AttentionShape const&
   // q, k, v read, out written, lse written; q k^T, the softmax (~5 per pair) and p v
   launch_attention_pass<AttentionForwardBlockKernel<ExecutionSpace, HD, Out, Lse, Qkv>,
                         AttentionForwardKernel<ExecutionSpace, HD, Out, Lse, Qkv>, Block>(
-      space, "attention_forward", Args{{s, qkv, T(1.0 / std::sqrt(double(HD))), 0}, out, lse},
+      space, "attention_forward", Args{{s, qkv, T(attention_scale(HD)), 0}, out, lse},
       fused_attention_work(s, kAttentionForwardFlopsPerPair + 5.0 / s.head_dim, kAttentionForwardFlopsPerPair,
                            sizeof(typename Out::value_type), 3, 1, 1));
 }
@@ -89,7 +89,7 @@ void launch_attention_backward(ExecutionSpace const& space, AttentionShape const
   attention_delta<HD>(space, s, delta, d_out, out);
   using Args = AttentionBackwardArgs<DQkv, Delta, DOut, Qkv, Lse>;
   using T = typename Args::T;
-  Args const args{{s, qkv, T(1.0 / std::sqrt(double(HD))), 0}, d_qkv, delta, d_out, lse};
+  Args const args{{s, qkv, T(attention_scale(HD)), 0}, d_qkv, delta, d_out, lse};
   int const bytes = sizeof(typename DQkv::value_type);
   // q, k, v, d_out read, dk and dv written, lse and delta read; s, dp, dv, dk
   launch_attention_pass<AttentionBackwardKeyValueBlockKernel<ExecutionSpace, HD, DQkv, Delta, DOut, Qkv, Lse>,
