@@ -13,6 +13,9 @@
 #                      lack (<= 48 MiB, never committed), then rehearsed here up to the first GPU call
 #   make vec-report    GCC's vectorisation report for the host AdamW loop, here and (with Debian's
 #                      g++-aarch64-linux-gnu) for Grace's SVE and NEON; fails if it stays scalar
+#   make test-kokkos45 the whole suite inside a Debian sid root (debootstrap, cached in ~/.cache/joule/sid)
+#                      against trilinos 16.1's Kokkos 4.5.1 + Kokkos-Kernels 4.5 with g++ 16 and cmake 4
+#                      (apps/scripts/sid_root.sh; needs root for chroot and bind mounts)
 #   make test-aarch64  joule cross-built for aarch64 (Grace's cores, Debian's g++-aarch64-linux-gnu against
 #                      an arm64 sysroot of Debian packages, Kokkos 3.4.1 cross-built) and its Grace-relevant
 #                      unit tests run under qemu-user (docs/testing.md#aarch64-under-emulation)
@@ -62,7 +65,7 @@ else
   PRESET ?= cpu
 endif
 
-.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize test-aarch64 run bench bench-torch compile-check gpu-audit vec-report device-bundle clean
+.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize test-aarch64 test-kokkos45 run bench bench-torch compile-check gpu-audit vec-report device-bundle clean
 all: build
 
 deps:
@@ -117,6 +120,12 @@ test-sanitize: build-sanitize
 # and their settings: bash apps/scripts/aarch64_cross.sh --help.
 test-aarch64:
 	JOBS=$(JOBS) bash apps/scripts/aarch64_cross.sh all
+
+# The suite against Kokkos 4.5.1 (Debian sid's trilinos 16.1) in a sid root made by debootstrap; the
+# root is made once in ~/.cache/joule/sid and remade when its package list changes; the build folder
+# is build-sid-kokkos45 in the checkout (bash apps/scripts/sid_root.sh --help: phases, settings).
+test-kokkos45:
+	JOBS=$(JOBS) JOULE_SID_VARIANT=kokkos45 bash apps/scripts/sid_root.sh all
 
 # What CI fetches besides `make deps`, so that its later phases time only building and testing:
 # Catch2 v3 (for test-sanitize) and the Kokkos 4.5/5.x headers of compile-check, both unpacked

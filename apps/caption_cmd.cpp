@@ -14,6 +14,7 @@
 #include "core/train/trainer.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in fmt/format.h before fmt 11)
 
 #include <algorithm>
 #include <map>

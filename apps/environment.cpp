@@ -174,11 +174,12 @@ std::string openmp_wait_text() {
 }
 
 long cap_library_threads(long kokkos_threads, long usable) {
-  long const threads = std::max(1L, std::min(kokkos_threads, usable));
 #if defined(KOKKOS_ENABLE_OPENMP)
+  long const threads = std::max(1L, std::min(kokkos_threads, usable));
   omp_set_num_threads(int(threads));
   return threads;
 #else
+  (void)kokkos_threads, (void)usable;
   return 0;
 #endif
 }

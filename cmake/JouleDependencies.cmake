@@ -7,6 +7,27 @@ endif()
 if(NOT TARGET Kokkos::kokkoskernels)
   # Kokkos-Kernels is normally installed next to Kokkos; KokkosKernels_ROOT overrides.
   find_package(KokkosKernels REQUIRED HINTS ${Kokkos_ROOT} $ENV{Kokkos_ROOT} ${Kokkos_DIR}/../../..)
+  # Trilinos' Kokkos-Kernels (Debian's libtrilinos-kokkos-kernels-dev) exports its library under
+  # Trilinos' names: KokkosKernels::all_libs, headers in include/trilinos. One name for joule.
+  if(NOT TARGET Kokkos::kokkoskernels)
+    foreach(_kk_target KokkosKernels::kokkoskernels KokkosKernels::all_libs KokkosKernels::trilinos_kokkoskernels)
+      if(TARGET ${_kk_target})
+        add_library(Kokkos::kokkoskernels INTERFACE IMPORTED)
+        target_link_libraries(Kokkos::kokkoskernels INTERFACE ${_kk_target})
+        get_target_property(_kk_target_includes ${_kk_target} INTERFACE_INCLUDE_DIRECTORIES)
+        if(_kk_target_includes)
+          set_target_properties(Kokkos::kokkoskernels PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${_kk_target_includes}")
+        endif()
+        message(STATUS "joule: Kokkos-Kernels as ${_kk_target} (${KokkosKernels_DIR})")
+        break()
+      endif()
+    endforeach()
+    if(NOT TARGET Kokkos::kokkoskernels)
+      message(FATAL_ERROR "Kokkos-Kernels at ${KokkosKernels_DIR} exports none of the targets joule knows "
+                          "(Kokkos::kokkoskernels, KokkosKernels::kokkoskernels, KokkosKernels::all_libs, "
+                          "KokkosKernels::trilinos_kokkoskernels)")
+    endif()
+  endif()
 endif()
 message(STATUS "joule: Kokkos ${Kokkos_VERSION}, devices: ${Kokkos_DEVICES}")
 

@@ -71,13 +71,13 @@ std::vector<KnobInfo> const& knob_table() {
   return table;
 }
 
-KnobInfo const& knob(std::string const& name) {
+KnobInfo const& knob(std::string_view name) {
   std::string names;
   for (auto const& k : knob_table()) {
     if (name == k.name) return k;
     names += (names.empty() ? "" : ", ") + std::string(k.name);
   }
-  throw std::invalid_argument("unknown knob '" + name + "' (the knobs are: " + names + ")");
+  throw std::invalid_argument("unknown knob '" + std::string(name) + "' (the knobs are: " + names + ")");
 }
 
 bool knob_is_set(KnobInfo const& k, double value) { return !k.has_unset || value != k.unset; }

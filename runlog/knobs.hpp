@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace joule::scheduler {
@@ -79,7 +80,7 @@ struct KnobInfo {
 // Every knob, in the order the strategy takes them, describe() lists them and the log's and
 // report's columns show them; the search space varies the first fastest.
 std::vector<KnobInfo> const& knob_table();
-KnobInfo const& knob(std::string const& name);  // throws std::invalid_argument naming the knobs
+KnobInfo const& knob(std::string_view name);  // throws std::invalid_argument naming the knobs
 bool knob_is_set(KnobInfo const& k, double value);
 // What is wrong with `value` of knob `k` for configuration `c` ("" when it may be tried): its
 // value_problem, else its configuration field's check.

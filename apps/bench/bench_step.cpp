@@ -134,13 +134,13 @@ std::vector<std::string> default_step_shape_names() {
   return names;
 }
 
-StepShape const& step_shape(std::string const& name) {
+StepShape const& step_shape(std::string_view name) {
   std::string allowed;
   for (auto const& s : kStepShapes) {
     if (name == s.name) return s;
     allowed += (allowed.empty() ? "" : ", ") + std::string(s.name);
   }
-  throw std::invalid_argument("unknown step shape '" + name + "' (allowed: " + allowed + ")");
+  throw std::invalid_argument("unknown step shape '" + std::string(name) + "' (allowed: " + allowed + ")");
 }
 
 std::vector<GemmCall> step_gemms(StepShape const& s) {

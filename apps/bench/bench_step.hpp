@@ -13,6 +13,7 @@
 #include <optional>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace joule::apps {
@@ -34,7 +35,7 @@ struct StepShape {
 // The shapes `--step-shapes` accepts, in table order; the default set is the first three.
 std::vector<StepShape> const& step_shapes();
 std::vector<std::string> default_step_shape_names();
-StepShape const& step_shape(std::string const& name);  // throws std::invalid_argument
+StepShape const& step_shape(std::string_view name);  // throws std::invalid_argument
 // "what: L layers, C=.., H heads, image tokens (HxW, patch P) + text = S tokens, B=.."
 std::string describe(StepShape const& s);
 

@@ -37,13 +37,13 @@ std::vector<Target> const& targets() {
   return all;
 }
 
-Target const& target_named(std::string const& name) {
+Target const& target_named(std::string_view name) {
   std::string names;
   for (auto const& t : targets()) {
     if (t.name == name) return t;
     names += (names.empty() ? "" : ", ") + t.name;
   }
-  throw std::invalid_argument("no roofline target \"" + name + "\"; there are: " + names);
+  throw std::invalid_argument("no roofline target \"" + std::string(name) + "\"; there are: " + names);
 }
 
 LaunchEstimate estimate_launch(Target const& t, detail::KernelWork const& w, long threads, bool tf32) {

@@ -20,6 +20,7 @@
 
 #include <array>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace joule::perf {
@@ -49,7 +50,7 @@ struct Target {
 
 // The targets, H200 first. target_named throws std::invalid_argument naming the ones there are.
 std::vector<Target> const& targets();
-Target const& target_named(std::string const& name);
+Target const& target_named(std::string_view name);
 
 inline constexpr int kGemmTile = 128;  // outputs per tile side of a cuBLAS(Lt) GEMM (assumed)
 

@@ -7,6 +7,7 @@
 #include "core/io/h5file.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in fmt/format.h before fmt 11)
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
