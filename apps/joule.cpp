@@ -51,7 +51,7 @@ bool starts_no_device(std::string const& command, bool info_no_device) {
 // finalised when this goes out of scope, after everything that ran on it.
 class KokkosStart {
  public:
-  explicit KokkosStart(std::vector<char*> args) : args_(std::move(args)) {
+  explicit KokkosStart(std::vector<char*> args) : args_(std::move(args)), given_(args_.begin() + 1, args_.end()) {
     joule::apps::spell_kokkos_flags_for_this_kokkos(static_cast<int>(args_.size()), args_.data());
     help_asked_ = std::any_of(args_.begin() + 1, args_.end(), [](char const* a) { return std::strcmp(a, "--kokkos-help") == 0; });
     args_.push_back(nullptr);
@@ -113,15 +113,14 @@ class KokkosStart {
 
   // For a command that runs without Kokkos: --kokkos-* arguments given to it would do nothing.
   void not_needed(std::string const& command) const {
-    if (args_.size() > 2) {
-      std::vector<std::string> given(args_.begin() + 1, args_.end() - 1);
-      fmt::print(stderr, "joule: note: {} not used: `joule {}` does not start Kokkos\n", fmt::join(given, " "),
+    if (!given_.empty())  // as the user spelled them (args_ holds this Kokkos' spelling)
+      fmt::print(stderr, "joule: note: {} not used: `joule {}` does not start Kokkos\n", fmt::join(given_, " "),
                  command);
-    }
   }
 
  private:
   std::vector<char*> args_;  // argv[0], the --kokkos-* arguments, nullptr
+  std::vector<std::string> given_;  // the --kokkos-* arguments as given
   bool help_asked_ = false;
   std::optional<Kokkos::ScopeGuard> guard_;
 };

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <tuple>
@@ -324,17 +325,54 @@ std::vector<std::uint16_t> bits_of(View const& v) {
 }
 
 // The bf16 operator's output must be the fp32 operator's on the widened inputs, rounded once:
-// the same arithmetic, in the same order, then one rounding.
+// the same arithmetic, in the same order, then one rounding. Its scope: bitwise where the compiler
+// keeps multiplies and adds apart. On a target with FMA (x86-64 -march with FMA, aarch64) a
+// compiler allowed to contract them (GCC's default, -ffp-contract=fast) may fuse in one
+// instantiation and not in the other: g++ 16 -O3 -march=native does in the LayerNorm backward
+// (one element of 7,511 one ulp off), g++ 12 does not. There the check is one bf16 ulp at most,
+// and at least 99% of the elements bitwise.
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA) || defined(__FP_FAST_FMAF)
+constexpr bool kMayContract = true;
+#else
+constexpr bool kMayContract = false;
+#endif
+
 template <class Space, class Bf, class Fp>
 void require_rounded_from(Space const& space, char const* what, Bf const& got, Fp const& fp32) {
   Bf want("want", fp32.extent(0), fp32.extent(1));
   convert_precision(space, want, fp32);
   auto const g = bits_of(got), w = bits_of(want);
   REQUIRE(g.size() == w.size());
-  for (std::size_t e = 0; e < g.size(); ++e)
-    if (g[e] != w[e])
+  std::size_t differ = 0;
+  for (std::size_t e = 0; e < g.size(); ++e) {
+    if (g[e] == w[e]) continue;
+    ++differ;
+    // Neighbours in bf16's ordering: the same sign, the bit patterns one apart.
+    bool const one_ulp = (g[e] ^ w[e]) < 0x8000 && (g[e] > w[e] ? g[e] - w[e] : w[e] - g[e]) == 1;
+    if (!kMayContract || !one_ulp)
       FAIL(what << "[" << e / got.extent(1) << ", " << e % got.extent(1) << "] = " << hex(g[e])
                 << ", the fp32 operator rounded: " << hex(w[e]));
+  }
+  if (differ) WARN(what << ": " << differ << " of " << g.size() << " elements one bf16 ulp from the fp32 operator "
+                        << "rounded (a multiply-add contracted in one instantiation only)");
+  REQUIRE(differ * 100 <= g.size());
+}
+
+// fp32 results of the bf16 operator (statistics, parameter gradients) against the fp32 operator's:
+// bitwise, or, where a multiply-add may be contracted in one instantiation only (kMayContract),
+// within 1e-5 relative (a contraction's rounding, carried through a row's sums).
+// (The values widened to double, exactly.)
+inline void require_fp32_from(char const* what, std::vector<double> const& got, std::vector<double> const& want) {
+  REQUIRE(got.size() == want.size());
+  std::size_t differ = 0;
+  for (std::size_t e = 0; e < got.size(); ++e) {
+    if (got[e] == want[e] || (std::isnan(got[e]) && std::isnan(want[e]))) continue;
+    ++differ;
+    if (!kMayContract || !(std::fabs(got[e] - want[e]) <= 1e-5 * std::max(1.0, std::fabs(want[e]))))
+      FAIL(what << "[" << e << "] = " << got[e] << ", the fp32 operator's: " << want[e]);
+  }
+  if (differ) WARN(what << ": " << differ << " of " << got.size() << " elements differ from the fp32 operator's "
+                        << "(a multiply-add contracted in one instantiation only)");
 }
 
 // Within half a bf16 ulp of a double reference (plus rel_extra, the fp32 computation's error).
@@ -376,11 +414,11 @@ TEMPLATE_TEST_CASE("bf16 LayerNorm, GELU and residual are the fp32 operators rou
     layernorm_backward(space, dxf, dwf, dbf, dyf, xf, wf, meanf, rstdf);
     require_rounded_from(space, "LayerNorm y", y, yf);
     require_rounded_from(space, "LayerNorm d_x", dx, dxf);
-    // fp32 statistics and parameter gradients: exactly the fp32 operator's
-    REQUIRE(to_vector(mean) == to_vector(meanf));
-    REQUIRE(to_vector(rstd) == to_vector(rstdf));
-    REQUIRE(to_vector(dw) == to_vector(dwf));
-    REQUIRE(to_vector(db) == to_vector(dbf));
+    // fp32 statistics and parameter gradients: exactly the fp32 operator's (the scope above)
+    require_fp32_from("LayerNorm mean", to_vector(mean), to_vector(meanf));
+    require_fp32_from("LayerNorm rstd", to_vector(rstd), to_vector(rstdf));
+    require_fp32_from("LayerNorm d_w", to_vector(dw), to_vector(dwf));
+    require_fp32_from("LayerNorm d_b", to_vector(db), to_vector(dbf));
     // and against a double reference of the forward: half a bf16 ulp plus fp32's error
     auto const xv = bf16_values(x), wv = bf16_values(w), bv = bf16_values(b);
     std::vector<double> ref(std::size_t(n) * c);

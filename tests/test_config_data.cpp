@@ -427,8 +427,12 @@ TEST_CASE("io: reading a file that crashes the HDF5 library is an error naming t
   REQUIRE((fine.ran && !fine.threw));
   // A file found by fuzzing: a variable-length string attribute whose global-heap object claims
   // 2^49 bytes; HDF5 1.10.8 copied that many (a segmentation fault in joule data info / train).
+  // A library that checks the size (HDF5 2.x) refuses the attribute instead: either way an error
+  // naming the file, and nothing of it used.
   std::string const input = std::string(JOULE_FUZZ_CORPUS_DIR) + "/dataset/heap-object-size-overflow.h5";
-  REQUIRE_THROWS_WITH(Dataset::open(input), StartsWith(input + ": reading this file crashed the HDF5 library"));
+  REQUIRE_THROWS_WITH(Dataset::open(input),
+                      StartsWith(input + ": reading this file crashed the HDF5 library") ||
+                          StartsWith(input + ": cannot read attribute 'format' on /"));
 }
 
 // Not part of the suite (hidden tag): how long opening, i.e. validating, a 1 GB dataset takes.

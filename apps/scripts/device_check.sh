@@ -211,11 +211,12 @@ if [ -n "$bundle" ]; then
   built=1
   # (Catch2 v2 exits with the number of tests it lists: listing any is success.)
   step starts 10 host env "LD_LIBRARY_PATH=$bundle_ld" bash -c 'rc=0; for b in "${@:4}"; do
-      a=--list-test-names-only; [ "${b##*/}" = joule ] && a=info
-      n="$("$b" "$a" 2>"$b.err" | wc -l)"
-      if [ "$n" -gt 0 ]; then echo "${b##*/} $a: ok ($n lines)"
-      elif [ "$1" = 1 ] && grep -q cudaErrorStubLibrary "$b.err"; then echo "${b##*/} $a: reached the first GPU call (Kokkos::initialize; the stub driver refuses it)"
-      else echo "${b##*/} $a: FAILED"; cat "$b.err"; rc=1; fi; rm -f "$b.err"; done
+      a=(--list-test-names-only); [ "${b##*/}" = joule ] && a=(info)  # Catch2 v3: --list-tests
+      [ "${b##*/}" != joule ] && ! "$b" --help 2>/dev/null | grep -q -- --list-test-names-only && a=(--list-tests --verbosity quiet)
+      n="$("$b" "${a[@]}" 2>"$b.err" | wc -l)"
+      if [ "$n" -gt 0 ]; then echo "${b##*/} ${a[*]}: ok ($n lines)"
+      elif [ "$1" = 1 ] && grep -q cudaErrorStubLibrary "$b.err"; then echo "${b##*/} ${a[*]}: reached the first GPU call (Kokkos::initialize; the stub driver refuses it)"
+      else echo "${b##*/} ${a[*]}: FAILED"; cat "$b.err"; rc=1; fi; rm -f "$b.err"; done
       j="$4" d="$2/no-device.h5"; rm -f "$d"
       cmds=("--help" "info --no-device" "data synth --out $d --count 4" "data info $d")
       if [ -f "$3" ]; then cmds+=("inspect $3")  # a run log written by a CPU build (device_bundle.sh)

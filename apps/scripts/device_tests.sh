@@ -21,16 +21,27 @@ device_test_targets() {
   [ ${#found[@]} = 0 ] || printf '%s\n' "${found[@]}" | sort -u | paste -sd' '
 }
 
+# Catch2 v2 or v3 (v3 refuses v2's --list-test-names-only and --warn NoTests).
+catch_is_v2() { "$1" --help 2>/dev/null | grep -q -- --list-test-names-only; }
+# The test case names of a Catch2 executable, one per line: v2's --list-test-names-only, or v3's
+# --list-tests --verbosity quiet.
+catch_test_names() {
+  if catch_is_v2 "$1"; then "$1" --list-test-names-only 2>/dev/null || true
+  else "$1" --list-tests --verbosity quiet 2>/dev/null || true; fi
+}
+
 device_run_tests() {
   local re="$1" exclude="$2" exe names spec rc=0 ran=0
   shift 2
   for exe in "$@"; do
-    names="$("$exe" --list-test-names-only 2>/dev/null | grep -E -- "$re" | { [ -n "$exclude" ] && grep -vE -- "$exclude" || cat; })"
+    names="$(catch_test_names "$exe" | grep -E -- "$re" | { [ -n "$exclude" ] && grep -vE -- "$exclude" || cat; })"
     [ -n "$names" ] || continue
     # One spec for all of them: names OR-ed by commas, Catch2's , [ ] \ escaped in each.
     spec="$(printf '%s\n' "$names" | sed -e 's/[],[\\]/\\&/g' | paste -sd,)"
     echo "== $(basename "$exe"): $(printf '%s\n' "$names" | wc -l) test cases"
-    "$exe" "$spec" --warn NoTests || rc=1
+    # A spec that matches nothing fails the run: v2's NoTests, v3's UnmatchedTestSpec.
+    if catch_is_v2 "$exe"; then "$exe" "$spec" --warn NoTests || rc=1
+    else "$exe" "$spec" --warn UnmatchedTestSpec || rc=1; fi
     ran=1
   done
   [ $ran = 1 ] || { echo "no test case matches /$re/ in: $*"; return 1; }

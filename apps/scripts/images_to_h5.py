@@ -556,6 +556,9 @@ def on_sigterm(signum, frame):
     raise Terminated("terminated (SIGTERM)")
 
 
+UNCLOSABLE = []  # HDF5 files whose write failed, never closed (write_h5_file)
+
+
 def write_h5(path, images, tokens, attrs):
     # h5py reports an HDF5 error in releasing an object (a dataset's metadata that cannot be
     # written) as tracebacks on stderr (through sys.excepthook and sys.unraisablehook) and goes on;
@@ -575,7 +578,23 @@ def write_h5(path, images, tokens, attrs):
         raise ignored[0]
 
 
+def probe_writable(path):
+    """Writes a block to the new file and takes it back before HDF5 creates it: a full disk, a
+    quota or an I/O error at the first bytes is an OSError with its reason here. HDF5 2.x built
+    with its assertions on (Debian sid's) aborts in H5F__dest when its own create fails that way."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        block = memoryview(bytes(4096))
+        while block:
+            block = block[os.write(fd, block):]
+        os.fsync(fd)
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
+
+
 def write_h5_file(path, images, tokens, attrs):
+    probe_writable(path)
     out = h5py.File(path, "w")
     try:
         out.create_dataset("images", data=images)
@@ -585,12 +604,11 @@ def write_h5_file(path, images, tokens, attrs):
         out.attrs["format"] = "joule-captions-v1"
         out.flush()
     except BaseException:
-        # Closing a file whose write failed fails too, with an HDF5 message that hides the cause
-        # ("Slist already enabled?"): the first error is the one reported.
-        try:
-            out.close()
-        except Exception:
-            pass
+        # A file whose write failed is not closed: closing it fails with a message that hides the
+        # cause ("Slist already enabled?"), and HDF5 built with its assertions on (Debian sid's 2.2)
+        # aborts in H5F__dest with its cache dirty. It is kept referenced (h5py closes what it
+        # frees) until write_atomically removes it by name and ends with os._exit.
+        UNCLOSABLE.append(out)
         raise
     out.close()
 

@@ -8,6 +8,8 @@
 #     build  joule built inside the root with its toolchain (the checkout bind-mounted at /joule,
 #            the build folder build-sid-<variant> in the checkout)
 #     test   the whole suite run by ctest inside the root
+#     run    (not in `all`) the command JOULE_SID_RUN run by bash in /joule inside the root, e.g.
+#            JOULE_SID_RUN='build-sid-kokkos45/apps/joule info' sid_root.sh run
 #   Each phase prints its wall time; `all` ends with a table of them.
 # Variants (JOULE_SID_VARIANT):
 #   kokkos45  trilinos 16.1's Kokkos 4.5.1 (Serial device only) + Kokkos-Kernels 4.5, g++ 16 (default)
@@ -162,12 +164,22 @@ if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
   sed -n '2,/^set -euo pipefail/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
   exit 0
 fi
+phase_run() {
+  need_root_tools
+  [ -n "${JOULE_SID_RUN:-}" ] || die "the run phase runs JOULE_SID_RUN: give it a command"
+  mount_into_root
+  local rc=0
+  in_root bash -c "cd /joule && $JOULE_SID_RUN" || rc=$?
+  unmount_all
+  return $rc
+}
+
 phases=("$@")
 [ "${#phases[@]}" = 0 ] && phases=(all)
 [ "${phases[*]}" = all ] && phases=(root build test)
 names=() seconds=()
 for p in "${phases[@]}"; do
-  case "$p" in root | build | test) ;; *) die "unknown phase '$p' (allowed: root, build, test, all)" ;; esac
+  case "$p" in root | build | test | run) ;; *) die "unknown phase '$p' (allowed: root, build, test, run, all)" ;; esac
   t0=$SECONDS
   log "phase $p ($variant)"
   "phase_$p"

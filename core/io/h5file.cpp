@@ -5,6 +5,7 @@
 
 #include <hdf5.h>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -218,10 +219,34 @@ void require_regular_input(std::string const& path) {
 }
 }  // namespace
 
-H5File::H5File(std::string const& path, Mode mode) : path_(path) {
+namespace {
+// Writes a block to the new file and takes it back before HDF5 creates it: a full disk, a quota or
+// an I/O error at the first bytes is then reported here, with its reason. HDF5 2.x built with its
+// assertions on (Debian sid's) aborts in H5F__dest when its own create fails that way. Returns
+// errno, 0 when the block reached the disk.
+int probe_writable(std::string const& path) {
+  int const fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return errno;
+  static char const block[4096] = {};
+  int error = 0;
+  for (std::size_t done = 0; done < sizeof block && !error;) {
+    ssize_t const n = ::write(fd, block + done, sizeof block - done);
+    if (n < 0 && errno != EINTR) error = errno;
+    if (n > 0) done += std::size_t(n);
+  }
+  if (!error && ::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) error = errno;  // (EINVAL: no fsync here)
+  if (!error && ::ftruncate(fd, 0) != 0) error = errno;
+  if (::close(fd) != 0 && !error) error = errno;
+  return error;
+}
+}  // namespace
+
+H5File::H5File(std::string const& path, Mode mode) : path_(path), writable_(mode != Mode::read) {
   start_library();
   if (mode != Mode::truncate) require_regular_input(path);
   if (mode == Mode::truncate) {
+    if (int const error = probe_writable(path))
+      throw H5Error(path + ": cannot create the file (" + std::strerror(error) + ")");
     id_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (id_ < 0) fail("cannot create the file (does the folder exist and is it writable?)");
   } else {
@@ -230,17 +255,32 @@ H5File::H5File(std::string const& path, Mode mode) : path_(path) {
   }
 }
 
-H5File::~H5File() {
-  if (id_ >= 0) H5Fclose(id_);
+// A file whose metadata could not be written (a full disk, an I/O error) is not closed: the
+// library's cache stays dirty, and HDF5 built with its assertions on (Debian sid's 2.2) aborts in
+// H5F__dest when such a file is closed ("H5AC_cache_is_clean"). Its handle and descriptor are
+// left for the process (no clean-up at exit: start_library); what failed is removed by the caller
+// by name. A flush first tells which: it writes what the close would.
+void H5File::close_quietly() noexcept {
+  if (id_ < 0) return;
+  hid_t const id = id_;
+  id_ = -1;
+  if (writable_ && H5Fflush(id, H5F_SCOPE_LOCAL) < 0) return;  // left open, see above
+  H5Fclose(id);
 }
 
-H5File::H5File(H5File&& other) noexcept : id_(other.id_), path_(std::move(other.path_)) { other.id_ = -1; }
+H5File::~H5File() { close_quietly(); }
+
+H5File::H5File(H5File&& other) noexcept
+    : id_(other.id_), path_(std::move(other.path_)), writable_(other.writable_) {
+  other.id_ = -1;
+}
 
 H5File& H5File::operator=(H5File&& other) noexcept {
   if (this != &other) {
-    if (id_ >= 0) H5Fclose(id_);
+    close_quietly();
     id_ = other.id_;
     path_ = std::move(other.path_);
+    writable_ = other.writable_;
     other.id_ = -1;
   }
   return *this;
@@ -572,9 +612,10 @@ void H5File::flush() {
 
 void H5File::close() {
   if (id_ < 0) return;
-  if (H5Fflush(id_, H5F_SCOPE_GLOBAL) < 0) fail("cannot write the file to the disk");
   hid_t const id = id_;
   id_ = -1;  // never closed twice, even if closing fails
+  // Not closed when the flush fails: see close_quietly.
+  if (H5Fflush(id, H5F_SCOPE_GLOBAL) < 0) fail("cannot write the file to the disk");
   if (H5Fclose(id) < 0) fail("cannot close the file");
 }
 

@@ -87,6 +87,9 @@ class H5File {
   [[noreturn]] void fail(std::string const& what) const;
   long long id_ = -1;
   std::string path_;
+  bool writable_ = false;
+  // Closes id_ unless its last writes could not reach the disk (release_if_unwritable).
+  void close_quietly() noexcept;
 };
 
 // Whole-file check of an HDF5 file just written (io::commit_file's verify): it opens, and every

@@ -64,9 +64,10 @@ refused '^joule: error: --measured-steps -1: tune\.measured_steps .*\[2, 10000\]
 refused '^joule: error: --warmup-steps -1: tune\.warmup_steps .*\[0, 1000\]' tune --data data.h5 --warmup-steps -1
 refused '^joule: error: --max-repeats -1: tune\.max_repeats .*\[1, 100\]' tune --data data.h5 --max-repeats -1
 refused '^joule: error: --budget-mib -1: tune\.device_memory_budget_mib ' tune --data data.h5 --budget-mib -1
-refused '^--seed: Value -5 not in range 0 to ' data synth --out s.h5 --seed -5
-refused '^--count: Value -1 not in range 1 to ' data synth --out s.h5 --count -1
-refused '^--frames: Value -1 not in range 1 to 256' data synth --out s.h5 --frames -1
+# CLI11's range message: "not in range 0 to 9" (CLI11 2.3), "not in range [0 - 9]" (2.4 on).
+refused '^--seed: Value -5 not in range (0 to |\[0 - )' data synth --out s.h5 --seed -5
+refused '^--count: Value -1 not in range (1 to |\[1 - )' data synth --out s.h5 --count -1
+refused '^--frames: Value -1 not in range (1 to 256|\[1 - 256\])' data synth --out s.h5 --frames -1
 refused 'excludes --frames|--frames excludes' data synth --config cfg.json --out s.h5 --frames 2
 [ ! -e s.h5 ] || fail "a refused data synth wrote s.h5"
 unchanged "flags"
@@ -242,7 +243,10 @@ unchanged "memory"
 for cmd in "" train caption "data synth"; do
   # shellcheck disable=SC2086
   "$joule" $cmd --help >help.txt 2>&1 || fail "joule $cmd --help failed: $(cat help.txt)"
-  head -1 help.txt | grep -qE "^Usage: joule ${cmd:+$cmd }\[OPTIONS\]" || fail "joule $cmd --help starts with: $(head -1 help.txt)"
+  # The usage line first: "Usage: joule [OPTIONS] ..." (CLI11 2.3), "joule [OPTIONS] ..." after an
+  # empty line (2.5).
+  grep -m1 . help.txt | grep -qE "^(Usage: )?joule ${cmd:+$cmd }\[OPTIONS\]" ||
+    fail "joule $cmd --help starts with: $(grep -m1 . help.txt)"
   if grep -qi "kokkos command line arguments\|--kokkos-threads" help.txt; then fail "joule $cmd --help lists Kokkos' options"; fi
   grep -q -- "joule --kokkos-help" help.txt || fail "joule $cmd --help does not point to --kokkos-help"
 done

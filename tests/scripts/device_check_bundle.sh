@@ -40,7 +40,7 @@ for c in "--help" "info --no-device" "data synth" "data info" "inspect"; do  # c
 done
 ! grep -qiE "test cases failed|No test cases matched" "$work/o1/logs/tests_gpu.log" || fail "step 1: a test failed or none matched"
 # The names with a comma are escaped for Catch2 (e.g. 'reported, an event-ordered one is not').
-if grep -q "," <("$1" --list-test-names-only 2>/dev/null | grep -E 'ordering|offload|bitwise|same bits'); then
+if grep -q "," <(. "$repo/apps/scripts/device_tests.sh"; catch_test_names "$1" | grep -E 'ordering|offload|bitwise|same bits'); then
   grep -q '\\,' "$work/o1/logs/tests_gpu.log" || fail "a test name with a comma was not escaped"
 fi
 

@@ -41,6 +41,15 @@ accepted() {
   checked=$((checked + 1))
 }
 
+# A Kokkos whose host backend is Serial (Debian sid's trilinos Kokkos 4.5) takes the thread
+# settings and runs one thread: the cases of threads taking effect expect 1 there, and the cases
+# of OpenMP's own threads are skipped, each listed.
+serial=0
+"$joule" info 2>/dev/null | grep -q "default execution space Serial" && serial=1
+skipped=()
+skip() { skipped+=("$1"); echo "skipped (Serial backend, no host threads): $1"; }
+took() { if [ "$serial" = 1 ]; then echo 1; else echo "$1"; fi; }  # the threads Kokkos runs for N asked
+
 threads="an integer in [1, 512] (Kokkos' OpenMP backend holds at most 512 threads)"
 e="joule: error:"
 # Thread counts: text and 0 used to abort or start 0 threads, -1 passed silently, 99999 crashed.
@@ -61,7 +70,7 @@ refused "$e --kokkos-threads is '99999'; allowed: $threads" -- --kokkos-threads=
 refused "$e --kokkos-threads needs its value after '=' (--kokkos-threads=N, N an integer in [1, 512])" -- --kokkos-threads
 # A variable and its flag that disagree: Kokkos threw an uncaught "expecting a match" (terminate).
 refused "$e KOKKOS_NUM_THREADS=3 and --kokkos-threads=2 disagree: Kokkos takes both only when they match; set one of them (or the same value in both)" KOKKOS_NUM_THREADS=3 -- --kokkos-threads=2
-accepted "\(2 threads/concurrency\)" KOKKOS_NUM_THREADS=2 -- --kokkos-threads=2
+accepted "\($(took 2) threads/concurrency\)" KOKKOS_NUM_THREADS=2 -- --kokkos-threads=2
 refused "$e --kokkos-device-id is '-1'; allowed: an integer in [0, 1023]" -- --kokkos-device-id=-1
 refused "$e --kokkos-numa is 'abc'; allowed: an integer in [1, 512]" -- --kokkos-numa=abc
 refused "$e --kokkos-ndevices is 'abc'; allowed: N or N,S: N GPUs an integer in [1, 1024], S the one skipped an integer in [0, 1023]" -- --kokkos-ndevices=abc
@@ -99,13 +108,17 @@ refused "$e SLURM_LOCALID is '1x'; allowed: an integer in [0, 1048575]" SLURM_LO
 # Good values are accepted and take effect (Kokkos reports the threads it was given).
 accepted "\(1 threads/concurrency\)" KOKKOS_NUM_THREADS=1
 accepted "\(1 threads/concurrency\)" OMP_NUM_THREADS=1
-accepted "\(2 threads/concurrency\)" OMP_NUM_THREADS=2,1
+accepted "\($(took 2) threads/concurrency\)" OMP_NUM_THREADS=2,1
 accepted "\(1 threads/concurrency\)" -- --kokkos-threads=1
 accepted "\(1 threads/concurrency\)" -- --kokkos-num-threads=1
 accepted "Kokkos [0-9]" KOKKOS_NUM_THREADS= JOULE_MODEL_IDLE_W=0 JOULE_MODEL_CORE_W=2.5 JOULE_READ_TIMEOUT=5 \
   JOULE_READ_GUARD=off JOULE_LOCAL_RANK=0 JOULE_LOCAL_SIZE=1 SLURM_LOCALID=3
 if [ "$cpus" -ge 2 ]; then
-  accepted "\($((cpus - 1)) threads/concurrency\)" JOULE_HOST_CORES=1
+  accepted "\($(took $((cpus - 1))) threads/concurrency\)" JOULE_HOST_CORES=1
+fi
+if [ "$cpus" -ge 2 ] && [ "$serial" = 1 ]; then
+  skip "OMP_PLACES=cores JOULE_HOST_CORES=1: the warning that OpenMP's places include the CPUs set aside"
+elif [ "$cpus" -ge 2 ]; then
   # With OpenMP binding set, libgomp binds the first thread to one place before main: the CPUs
   # counted are still the process's (the places' union), and joule warns that the places include
   # the CPUs set aside.
@@ -130,12 +143,14 @@ checked=$((checked + 3))
 if [ "$cpus" -ge 2 ]; then
   env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY -u JOULE_OPENMP_WAIT -u OMP_NUM_THREADS OMP_PROC_BIND=spread \
     OMP_PLACES=threads "$joule" info >"$work/out" 2>&1 || fail "OMP_PROC_BIND=spread joule info: $(cat "$work/out")"
-  grep -q "($cpus threads/concurrency)" "$work/out" || fail "OMP_PROC_BIND=spread: not $cpus threads: $(cat "$work/out")"
+  grep -q "($(took "$cpus") threads/concurrency)" "$work/out" || fail "OMP_PROC_BIND=spread: not $cpus threads: $(cat "$work/out")"
   grep -q "^OpenMP waiting: GOMP_SPINCOUNT=1000 (joule" "$work/out" || fail "OMP_PROC_BIND=spread: $(cat "$work/out")"
   checked=$((checked + 1))
 fi
 # More host threads than CPUs the process may use: a warning naming both (one CPU by taskset).
-if command -v taskset >/dev/null; then
+if [ "$serial" = 1 ]; then
+  skip "more OpenMP or Kokkos host threads than CPUs (taskset -c 0): the note, the warning and the BLAS threads"
+elif command -v taskset >/dev/null; then
   # OpenMP's count (often set for other programs) gives way to the CPUs, with a note; Kokkos' own is kept.
   env -u KOKKOS_NUM_THREADS OMP_NUM_THREADS=3 taskset -c 0 "$joule" info >"$work/out" 2>&1 ||
     fail "taskset joule info: $(cat "$work/out")"
@@ -152,4 +167,4 @@ if command -v taskset >/dev/null; then
   ! grep -q "host threads on" "$work/out" || fail "1 thread on 1 CPU: a warning: $(cat "$work/out")"
   checked=$((checked + 3))
 fi
-echo "PASS: $checked cases"
+echo "PASS: $checked cases${skipped:+, ${#skipped[@]} skipped (listed above)}"

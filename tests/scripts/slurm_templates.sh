@@ -14,12 +14,14 @@ config_doc="$repo/docs/configuration.md"
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
-# The subcommands listed under "Subcommands:" in a help text, one per line.
+# The subcommands listed under "Subcommands:" in a help text, one per line. CLI11 2.4+ writes the
+# heading "SUBCOMMANDS:" and wraps long descriptions onto lines indented further than the names.
 subcommands_of() {
   local in=0 line
   while IFS= read -r line; do
-    if [[ $line == Subcommands:* ]]; then in=1; continue; fi
+    if [[ $line == Subcommands:* || $line == SUBCOMMANDS:* ]]; then in=1; continue; fi
     if ((in)); then
+      [[ $line =~ ^[[:space:]]{4,} && -n ${line//[[:space:]]/} ]] && continue  # a wrapped description
       [[ $line =~ ^[[:space:]]+([a-z][a-z0-9-]*)([[:space:]]|$) ]] || break
       echo "${BASH_REMATCH[1]}"
     fi

@@ -111,7 +111,8 @@ fi
 "$joule" train --config "$config" --data data.h5 --steps 100000 --no-energy --no-memory-check --checkpoint ckpt.h5 \
   >first.txt 2>&1 &
 first=$!
-for _ in $(seq 100); do grep -q "^step " first.txt && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q "^step " first.txt && break; sleep 0.1; done
+grep -q "^step " first.txt || fail "the first job never got to a step: $(tail -3 first.txt)"
 rc=0
 "$joule" "${train[@]}" --checkpoint ckpt.h5 >out.txt 2>&1 || rc=$?
 kill $first 2>/dev/null; wait $first 2>/dev/null || true
@@ -129,7 +130,9 @@ echo "ok: a stale lock is taken over, with a line saying so; a clean run removes
 # Two data synth on one file: the loser is told who holds it, not a guess about permissions.
 "$joule" data synth --out big.h5 --count 20000 --image-size 32 --text-len 36 >first.txt 2>&1 &
 first=$!
-for _ in $(seq 100); do [ -e big.h5.lock ] && break; sleep 0.05; done
+# (However long the first takes to start: under load, in a chroot, 5 s were not always enough.)
+for _ in $(seq 1200); do [ -e big.h5.lock ] || ! kill -0 $first 2>/dev/null && break; sleep 0.05; done
+[ -e big.h5.lock ] || fail "the first data synth took no lock on big.h5 (still running: $(kill -0 $first 2>/dev/null && echo yes || echo no)): $(cat first.txt)"
 rc=0
 "$joule" data synth --out big.h5 --count 48 --image-size 32 --text-len 36 >out.txt 2>&1 || rc=$?
 wait $first || fail "the first data synth failed: $(cat first.txt)"
@@ -156,7 +159,7 @@ for case in "larger mv" "smaller mv" "larger in-place"; do
   for _ in $(seq 600); do grep -q "^step " "$log" && break; sleep 0.1; done
   grep -q "^step " "$log" || fail "the run never got to a step: $(tail -3 "$log")"
   if [ $how = mv ]; then cp $other.h5 swapped.h5.new && mv swapped.h5.new swapped.h5; else cat $other.h5 >swapped.h5; fi
-  for _ in $(seq 100); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq 600); do kill -0 $job 2>/dev/null || break; sleep 0.1; done  # it stops at its next step
   rc=0
   kill -0 $job 2>/dev/null && { kill $job; rc=running; }
   wait $job 2>/dev/null || rc=${rc/0/$?}
