@@ -129,11 +129,12 @@ test-kokkos45:
 
 # What CI fetches besides `make deps`, so that its later phases time only building and testing:
 # Catch2 v3 (for test-sanitize) and the Kokkos 4.5/5.x headers of compile-check, both unpacked
-# into ~/.cache/joule, never installed.
+# into ~/.cache/joule, never installed; the aarch64 sysroot; the sid root of test-kokkos45.
 deps-ci: deps
 	bash tests/scripts/fetch_catch2_v3.sh >/dev/null
 	bash cmake/compile-check/compile_check.sh --fetch-only
 	JOBS=$(JOBS) bash apps/scripts/aarch64_cross.sh sysroot kokkos
+	JOULE_SID_VARIANT=kokkos45 bash apps/scripts/sid_root.sh root
 
 # The main job: train the embedded default (tiny) configuration, tuned in flight (the scheduler
 # measures the candidate configurations on the run's own first steps, then the run goes on with

@@ -141,7 +141,9 @@ phase_root() {
 
 cmake_args() {
   case "$variant" in
-    kokkos45) echo "-DKokkos_ROOT=/usr" ;;
+    # C++20, as a Kokkos 5 build must be: this build also stands for the compile check's g++ pass
+    # against Kokkos 4.5 (JOULE_COMPILE_CHECK_HOST45=0).
+    kokkos45) echo "-DKokkos_ROOT=/usr -DCMAKE_CXX_STANDARD=20" ;;
   esac
 }
 
