@@ -72,7 +72,7 @@ mounted=()
 unmount_all() {
   local i
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
-    umount "${mounted[$i]}" 2>/dev/null || umount -l "${mounted[$i]}" 2>/dev/null ||
+    umount -R "${mounted[$i]}" 2>/dev/null || umount -R -l "${mounted[$i]}" 2>/dev/null ||
       printf '[joule sid] WARNING: could not unmount %s\n' "${mounted[$i]}" >&2
   done
   mounted=()
@@ -147,39 +147,36 @@ cmake_args() {
   esac
 }
 
-phase_build() {
+# in_checkout TEXT: bash runs TEXT in /joule inside the root, the mounts made and undone around it;
+# returns its status.
+in_checkout() {
   need_root_tools
-  [ -f "$root/.joule-stamp" ] || die "no root at $root yet: run the root phase first (sid_root.sh root)"
   mount_into_root
-  # shellcheck disable=SC2046
-  in_root bash -c "cd /joule && cmake -S . -B $build_dir -DCMAKE_BUILD_TYPE=Release $(cmake_args) && cmake --build $build_dir -j $jobs"
+  local rc=0
+  in_root bash -c "cd /joule && $1" || rc=$?
   unmount_all
+  return $rc
+}
+
+phase_build() {
+  [ -f "$root/.joule-stamp" ] || die "no root at $root yet: run the root phase first (sid_root.sh root)"
+  in_checkout "cmake -S . -B $build_dir -DCMAKE_BUILD_TYPE=Release $(cmake_args) && cmake --build $build_dir -j $jobs"
 }
 
 phase_test() {
-  need_root_tools
   [ -d "$repo/$build_dir" ] || die "no build at $repo/$build_dir: run the build phase first"
-  mount_into_root
-  local rc=0
-  in_root bash -c "cd /joule && ctest --test-dir $build_dir --output-on-failure --no-tests=error -j $jobs ${JOULE_SID_CTEST_ARGS:-}" || rc=$?
-  unmount_all
-  return $rc
+  in_checkout "ctest --test-dir $build_dir --output-on-failure --no-tests=error -j $jobs ${JOULE_SID_CTEST_ARGS:-}"
+}
+
+phase_run() {
+  [ -n "${JOULE_SID_RUN:-}" ] || die "the run phase runs JOULE_SID_RUN: give it a command"
+  in_checkout "$JOULE_SID_RUN"
 }
 
 if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
   sed -n '2,/^set -euo pipefail/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
   exit 0
 fi
-phase_run() {
-  need_root_tools
-  [ -n "${JOULE_SID_RUN:-}" ] || die "the run phase runs JOULE_SID_RUN: give it a command"
-  mount_into_root
-  local rc=0
-  in_root bash -c "cd /joule && $JOULE_SID_RUN" || rc=$?
-  unmount_all
-  return $rc
-}
-
 phases=("$@")
 [ "${#phases[@]}" = 0 ] && phases=(all)
 [ "${phases[*]}" = all ] && phases=(root build test)
