@@ -38,13 +38,13 @@ build_dir="build-sid-$variant"
 # host) and the variant's Kokkos.
 common=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libhdf5-dev catch2
         libopenblas-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev
-        python3 python3-numpy python3-h5py python3-pil python3-matplotlib procps file)
+        python3 python3-numpy python3-h5py python3-pil python3-matplotlib procps file ccache)
 case "$variant" in
   kokkos45) packages=("${common[@]}" libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev) ;;
   *) die "unknown JOULE_SID_VARIANT '$variant' (allowed: kokkos45)" ;;
 esac
 # Bump when the way the root is made changes, so that it is remade.
-recipe_version=2
+recipe_version=3
 stamp_text="recipe $recipe_version; packages ${packages[*]}"
 
 # --- Checks -------------------------------------------------------------------------------------------
@@ -158,9 +158,13 @@ in_checkout() {
   return $rc
 }
 
+# The root's compilations go through ccache, whose cache lives in the root (/var/cache/ccache): a
+# fresh clone of a later commit compiles only what changed (the checkout is always at /joule, so
+# the paths match). PCH-using units need the sloppiness below to be cached.
+ccache_env="CCACHE_DIR=/var/cache/ccache CCACHE_MAXSIZE=2G CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime"
 phase_build() {
   [ -f "$root/.joule-stamp" ] || die "no root at $root yet: run the root phase first (sid_root.sh root)"
-  in_checkout "cmake -S . -B $build_dir -DCMAKE_BUILD_TYPE=Release $(cmake_args) && cmake --build $build_dir -j $jobs"
+  in_checkout "export $ccache_env && ccache -z >/dev/null && cmake -S . -B $build_dir -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER_LAUNCHER=ccache $(cmake_args) && cmake --build $build_dir -j $jobs && ccache -s | grep -iE 'hits|misses' | head -3"
 }
 
 phase_test() {
