@@ -45,6 +45,7 @@
 #   JOULE_DEVICE_CMAKE_ARGS   more configure arguments (e.g. -DMPIEXEC_EXECUTABLE=$(which srun))
 #   JOULE_DEVICE_BUILD_LIMIT  the build step's limit (default 200 s; a machine with fewer cores
 #                             needs more, and a larger --budget with it)
+#   JOULE_DEVICE_TESTS_LIMIT  step 1's limit (default 60 s; a rehearsal on a busy CPU needs more)
 #   JOULE_DEVICE_PRESET       the CMake preset (default gh200; cpu runs every step on a CPU build
 #                             against an OpenMP Kokkos: the script's own rehearsal, no GPU meant)
 set -uo pipefail
@@ -267,10 +268,10 @@ fi
 
 # --- 1. The GPU tests of ordering and of bitwise offload -------------------------------------------
 if [ $built = 1 ] && [ -n "$bundle" ] && [ ${#test_exes[@]} -gt 0 ]; then
-  step tests_gpu 60 gpu env "LD_LIBRARY_PATH=$bundle_ld" bash -c '. "$1"; device_run_tests "$2" "" "${@:3}"' _ \
+  step tests_gpu "${JOULE_DEVICE_TESTS_LIMIT:-60}" gpu env "LD_LIBRARY_PATH=$bundle_ld" bash -c '. "$1"; device_run_tests "$2" "" "${@:3}"' _ \
     "$repo/apps/scripts/device_tests.sh" "$tests_re" "${test_exes[@]}"
 elif [ $built = 1 ] && [ -z "$bundle" ] && [ -n "$targets" ]; then
-  step tests_gpu 60 gpu ctest --test-dir "$build" -R "$tests_re" --output-on-failure --no-tests=error -j 4 --timeout 75
+  step tests_gpu "${JOULE_DEVICE_TESTS_LIMIT:-60}" gpu ctest --test-dir "$build" -R "$tests_re" --output-on-failure --no-tests=error -j 4 --timeout 75
 else
   note tests_gpu "not run (no build, or no test matches /$tests_re/)" "-"
 fi
