@@ -14,6 +14,7 @@
 #   make vec-report    GCC's vectorisation report for the host AdamW loop, here and (with Debian's
 #                      g++-aarch64-linux-gnu) for Grace's SVE and NEON; fails if it stays scalar
 #   make test-kokkos45 the whole suite inside a Debian sid root (debootstrap, cached in ~/.cache/joule/sid)
+#   make test-kokkos52 the same against Kokkos 5.2.2 without Kokkos-Kernels (GEMMs on OpenBLAS directly)
 #                      against trilinos 16.1's Kokkos 4.5.1 + Kokkos-Kernels 4.5 with g++ 16 and cmake 4
 #                      (apps/scripts/sid_root.sh; needs root for chroot and bind mounts)
 #   make test-aarch64  joule cross-built for aarch64 (Grace's cores, Debian's g++-aarch64-linux-gnu against
@@ -65,7 +66,7 @@ else
   PRESET ?= cpu
 endif
 
-.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize test-aarch64 test-kokkos45 run bench bench-torch compile-check gpu-audit vec-report device-bundle clean
+.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize test-aarch64 test-kokkos45 test-kokkos52 run bench bench-torch compile-check gpu-audit vec-report device-bundle clean
 all: build
 
 deps:
@@ -127,14 +128,21 @@ test-aarch64:
 test-kokkos45:
 	JOBS=$(JOBS) JOULE_SID_VARIANT=kokkos45 bash apps/scripts/sid_root.sh all
 
+# The same against Debian sid's Kokkos 5.2.2 (OpenMP), which comes without Kokkos-Kernels: joule's
+# GEMMs call OpenBLAS directly (JOULE_GEMM=auto); root and build folder named kokkos52.
+test-kokkos52:
+	JOBS=$(JOBS) JOULE_SID_VARIANT=kokkos52 bash apps/scripts/sid_root.sh all
+
 # What CI fetches besides `make deps`, so that its later phases time only building and testing:
 # Catch2 v3 (for test-sanitize) and the Kokkos 4.5/5.x headers of compile-check, both unpacked
-# into ~/.cache/joule, never installed; the aarch64 sysroot; the sid root of test-kokkos45.
+# into ~/.cache/joule, never installed; the aarch64 sysroot; the sid roots of test-kokkos45 and
+# test-kokkos52.
 deps-ci: deps
 	bash tests/scripts/fetch_catch2_v3.sh >/dev/null
 	bash cmake/compile-check/compile_check.sh --fetch-only
 	JOBS=$(JOBS) bash apps/scripts/aarch64_cross.sh sysroot kokkos
 	JOULE_SID_VARIANT=kokkos45 bash apps/scripts/sid_root.sh root
+	JOULE_SID_VARIANT=kokkos52 bash apps/scripts/sid_root.sh root
 
 # The main job: train the embedded default (tiny) configuration, tuned in flight (the scheduler
 # measures the candidate configurations on the run's own first steps, then the run goes on with

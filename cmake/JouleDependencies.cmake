@@ -4,12 +4,25 @@
 if(NOT TARGET Kokkos::kokkos)
   find_package(Kokkos 3.4 REQUIRED)
 endif()
-if(NOT TARGET Kokkos::kokkoskernels)
+# What joule's fp32 GEMMs call (core/compat_kernels.hpp): Kokkos-Kernels, with its BLAS TPLs
+# (cuBLAS, OpenBLAS) under it, or the same vendor BLAS called directly (core/detail/blas_gemm.hpp):
+# many Kokkos installs come without Kokkos-Kernels, Debian's libkokkos-dev 5.2 among them.
+set(JOULE_GEMM auto CACHE STRING
+    "What joule's fp32 GEMMs call: auto (Kokkos-Kernels where found, else the BLAS directly), kokkos-kernels, blas")
+set_property(CACHE JOULE_GEMM PROPERTY STRINGS auto kokkos-kernels blas)
+if(NOT JOULE_GEMM MATCHES "^(auto|kokkos-kernels|blas)$")
+  message(FATAL_ERROR "JOULE_GEMM is '${JOULE_GEMM}'; allowed: auto, kokkos-kernels, blas")
+endif()
+if(NOT TARGET Kokkos::kokkoskernels AND NOT JOULE_GEMM STREQUAL "blas")
   # Kokkos-Kernels is normally installed next to Kokkos; KokkosKernels_ROOT overrides.
-  find_package(KokkosKernels REQUIRED HINTS ${Kokkos_ROOT} $ENV{Kokkos_ROOT} ${Kokkos_DIR}/../../..)
+  if(JOULE_GEMM STREQUAL "auto")
+    find_package(KokkosKernels QUIET HINTS ${Kokkos_ROOT} $ENV{Kokkos_ROOT} ${Kokkos_DIR}/../../..)
+  else()
+    find_package(KokkosKernels REQUIRED HINTS ${Kokkos_ROOT} $ENV{Kokkos_ROOT} ${Kokkos_DIR}/../../..)
+  endif()
   # Trilinos' Kokkos-Kernels (Debian's libtrilinos-kokkos-kernels-dev) exports its library under
   # Trilinos' names: KokkosKernels::all_libs, headers in include/trilinos. One name for joule.
-  if(NOT TARGET Kokkos::kokkoskernels)
+  if(KokkosKernels_FOUND AND NOT TARGET Kokkos::kokkoskernels)
     foreach(_kk_target KokkosKernels::kokkoskernels KokkosKernels::all_libs KokkosKernels::trilinos_kokkoskernels)
       if(TARGET ${_kk_target})
         add_library(Kokkos::kokkoskernels INTERFACE IMPORTED)
@@ -29,6 +42,38 @@ if(NOT TARGET Kokkos::kokkoskernels)
     endif()
   endif()
 endif()
+if(TARGET Kokkos::kokkoskernels AND NOT JOULE_GEMM STREQUAL "blas")
+  set(JOULE_GEMM_PATH kokkos-kernels)
+else()
+  set(JOULE_GEMM_PATH blas)
+endif()
+
+# The host BLAS's C interface (cblas.h and its library; Debian: libopenblas-dev): the direct path's
+# host GEMMs, and the test that holds it bitwise to Kokkos-Kernels' path where both are built.
+find_path(JOULE_CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas openblas-openmp
+          DOC "folder of the host BLAS's cblas.h")
+find_library(JOULE_CBLAS_LIBRARY NAMES openblas cblas blas DOC "the host BLAS library with the cblas_* functions")
+if(JOULE_CBLAS_INCLUDE_DIR AND JOULE_CBLAS_LIBRARY)
+  add_library(joule::cblas INTERFACE IMPORTED)
+  set_target_properties(joule::cblas PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${JOULE_CBLAS_INCLUDE_DIR}"
+                                                INTERFACE_LINK_LIBRARIES "${JOULE_CBLAS_LIBRARY}")
+  # Its name in `joule info` and the run log: libopenblas.so -> OpenBLAS.
+  get_filename_component(_blas_name "${JOULE_CBLAS_LIBRARY}" NAME_WE)
+  string(REGEX REPLACE "^lib" "" _blas_name "${_blas_name}")
+  if(_blas_name STREQUAL "openblas")
+    set(_blas_name OpenBLAS)
+  endif()
+  set(JOULE_HOST_BLAS_NAME "${_blas_name}")
+elseif(JOULE_GEMM_PATH STREQUAL "blas")
+  message(FATAL_ERROR "joule's GEMMs call the BLAS directly (JOULE_GEMM=${JOULE_GEMM}, Kokkos-Kernels "
+                      "${KokkosKernels_DIR}), and no cblas was found: cblas.h ${JOULE_CBLAS_INCLUDE_DIR}, "
+                      "library ${JOULE_CBLAS_LIBRARY}. Install OpenBLAS (Debian: libopenblas-dev), or name "
+                      "them with -DJOULE_CBLAS_INCLUDE_DIR=... -DJOULE_CBLAS_LIBRARY=..., or give Kokkos-Kernels "
+                      "(KokkosKernels_ROOT)")
+endif()
+if(JOULE_GEMM_PATH STREQUAL "blas")
+  message(STATUS "joule: GEMMs call the BLAS directly (no Kokkos-Kernels): ${JOULE_CBLAS_LIBRARY}")
+endif()
 message(STATUS "joule: Kokkos ${Kokkos_VERSION}, devices: ${Kokkos_DEVICES}")
 
 # joule's kernels are lambdas; a CUDA build needs them enabled in Kokkos (always on from 4.0).
@@ -45,7 +90,10 @@ endif()
 # What the GEMMs run on: Kokkos-Kernels' BLAS TPLs, read from its configuration header. Only
 # unconditional defines count (depth 1: inside the include guard, outside any other #if): the
 # header also defines TPL_BLAS inside "#if defined(...MKL) || defined(...ARMPL)".
-get_target_property(_kk_includes Kokkos::kokkoskernels INTERFACE_INCLUDE_DIRECTORIES)
+set(_kk_includes "")
+if(JOULE_GEMM_PATH STREQUAL "kokkos-kernels")
+  get_target_property(_kk_includes Kokkos::kokkoskernels INTERFACE_INCLUDE_DIRECTORIES)
+endif()
 set(JOULE_KK_TPLS "")
 foreach(_dir IN LISTS _kk_includes)
   if(EXISTS "${_dir}/KokkosKernels_config.h")
@@ -64,7 +112,9 @@ foreach(_dir IN LISTS _kk_includes)
   endif()
 endforeach()
 list(REMOVE_DUPLICATES JOULE_KK_TPLS)
-message(STATUS "joule: Kokkos-Kernels BLAS TPLs: ${JOULE_KK_TPLS}")
+if(JOULE_GEMM_PATH STREQUAL "kokkos-kernels")
+  message(STATUS "joule: Kokkos-Kernels BLAS TPLs: ${JOULE_KK_TPLS}")
+endif()
 
 # The GH200 build (CMakePresets.json "gh200"): CUDA for Hopper, OpenMP for the Grace cores,
 # cuBLAS under the GEMMs. Stop at configure time, saying what is missing, rather than build
@@ -78,7 +128,7 @@ if(JOULE_GH200)
   endif()
   kokkos_check(DEVICES CUDA OPENMP)
   kokkos_check(ARCH HOPPER90)
-  if(NOT "CUBLAS" IN_LIST JOULE_KK_TPLS)
+  if(JOULE_GEMM_PATH STREQUAL "kokkos-kernels" AND NOT "CUBLAS" IN_LIST JOULE_KK_TPLS)
     message(FATAL_ERROR "JOULE_GH200: Kokkos-Kernels at ${KokkosKernels_DIR} was built without the cuBLAS "
                         "TPL (KokkosKernels_config.h has no KOKKOSKERNELS_ENABLE_TPL_CUBLAS); rebuild it with "
                         "-DKokkosKernels_ENABLE_TPL_CUBLAS=ON")

@@ -1,8 +1,13 @@
 #pragma once
-// The one place where Kokkos-Kernels version differences live (Kokkos core: compat.hpp).
+// The one place where Kokkos-Kernels version differences live (Kokkos core: compat.hpp), and where
+// joule's GEMMs pick their path: Kokkos-Kernels, or the vendor BLAS called directly where
+// Kokkos-Kernels is absent (JOULE_GEMM_DIRECT_BLAS, set by CMake's JOULE_GEMM; blas_gemm.hpp).
 #include "core/compat.hpp"
 #include "core/detail/launch_shape.hpp"
 
+#if defined(JOULE_GEMM_DIRECT_BLAS)
+#include "core/detail/blas_gemm.hpp"
+#else
 #include <KokkosBlas3_gemm.hpp>
 #include <KokkosKernels_config.h>
 
@@ -13,15 +18,20 @@
 #else
 #include <KokkosBlas_tpl_spec.hpp>
 #endif
-#include <stdexcept>
-#include <string>
+#endif
 #endif
 
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
+#ifndef JOULE_HOST_BLAS_NAME
+#define JOULE_HOST_BLAS_NAME "OpenBLAS"
+#endif
+
 namespace joule::compat {
 
+// C = alpha op(A) op(B) + beta C, row-major; trans_a, trans_b: "N" or "T".
 // KokkosBlas::gemm takes an execution space instance from Kokkos-Kernels 3.7 on (the version
 // macro itself only exists from then). Before, gemm runs on the default instance of the views'
 // space: fence the caller's instance first so the ordering is the same.
@@ -35,7 +45,9 @@ void gemm(ExecutionSpace const& space, char const* trans_a, char const* trans_b,
     int const bytes = sizeof(typename C::value_type);
     ::joule::detail::note_library_launch("gemm", ::joule::detail::gemm_work(m, n, k, 1, bytes, bytes, bytes, beta != 0, false));
   }
-#if defined(KOKKOSKERNELS_VERSION) && KOKKOSKERNELS_VERSION >= 30700
+#if defined(JOULE_GEMM_DIRECT_BLAS)
+  ::joule::detail::blas_gemm(space, trans_a, trans_b, alpha, a, b, beta, c);
+#elif defined(KOKKOSKERNELS_VERSION) && KOKKOSKERNELS_VERSION >= 30700
   KokkosBlas::gemm(space, trans_a, trans_b, alpha, a, b, beta, c);
 #else
   space.fence();
@@ -44,32 +56,45 @@ void gemm(ExecutionSpace const& space, char const* trans_a, char const* trans_b,
 #endif
 }
 
-// TF32 tensor cores for the fp32 GEMMs Kokkos-Kernels hands to cuBLAS: the math mode of the cuBLAS
-// handle it uses (one per process). Returns false where no GEMM goes to cuBLAS (nothing changes).
+// TF32 tensor cores for the fp32 GEMMs that go to cuBLAS: the math mode of the cuBLAS handle they
+// use (one per process: Kokkos-Kernels', or joule's own on the direct path). Returns false where no
+// GEMM goes to cuBLAS (nothing changes).
 inline bool set_tf32_gemms(bool on) {
-#if defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS)
+#if defined(JOULE_GEMM_DIRECT_BLAS) && defined(KOKKOS_ENABLE_CUDA)
+  cublasHandle_t const handle = ::joule::detail::cublas_handle();
+#elif !defined(JOULE_GEMM_DIRECT_BLAS) && defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS)
   cublasHandle_t const handle = KokkosBlas::Impl::CudaBlasSingleton::singleton().handle;
+#else
+  (void)on;
+  return false;
+#endif
+#if defined(KOKKOS_ENABLE_CUDA) && (defined(JOULE_GEMM_DIRECT_BLAS) || defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS))
   cublasStatus_t const s = cublasSetMathMode(handle, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
   if (s != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error("joule: cublasSetMathMode failed (status " + std::to_string(int(s)) + ")");
   return true;
-#else
-  (void)on;
-  return false;
 #endif
 }
 
 // Where an fp32 GEMM on ExecutionSpace goes, in words (joule info, the run log).
 template <class ExecutionSpace>
 std::string fp32_gemm_path() {
+#if defined(JOULE_GEMM_DIRECT_BLAS)
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (std::is_same_v<ExecutionSpace, Kokkos::Cuda>)
+    return "direct BLAS: cublasSgemm, no Kokkos-Kernels (fp32; TF32 with train.tf32)";
+#endif
+  return "direct BLAS: cblas_sgemm on the host BLAS (" JOULE_HOST_BLAS_NAME "), no Kokkos-Kernels";
+#else
 #if defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS) && defined(KOKKOS_ENABLE_CUDA)
   if constexpr (std::is_same_v<ExecutionSpace, Kokkos::Cuda>) return "Kokkos-Kernels gemm on cuBLAS (fp32; TF32 with train.tf32)";
 #endif
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
   if constexpr (Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible)
-    return "Kokkos-Kernels gemm on the host BLAS (OpenBLAS)";
+    return "Kokkos-Kernels gemm on the host BLAS (" JOULE_HOST_BLAS_NAME ")";
 #endif
   return "Kokkos-Kernels' own gemm kernels (fp32)";
+#endif
 }
 
 }  // namespace joule::compat

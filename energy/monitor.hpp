@@ -46,6 +46,8 @@ class Monitor {
 
   void begin(std::string const& name);   // throws std::logic_error if `name` is already open
   Window close(std::string const& name);  // stamps the end without waiting; throws if not open
+  // Forgets an open window without measuring it (its work threw): false if `name` was not open.
+  bool discard(std::string const& name) { return open_.erase(name) > 0; }
   // Waits until the sampler has covered the window's end (about one sampling period at most,
   // or a sample taken now without the sampler thread), then integrates.
   Measurement measure(Window const& w, bool with_trace = false);

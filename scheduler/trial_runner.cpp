@@ -219,7 +219,14 @@ TrialRunner::Steps TrialRunner::run_steps(Trainer& trainer, int n, bool live, bo
       if (live) runner.record_live_eval(step, e);
     }
   } observer(*this, live, measured);
-  while (int(observer.windows.size()) < n && trainer.step() < trainer.config().train.steps) trainer.run(1, &observer);
+  try {
+    while (int(observer.windows.size()) < n && trainer.step() < trainer.config().train.steps) trainer.run(1, &observer);
+  } catch (...) {
+    // The step threw inside its window: the trial fails, and the next one opens the window anew
+    // (left open, every later trial failed with "window 'trial step' is already open").
+    monitor_.discard("trial step");
+    throw;
+  }
   Steps s;
   s.steps = observer.steps;
   for (auto const& w : observer.windows) {

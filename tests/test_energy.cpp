@@ -610,6 +610,14 @@ TEST_CASE("energy: the monitor's windows: overlapping, per domain, the total's r
   auto const wy = m.close("y");
   REQUIRE(wy.t1 >= wx.t1);
   REQUIRE_THROWS_WITH(m.close("x"), Contains("no open window"));
+  // A window whose work threw is discarded: the name can be opened again, and closing it
+  // without a new begin is misuse.
+  m.begin("step");
+  REQUIRE(m.discard("step"));
+  REQUIRE_FALSE(m.discard("step"));
+  REQUIRE_THROWS_WITH(m.close("step"), Contains("no open window"));
+  REQUIRE_NOTHROW(m.begin("step"));
+  REQUIRE_NOTHROW(m.close("step"));
 }
 
 TEST_CASE("energy: whole-run report: regions settled, mode stated, flagged regions marked", "[energy][report]") {

@@ -211,7 +211,10 @@ check_deps() {  # everything joule's build looks for; with Kokkos only when Kokk
       kk_prefix="$cfg_prefix"
       kk_h="$(find "$kk_prefix" -maxdepth 3 -name KokkosKernels_config.h 2>/dev/null | head -1)"
     else
-      need "Kokkos-Kernels (the release matching Kokkos): no KokkosKernelsConfig.cmake in KokkosKernels_ROOT, Kokkos_ROOT or the usual prefixes"
+      # Optional: without it joule's GEMMs call the BLAS directly (CMake's JOULE_GEMM=auto), which
+      # needs OpenBLAS's cblas (checked below).
+      note "no Kokkos-Kernels (no KokkosKernelsConfig.cmake in KokkosKernels_ROOT, Kokkos_ROOT or the usual prefixes): joule's GEMMs will call the BLAS directly (cblas on the host, cuBLAS on CUDA)"
+      no_kernels=1
     fi
   fi
 
@@ -285,6 +288,8 @@ check_deps() {  # everything joule's build looks for; with Kokkos only when Kokk
   # own path), and what the OpenMP build from source trees needs.
   if f="$(find_in_prefixes OpenBLAS 'lib/*-linux-gnu/openblas-openmp/libopenblas.so*' 'lib64/libopenblas*.so*' 'lib/libopenblas*.so*' 'lib/*-linux-gnu/libopenblas*.so*')"; then
     ok "OpenBLAS ($f)"
+  elif [ "${no_kernels:-0}" = 1 ]; then
+    need "OpenBLAS (libopenblas and its cblas.h): without Kokkos-Kernels joule's GEMMs call it directly; not found (OpenBLAS_ROOT, CMAKE_PREFIX_PATH, /usr/local, /usr), or give CMAKE_ARGS=-DJOULE_CBLAS_INCLUDE_DIR=... -DJOULE_CBLAS_LIBRARY=..."
   elif [ -z "${Kokkos_ROOT:-}" ] && [ "$backend" = openmp ]; then
     need "OpenBLAS (libopenblas, its OpenMP build preferred; Kokkos-Kernels' BLAS TPL): not found (OpenBLAS_ROOT, CMAKE_PREFIX_PATH, /usr/local, /usr)"
   elif [ -n "$kk_h" ] && grep -Eq '^#[ \t]*define[ \t]+KOKKOSKERNELS_ENABLE_TPL_BLAS([ \t]|$)' "$kk_h"; then

@@ -13,6 +13,7 @@
 #   Each phase prints its wall time; `all` ends with a table of them.
 # Variants (JOULE_SID_VARIANT):
 #   kokkos45  trilinos 16.1's Kokkos 4.5.1 (Serial device only) + Kokkos-Kernels 4.5, g++ 16 (default)
+#   kokkos52  Debian's Kokkos 5.2.2 (OpenMP), no Kokkos-Kernels: joule's GEMMs call OpenBLAS directly
 # Settings:
 #   JOULE_SID_CACHE   where the roots live (~/.cache/joule/sid); each variant has its own
 #   JOULE_SID_MIRROR  the Debian mirror (default: the host's first deb.debian.org-style URI, else
@@ -41,7 +42,8 @@ common=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libhdf5-dev catch2
         python3 python3-numpy python3-h5py python3-pil python3-matplotlib procps file ccache)
 case "$variant" in
   kokkos45) packages=("${common[@]}" libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev) ;;
-  *) die "unknown JOULE_SID_VARIANT '$variant' (allowed: kokkos45)" ;;
+  kokkos52) packages=("${common[@]}" libkokkos-dev) ;;
+  *) die "unknown JOULE_SID_VARIANT '$variant' (allowed: kokkos45, kokkos52)" ;;
 esac
 # Bump when the way the root is made changes, so that it is remade.
 recipe_version=3
@@ -135,6 +137,19 @@ phase_root() {
     in_root update-alternatives --quiet --set "$lib-x86_64-linux-gnu" "/usr/lib/x86_64-linux-gnu/openblas-openmp/$lib" ||
       die "could not point $lib at OpenBLAS's OpenMP build in the root"
   done
+  # Debian's libkokkos-dev 5.2.2 names two static libraries in its CMake targets that it does not
+  # ship (libkokkosalgorithms.a, libkokkossimd.a), and find_package(Kokkos) stops on a missing
+  # file. In Kokkos 5 both hold only a placeholder unit (algorithms and SIMD are header-only), so
+  # each missing archive is made empty, and said.
+  in_root bash -c 'for t in /usr/lib/*/cmake/Kokkos/KokkosTargets-*.cmake; do
+      [ -f "$t" ] || continue
+      for f in $(grep -o "\${_IMPORT_PREFIX}/lib/[^\"]*\.a" "$t" | sort -u); do
+        f="/usr${f#\$\{_IMPORT_PREFIX\}}"
+        [ -e "$f" ] && continue
+        echo "[joule sid] $f: named by $(basename "$t") but not shipped; made an empty archive" >&2
+        ar rc "$f"
+      done
+    done' || die "could not mend the Kokkos CMake targets' missing archives in the root"
   unmount_all
   echo "$stamp_text" > "$root/.joule-stamp"
 }
@@ -144,6 +159,7 @@ cmake_args() {
     # C++20, as a Kokkos 5 build must be: this build also stands for the compile check's g++ pass
     # against Kokkos 4.5 (JOULE_COMPILE_CHECK_HOST45=0).
     kokkos45) echo "-DKokkos_ROOT=/usr -DCMAKE_CXX_STANDARD=20" ;;
+    kokkos52) echo "-DKokkos_ROOT=/usr -DCMAKE_CXX_STANDARD=20" ;;  # Kokkos 5 requires C++20
   esac
 }
 

@@ -25,8 +25,9 @@ for k in "${!loop_marks[@]}"; do
   [ "$(wc -w <<<"$l")" = 1 ] || { echo "vec_report: the ${loop_names[$k]} is not where this script looks in $source_file" >&2; exit 1; }
   loop_lines+=("$l")
 done
-# The build's flags for this file (core/CMakeLists.txt): -O3, no errno from math, no contraction.
-flags=(-O3 -DNDEBUG -fno-math-errno -ffp-contract=off -fopenmp -std=c++17 -I"$repo" -I"$generated"
+# The build's flags for this file (core/CMakeLists.txt): -O3, no errno from math, no contraction, the
+# build's C++ standard (JOULE_CXX_STANDARD; Kokkos 5 needs 20).
+flags=(-O3 -DNDEBUG -fno-math-errno -ffp-contract=off -fopenmp -std=c++"${JOULE_CXX_STANDARD:-17}" -I"$repo" -I"$generated"
        "${kokkos_includes[@]}" -c "$source_file" -o /dev/null -fopt-info-vec-all)
 status=0
 report() {  # report LABEL COMPILER FLAGS...

@@ -24,7 +24,11 @@ constexpr bool bf16_gemm_on_cublaslt() {
 template <class ExecutionSpace>
 std::string bf16_gemm_path() {
   return bf16_gemm_on_cublaslt<ExecutionSpace>() ? "cuBLASLt (bf16 tensor cores, fp32 accumulation)"
+#if defined(JOULE_GEMM_DIRECT_BLAS)
+                                                 : "bf16 widened to fp32, fp32 gemm on the BLAS directly";
+#else
                                                  : "bf16 widened to fp32, Kokkos-Kernels fp32 gemm";
+#endif
 }
 
 // The scratch a bf16 GEMM needs, allocated once by its owner for the largest GEMM it runs (a

@@ -51,6 +51,25 @@ device_free inspect inspect "$log"
 device_free inspect_csv inspect --csv "$log"
 grep -q "not started: --no-device" info_no_device.out || fail "info --no-device: $(cat info_no_device.out)"
 grep -q "^Kokkos [0-9]" info_no_device.out || fail "info --no-device names no Kokkos version: $(cat info_no_device.out)"
+# info names the Kokkos this build found (JOULE_TEST_KOKKOS_VERSION, JOULE_TEST_KOKKOS_DEVICES: CMake's
+# Kokkos_VERSION and Kokkos_DEVICES), its devices, and the fp32 GEMMs' path (JOULE_TEST_GEMM_PATH:
+# kokkos-kernels or blas, CMake's choice), with and without --no-device.
+if [ -n "${JOULE_TEST_KOKKOS_VERSION:-}" ]; then
+  IFS=. read -r major minor patch <<<"$JOULE_TEST_KOKKOS_VERSION"
+  version="$((10#$major)).$((10#$minor)).$((10#$patch))"
+  for out in info_no_device.out control.out; do
+    grep -q "^Kokkos $version (devices: " "$out" || fail "info does not name Kokkos $version and its devices: $(cat "$out")"
+    devices="$(sed -n "s/^Kokkos $version (devices: \([^)]*\)).*/\1/p" "$out")"
+    for device in ${JOULE_TEST_KOKKOS_DEVICES//,/ }; do
+      grep -qi "\b$device\b" <<<"$devices" || fail "info's devices ($devices) leave out $device"
+    done
+    case "${JOULE_TEST_GEMM_PATH:-}" in
+      kokkos-kernels) grep -q "^GEMMs (train.precision): fp32: Kokkos-Kernels" "$out" || fail "info: $(cat "$out")" ;;
+      blas) grep -q "^GEMMs (train.precision): fp32: direct BLAS: " "$out" || fail "info: $(cat "$out")" ;;
+      *) fail "JOULE_TEST_GEMM_PATH is '${JOULE_TEST_GEMM_PATH:-}' (kokkos-kernels or blas)" ;;
+    esac
+  done
+fi
 
 # --kokkos-* arguments given to such a command do nothing, and joule says so.
 device_free inspect_flag inspect "$log" --kokkos-threads=1

@@ -70,7 +70,14 @@ run real Kokkos_ROOT="$real"
 [ "$rc" = 0 ] || fail "real: exit $rc for $real"
 expect real "ok +Kokkos [0-9]"
 [ "$real" != "$default" ] || expect real "ok +Kokkos 3\.4\.0?1 "
-expect real "ok +Kokkos-Kernels"
+# Kokkos-Kernels where this build found one (KokkosKernels_DIR); else the note that joule's GEMMs
+# call the BLAS directly, and OpenBLAS required for it.
+if [ -n "${KokkosKernels_DIR:-}" ] && [ "${KokkosKernels_DIR%-NOTFOUND}" = "$KokkosKernels_DIR" ]; then
+  expect real "ok +Kokkos-Kernels"
+else
+  expect real "note +no Kokkos-Kernels .*joule's GEMMs will call the BLAS directly"
+  expect real "ok +OpenBLAS"
+fi
 expect real "building none, installing nothing"
 no_calls real
 

@@ -111,7 +111,9 @@ struct AttentionBlockScratch {
   KOKKOS_INLINE_FUNCTION static void buffers(Member const& team, T*& staged, T*& accumulators) {
     // Copies: Kokkos takes the level and the sizes by reference, and nvcc has no device-side
     // definition of a static member bound to one.
-    int const staged_level = kStagedLevel, accumulator_level = kAccumulatorLevel;
+    // Level 0 is attention_shared_level's (level 1 on the host).
+    int const shared = attention_shared_level<ExecutionSpace>();
+    int const staged_level = kStagedLevel == 0 ? shared : 1, accumulator_level = kAccumulatorLevel == 0 ? shared : 1;
     std::size_t const first = kFirstBuffer, second = kAccumulators;
     staged = ScratchVector<T, ExecutionSpace>(team.team_scratch(staged_level), first).data();
     accumulators = kOneBuffer ? staged + kStaged

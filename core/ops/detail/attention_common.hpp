@@ -157,6 +157,15 @@ constexpr std::size_t attention_scratch_budget() {
   return is_host_space<ExecutionSpace>() ? 163840 : 32768;
 }
 
+// The scratch level that holds a kernel's level-0 tiles on ExecutionSpace: level 0 (shared memory)
+// on GPUs; level 1 on host spaces, where both levels are the same per-thread memory and Kokkos grants
+// a host team only 32 KiB of level 0 (TeamPolicy::scratch_size_max(0); Kokkos 5's OpenMP backend
+// refuses more, Kokkos 3.4 did not check). attention_policy asks for the scratch accordingly.
+template <class ExecutionSpace>
+constexpr int attention_shared_level() {
+  return is_host_space<ExecutionSpace>() ? 1 : 0;
+}
+
 template <class T, class ExecutionSpace>
 using ScratchMatrix = Kokkos::View<T**, Kokkos::LayoutRight,
                                    typename ExecutionSpace::scratch_memory_space,

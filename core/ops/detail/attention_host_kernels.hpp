@@ -22,6 +22,9 @@ struct AttentionHostKernelBase : Args {
   static_assert(kTile % kR == 0, "tile rows must split evenly over threads");
   // GPUs: one thread per kR rows; CPUs: a team is one thread that walks the tile.
   static constexpr int team_size() { return is_host_space<ExecutionSpace>() ? 1 : kTile / kR; }
+  // The tiles are level-0 scratch (shared memory) on a GPU; attention_policy moves them to level 1
+  // on the host, where they take them from (kLevel).
+  static constexpr int kLevel = attention_shared_level<ExecutionSpace>();
   static std::size_t scratch_bytes(int level) {
     return level == 0 ? NTiles * Tile2::shmem_size(kTile, HD) + 2 * Tile1::shmem_size(kTile) : 0;
   }
@@ -38,7 +41,7 @@ struct AttentionForwardKernel
     : AttentionHostKernelBase<ExecutionSpace, HD, 4, AttentionForwardArgs<Out, Lse, Qkv>> {
   using Base = typename AttentionForwardKernel::AttentionHostKernelBase;  // scratch: q, o, kt, v; m, l
   using typename Base::S, typename Base::T, typename Base::Member, typename Base::Tile2, typename Base::Tile1;
-  using Base::s, Base::out, Base::lse, Base::qkv, Base::scale, Base::kTile, Base::kR;
+  using Base::s, Base::out, Base::lse, Base::qkv, Base::scale, Base::kTile, Base::kR, Base::kLevel;
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
     // (Plain locals, not a structured binding: lambdas may capture those only from C++20 on.)
@@ -46,9 +49,9 @@ struct AttentionForwardKernel
     int const bh = t.bh, row0 = t.row0, n_rows = t.n_rows, token0 = t.token0;
     int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
 
-    Tile2 q(team.team_scratch(0), kTile, HD), o(team.team_scratch(0), kTile, HD);
-    Tile2 kt(team.team_scratch(0), HD, kTile), v(team.team_scratch(0), kTile, HD);
-    Tile1 m(team.team_scratch(0), kTile), l(team.team_scratch(0), kTile);
+    Tile2 q(team.team_scratch(kLevel), kTile, HD), o(team.team_scratch(kLevel), kTile, HD);
+    Tile2 kt(team.team_scratch(kLevel), HD, kTile), v(team.team_scratch(kLevel), kTile, HD);
+    Tile1 m(team.team_scratch(kLevel), kTile), l(team.team_scratch(kLevel), kTile);
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](int i) {
       bool const in = i < n_rows;  // rows past the end are zero, computed but never stored
@@ -108,18 +111,18 @@ struct AttentionBackwardKeyValueKernel
     : AttentionHostKernelBase<ExecutionSpace, HD, 8, AttentionBackwardArgs<DQkv, Delta, DOut, Qkv, Lse>> {
   using Base = typename AttentionBackwardKeyValueKernel::AttentionHostKernelBase;  // scratch: k, v, dk, dv, q, qt, dout, doutt; lse, delta
   using typename Base::S, typename Base::T, typename Base::Member, typename Base::Tile2, typename Base::Tile1;
-  using Base::s, Base::d_qkv, Base::delta, Base::d_out, Base::qkv, Base::lse, Base::scale, Base::kTile, Base::kR;
+  using Base::s, Base::d_qkv, Base::delta, Base::d_out, Base::qkv, Base::lse, Base::scale, Base::kTile, Base::kR, Base::kLevel;
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
     auto const t = this->team_tile(team);
     int const bh = t.bh, key0 = t.row0, n_keys = t.n_rows, token0 = t.token0;
     int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
 
-    Tile2 k(team.team_scratch(0), kTile, HD), v(team.team_scratch(0), kTile, HD);
-    Tile2 dk(team.team_scratch(0), kTile, HD), dv(team.team_scratch(0), kTile, HD);
-    Tile2 q(team.team_scratch(0), kTile, HD), qt(team.team_scratch(0), HD, kTile);
-    Tile2 dout(team.team_scratch(0), kTile, HD), doutt(team.team_scratch(0), HD, kTile);
-    Tile1 row_lse(team.team_scratch(0), kTile), row_delta(team.team_scratch(0), kTile);
+    Tile2 k(team.team_scratch(kLevel), kTile, HD), v(team.team_scratch(kLevel), kTile, HD);
+    Tile2 dk(team.team_scratch(kLevel), kTile, HD), dv(team.team_scratch(kLevel), kTile, HD);
+    Tile2 q(team.team_scratch(kLevel), kTile, HD), qt(team.team_scratch(kLevel), HD, kTile);
+    Tile2 dout(team.team_scratch(kLevel), kTile, HD), doutt(team.team_scratch(kLevel), HD, kTile);
+    Tile1 row_lse(team.team_scratch(kLevel), kTile), row_delta(team.team_scratch(kLevel), kTile);
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](int j) {
       bool const in = j < n_keys;  // keys past the end are zero, computed but never stored
@@ -191,7 +194,7 @@ struct AttentionBackwardQueryKernel
     : AttentionHostKernelBase<ExecutionSpace, HD, 6, AttentionBackwardArgs<DQkv, Delta, DOut, Qkv, Lse>> {
   using Base = typename AttentionBackwardQueryKernel::AttentionHostKernelBase;  // scratch: q, dout, dq, k, kt, vt; lse, delta
   using typename Base::S, typename Base::T, typename Base::Member, typename Base::Tile2, typename Base::Tile1;
-  using Base::s, Base::d_qkv, Base::delta, Base::d_out, Base::qkv, Base::lse, Base::scale, Base::kTile, Base::kR;
+  using Base::s, Base::d_qkv, Base::delta, Base::d_out, Base::qkv, Base::lse, Base::scale, Base::kTile, Base::kR, Base::kLevel;
 
   KOKKOS_FUNCTION void operator()(Member const& team) const {
     // (Plain locals, not a structured binding: lambdas may capture those only from C++20 on.)
@@ -199,10 +202,10 @@ struct AttentionBackwardQueryKernel
     int const bh = t.bh, row0 = t.row0, n_rows = t.n_rows, token0 = t.token0;
     int const q_col = t.q_col, k_col = t.k_col, v_col = t.v_col;
 
-    Tile2 q(team.team_scratch(0), kTile, HD), dout(team.team_scratch(0), kTile, HD);
-    Tile2 dq(team.team_scratch(0), kTile, HD), k(team.team_scratch(0), kTile, HD);
-    Tile2 kt(team.team_scratch(0), HD, kTile), vt(team.team_scratch(0), HD, kTile);
-    Tile1 row_lse(team.team_scratch(0), kTile), row_delta(team.team_scratch(0), kTile);
+    Tile2 q(team.team_scratch(kLevel), kTile, HD), dout(team.team_scratch(kLevel), kTile, HD);
+    Tile2 dq(team.team_scratch(kLevel), kTile, HD), k(team.team_scratch(kLevel), kTile, HD);
+    Tile2 kt(team.team_scratch(kLevel), HD, kTile), vt(team.team_scratch(kLevel), HD, kTile);
+    Tile1 row_lse(team.team_scratch(kLevel), kTile), row_delta(team.team_scratch(kLevel), kTile);
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kTile), [&](int i) {
       bool const in = i < n_rows;  // rows past the end are zero, computed but never stored

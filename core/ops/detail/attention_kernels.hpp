@@ -26,12 +26,17 @@ void note_attention_launch(char const* name, long teams, KernelWork const& work)
               work);
 }
 
-// The kernel's policy with its team scratch in both levels.
+// The kernel's policy with its team scratch in both levels: its level-0 bytes in
+// attention_shared_level's level (level 1 on the host, added to the kernel's own level 1).
 template <class Kernel>
 typename Kernel::Policy attention_policy(typename Kernel::Policy::execution_space const& space, int league) {
-  return typename Kernel::Policy(space, league, Kernel::team_size())
-      .set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes(0)))
-      .set_scratch_size(1, Kokkos::PerTeam(Kernel::scratch_bytes(1)));
+  using Policy = typename Kernel::Policy;
+  bool const shared_in_level0 = attention_shared_level<typename Policy::execution_space>() == 0;
+  std::size_t const level0 = shared_in_level0 ? Kernel::scratch_bytes(0) : 0;
+  std::size_t const level1 = Kernel::scratch_bytes(1) + (shared_in_level0 ? 0 : Kernel::scratch_bytes(0));
+  return Policy(space, league, Kernel::team_size())
+      .set_scratch_size(0, Kokkos::PerTeam(level0))
+      .set_scratch_size(1, Kokkos::PerTeam(level1));
 }
 
 // One pass's launch: the host- or GPU-shaped kernel over every (batch, head, tile of its rows),
