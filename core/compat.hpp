@@ -64,10 +64,21 @@ inline thread_local RegionLane t_region_lane{};
 }  // namespace detail
 inline RegionLane region_lane() { return detail::t_region_lane; }
 
+// Whether ExecutionSpace is Kokkos::Cuda (false where this Kokkos has no CUDA backend): the
+// spaces whose GEMMs go to cuBLAS / cuBLASLt and whose streams joule orders.
+template <class ExecutionSpace>
+constexpr bool is_cuda_space() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return std::is_same_v<ExecutionSpace, Kokkos::Cuda>;
+#else
+  return false;
+#endif
+}
+
 template <class ExecutionSpace>
 RegionLane lane_of(ExecutionSpace const& space) {
 #if defined(KOKKOS_ENABLE_CUDA)
-  if constexpr (std::is_same_v<ExecutionSpace, Kokkos::Cuda>) return {false, static_cast<void*>(space.cuda_stream())};
+  if constexpr (is_cuda_space<ExecutionSpace>()) return {false, static_cast<void*>(space.cuda_stream())};
 #endif
   (void)space;
   return {Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible, nullptr};

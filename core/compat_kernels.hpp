@@ -81,13 +81,13 @@ template <class ExecutionSpace>
 std::string fp32_gemm_path() {
 #if defined(JOULE_GEMM_DIRECT_BLAS)
 #if defined(KOKKOS_ENABLE_CUDA)
-  if constexpr (std::is_same_v<ExecutionSpace, Kokkos::Cuda>)
+  if constexpr (is_cuda_space<ExecutionSpace>())
     return "direct BLAS: cublasSgemm, no Kokkos-Kernels (fp32; TF32 with train.tf32)";
 #endif
   return "direct BLAS: cblas_sgemm on the host BLAS (" JOULE_HOST_BLAS_NAME "), no Kokkos-Kernels";
 #else
 #if defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS) && defined(KOKKOS_ENABLE_CUDA)
-  if constexpr (std::is_same_v<ExecutionSpace, Kokkos::Cuda>) return "Kokkos-Kernels gemm on cuBLAS (fp32; TF32 with train.tf32)";
+  if constexpr (is_cuda_space<ExecutionSpace>()) return "Kokkos-Kernels gemm on cuBLAS (fp32; TF32 with train.tf32)";
 #endif
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
   if constexpr (Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible)

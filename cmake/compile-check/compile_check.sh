@@ -238,7 +238,7 @@ else
     printf '%s\n' "${batches[@]}" | grep -qx "$(batch_of "$(dirname "$u")")" || batches+=("$(batch_of "$(dirname "$u")")")
   done
 fi
-log "compiling ${#units[@]} translation units for CUDA sm_90 (nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')) and for g++ C++20, $([ "${JOULE_COMPILE_CHECK_UNITY:-1}" = 0 ] && echo "each alone" || echo "one batch per folder"), $jobs at a time"
+log "compiling ${#units[@]} translation units for CUDA sm_90 (nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'))$([ "${JOULE_COMPILE_CHECK_HOST45:-1}${JOULE_COMPILE_CHECK_HOST5:-1}" = 00 ] || echo " and for g++ C++20"), $([ "${JOULE_COMPILE_CHECK_UNITY:-1}" = 0 ] && echo "each alone" || echo "one batch per folder"), $jobs at a time"
 results="$work/results"
 : > "$results"
 for b in "${batches[@]}"; do

@@ -8,7 +8,7 @@
 // column-major X^T [c, r] with leading dimension X.stride(0). C = op(A) op(B) is then computed as
 // C^T = op(B)^T op(A)^T: B goes first and m and n swap, as in Kokkos-Kernels' LayoutRight case
 // (KokkosBlas3_gemm_tpl_spec_decl.hpp).
-#include <Kokkos_Core.hpp>
+#include "core/compat.hpp"
 
 #include <cblas.h>
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -31,14 +31,6 @@ void check_cublas(cublasStatus_t status, char const* what);
 
 inline bool blas_transposed(char const* trans) { return trans[0] == 'T' || trans[0] == 't'; }
 
-template <class ExecutionSpace>
-constexpr bool is_cuda_space() {
-#if defined(KOKKOS_ENABLE_CUDA)
-  return std::is_same_v<ExecutionSpace, Kokkos::Cuda>;
-#else
-  return false;
-#endif
-}
 
 // C [m, n] = alpha op(A) op(B) + beta C; trans_a, trans_b: "N" or "T". float or double, row-major.
 template <class ExecutionSpace, class A, class B, class C>
@@ -66,7 +58,7 @@ void blas_gemm(ExecutionSpace const& space, char const* trans_a, char const* tra
   // Leading dimensions as Kokkos-Kernels gives them: the row stride, at least 1.
   int const lda = std::max(1, int(a.stride(0))), ldb = std::max(1, int(b.stride(0))),
             ldc = std::max(1, int(c.stride(0)));
-  if constexpr (is_cuda_space<ExecutionSpace>()) {
+  if constexpr (::joule::compat::is_cuda_space<ExecutionSpace>()) {
 #if defined(KOKKOS_ENABLE_CUDA)
     cublasHandle_t const handle = cublas_handle();
     check_cublas(cublasSetStream(handle, space.cuda_stream()), "cublasSetStream");

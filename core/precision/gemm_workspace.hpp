@@ -13,11 +13,7 @@ namespace joule {
 
 template <class ExecutionSpace>
 constexpr bool bf16_gemm_on_cublaslt() {
-#if defined(KOKKOS_ENABLE_CUDA)
-  return std::is_same_v<ExecutionSpace, Kokkos::Cuda>;
-#else
-  return false;
-#endif
+  return compat::is_cuda_space<ExecutionSpace>();
 }
 
 // Which path a bf16 GEMM takes on ExecutionSpace, in words (joule info, the run log).
