@@ -88,7 +88,7 @@ TEMPLATE_TEST_CASE("direct BLAS gemm matches a naive product; beta = 0 ignores C
 TEST_CASE("direct BLAS gemm: operands that do not fit are refused, naming the shapes", "[ops][gemm]") {
   Tensor2<float, HostMem> a("a", 3, 4), b("b", 5, 2), c("c", 3, 2);
   REQUIRE_THROWS_WITH(detail::blas_gemm(HostSpace(), "N", "N", 1.0f, a, b, 0.0f, c),
-                      "joule: gemm: opN(A) of [3, 4] times opN(B) of [5, 2] does not give C of [3, 2]");
+                      "joule::gemm: opN(A) of [3, 4] times opN(B) of [5, 2] does not give C of [3, 2]");
   Tensor2<float, HostMem> b_ok("b", 4, 2);
   REQUIRE_NOTHROW(detail::blas_gemm(HostSpace(), "N", "N", 1.0f, a, b_ok, 0.0f, c));
 }

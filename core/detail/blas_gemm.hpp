@@ -9,6 +9,7 @@
 // C^T = op(B)^T op(A)^T: B goes first and m and n swap, as in Kokkos-Kernels' LayoutRight case
 // (KokkosBlas3_gemm_tpl_spec_decl.hpp).
 #include "core/compat.hpp"
+#include "core/tensor.hpp"
 
 #include <cblas.h>
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -16,7 +17,6 @@
 #endif
 
 #include <algorithm>
-#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -47,13 +47,10 @@ void blas_gemm(ExecutionSpace const& space, char const* trans_a, char const* tra
                 "blas_gemm: row-major (LayoutRight) matrices");
   bool const ta = blas_transposed(trans_a), tb = blas_transposed(trans_b);
   int const m = int(c.extent(0)), n = int(c.extent(1)), k = int(ta ? a.extent(0) : a.extent(1));
-  if (int(ta ? a.extent(1) : a.extent(0)) != m || int(tb ? b.extent(1) : b.extent(0)) != k ||
-      int(tb ? b.extent(0) : b.extent(1)) != n)
-    throw std::invalid_argument("joule: gemm: op" + std::string(1, trans_a[0]) + "(A) of [" +
-                                std::to_string(a.extent(0)) + ", " + std::to_string(a.extent(1)) + "] times op" +
-                                std::string(1, trans_b[0]) + "(B) of [" + std::to_string(b.extent(0)) + ", " +
-                                std::to_string(b.extent(1)) + "] does not give C of [" + std::to_string(m) + ", " +
-                                std::to_string(n) + "]");
+  require(int(ta ? a.extent(1) : a.extent(0)) == m && int(tb ? b.extent(1) : b.extent(0)) == k &&
+              int(tb ? b.extent(0) : b.extent(1)) == n,
+          "gemm", std::string("op") + trans_a[0] + "(A) of " + shape_of(a) + " times op" + trans_b[0] + "(B) of " +
+                      shape_of(b) + " does not give C of " + shape_of(c));
   if (m == 0 || n == 0) return;
   // Leading dimensions as Kokkos-Kernels gives them: the row stride, at least 1.
   int const lda = std::max(1, int(a.stride(0))), ldb = std::max(1, int(b.stride(0))),
