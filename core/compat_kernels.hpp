@@ -25,8 +25,8 @@
 #include <string>
 #include <type_traits>
 
-#ifndef JOULE_HOST_BLAS_NAME
-#define JOULE_HOST_BLAS_NAME "OpenBLAS"
+#ifndef JOULE_HOST_BLAS_NAME  // CMake names it (joule_blas_name in cmake/JouleDependencies.cmake)
+#define JOULE_HOST_BLAS_NAME "unnamed"
 #endif
 
 namespace joule::compat {
@@ -60,19 +60,20 @@ void gemm(ExecutionSpace const& space, char const* trans_a, char const* trans_b,
 // use (one per process: Kokkos-Kernels', or joule's own on the direct path). Returns false where no
 // GEMM goes to cuBLAS (nothing changes).
 inline bool set_tf32_gemms(bool on) {
+#if defined(KOKKOS_ENABLE_CUDA) && (defined(JOULE_GEMM_DIRECT_BLAS) || defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS))
+  cublasMath_t const mode = on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+#endif
 #if defined(JOULE_GEMM_DIRECT_BLAS) && defined(KOKKOS_ENABLE_CUDA)
-  cublasHandle_t const handle = ::joule::detail::cublas_handle();
-#elif !defined(JOULE_GEMM_DIRECT_BLAS) && defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS)
-  cublasHandle_t const handle = KokkosBlas::Impl::CudaBlasSingleton::singleton().handle;
+  ::joule::detail::check_cublas(cublasSetMathMode(::joule::detail::cublas_handle(), mode), "cublasSetMathMode");
+  return true;
+#elif defined(KOKKOS_ENABLE_CUDA) && defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS)
+  cublasStatus_t const s = cublasSetMathMode(KokkosBlas::Impl::CudaBlasSingleton::singleton().handle, mode);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("joule: cublasSetMathMode failed (cuBLAS status " + std::to_string(int(s)) + ")");
+  return true;
 #else
   (void)on;
   return false;
-#endif
-#if defined(KOKKOS_ENABLE_CUDA) && (defined(JOULE_GEMM_DIRECT_BLAS) || defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS))
-  cublasStatus_t const s = cublasSetMathMode(handle, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
-  if (s != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error("joule: cublasSetMathMode failed (status " + std::to_string(int(s)) + ")");
-  return true;
 #endif
 }
 
