@@ -125,7 +125,12 @@ if [ "$mode" = double-kill ]; then
   # 2. SIGHUP, then SIGTERM: the user means it, the process ends at once (the shell reports 143),
   # unless the run had already stopped and exited (129) by the time SIGTERM came. On a busy machine
   # the second signal can come late, after the run stopped, kept its checkpoint and said so, while
-  # the process was ending: 143 then, and the checkpoint it named must be whole.
+  # the process was ending: 143 then, and the checkpoint it named must be whole. Or the two handlers
+  # run in the other order: SIGHUP leaves the shared pending set when a thread takes it, and if that
+  # thread is preempted before its handler runs, SIGTERM (sent at that moment) can be handled first
+  # by another thread; the process then saw SIGTERM first, stops between steps as SIGTERM asks and
+  # keeps its checkpoint (143 after "interrupted by SIGTERM"), the late SIGHUP only noted. Seen in
+  # CI beside other work; the process cannot tell the two orders apart, so both are right.
   rm -f "$work/ckpt.h5"
   "$joule" train --config "$work/small.json" --no-energy >"$work/hupterm.out" 2>&1 &
   pid=$!
@@ -134,6 +139,8 @@ if [ "$mode" = double-kill ]; then
   rc=0; wait $pid || rc=$?
   if [ $rc = 143 ] && grep -q "^interrupted by SIGHUP .* after step [0-9]*: the training state is in $work/ckpt.h5" "$work/hupterm.out"; then
     check_checkpoint "SIGHUP, the stop and its checkpoint, then SIGTERM while ending (143)"
+  elif [ $rc = 143 ] && grep -q "^interrupted by SIGTERM .* after step [0-9]*: the training state is in $work/ckpt.h5" "$work/hupterm.out"; then
+    check_checkpoint "SIGTERM's handler ran before SIGHUP's: a stop between steps on SIGTERM (143)"
   elif [ $rc = 143 ]; then
     ! grep -q "^interrupted by" "$work/hupterm.out" || fail "SIGHUP then SIGTERM: exit 143 after a stop message naming no checkpoint: $(tail -3 "$work/hupterm.out")"
     echo "ok: SIGHUP then SIGTERM: ended at once (143)"
