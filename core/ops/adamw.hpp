@@ -203,11 +203,14 @@ void adamw_update(ExecutionSpace const& space, Param const& param, Grad const& g
       });
 }
 
-// The multi-tensor form for devices: many contiguous arrays (the device groups' runs of decayed and
-// not decayed tensors) in one launch, so a step's AdamW is one kernel over every element instead
-// of one per tensor (57 at medium.json, the smallest 384 threads). Run k holds elements
-// [begin, next run's begin) of the concatenation. The element update is AdamWElement::apply, as
-// everywhere: the same bits as adamw_update.
+// The multi-tensor form: many contiguous arrays (the device groups' runs of decayed and not decayed
+// tensors) in one launch, so a step's AdamW is one kernel over every element instead of one per
+// tensor (57 at medium.json, the smallest 384 threads). Run k holds elements [begin, next run's
+// begin) of the concatenation. The element update is AdamWElement::apply, as everywhere: the same
+// bits as adamw_update. On a host space it is one parallel region too: the concatenation cut into
+// one contiguous chunk per thread, each chunk running the host loop over the pieces of the runs it
+// covers (a region per tensor is a fork and a join each, and beside other work every join waits
+// for the thread that shares its CPU).
 template <class T>
 struct AdamWRun {
   T* p;
@@ -225,6 +228,27 @@ void adamw_update_runs(ExecutionSpace const& space, Kokkos::View<AdamWRun<T>*, M
   int const n_runs = int(runs.extent(0));
   if (n_runs == 0 || total == 0) return;
   detail::note_launch("adamw_update_runs", detail::adamw_work(double(total)), long(total));
+  constexpr bool host = Kokkos::SpaceAccessibility<ExecutionSpace, Kokkos::HostSpace>::accessible;
+  if constexpr (host) {
+    static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, MemorySpace>::accessible,
+                  "adamw_update_runs: the runs must be readable where the update runs");
+    int const threads = space.concurrency();
+    long long const chunk = (total + threads - 1) / threads;
+    AdamWRun<T> const* const list = runs.data();
+    Kokkos::parallel_for(
+        label("adamw_update_runs_host"), Kokkos::RangePolicy<ExecutionSpace>(space, 0, threads), [=](int t) {
+          long long const begin = std::min(total, t * chunk), end = std::min(total, begin + chunk);
+          for (int k = 0; k < n_runs; ++k) {  // each run's piece inside [begin, end)
+            long long const run_end = k + 1 < n_runs ? list[k + 1].begin : total;
+            long long const b = std::max(begin, list[k].begin), e = std::min(end, run_end);
+            if (b >= e) continue;
+            AdamWRun<T> const& r = list[k];
+            detail::adamw_host_range(r.decay ? with_decay : without_decay, r.p, r.g, r.m, r.v,
+                                     std::size_t(b - r.begin), std::size_t(e - r.begin));
+          }
+        });
+    return;
+  }
   Kokkos::parallel_for(
       label("adamw_update_runs"), Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<long long>>(space, 0, total),
       KOKKOS_LAMBDA(long long i) {

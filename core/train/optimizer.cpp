@@ -431,8 +431,8 @@ double Optimizer::gradient_norm() {
 
 void Optimizer::finish_step(double grad_scale) {
   detail::note_segment(detail::StepPart::update, -1);  // the one multi-tensor AdamW
-  if constexpr (!kDeviceIsHost) {
-    // Every device group's tensors in one launch.
+  {
+    // Every device group's tensors in one launch (on a CPU build, one parallel region).
     compat::ScopedRegion region(compute_, "optimizer_device");
     AdamWConfig decayed = adamw_config(), plain = adamw_config();
     decayed.weight_decay = settings_.weight_decay;
@@ -440,20 +440,10 @@ void Optimizer::finish_step(double grad_scale) {
     adamw_update_runs(compute_, device_runs_, device_elements_, detail::make_adamw_element<float>(decayed, step_, grad_scale),
                       detail::make_adamw_element<float>(plain, step_, grad_scale));
   }
-  // A CPU build runs the host loop per run (below), where a GPU build would launch once.
-  if constexpr (kDeviceIsHost)
-    if (device_elements_ > 0)
-      detail::note_launch("adamw_update_runs", detail::adamw_work(double(device_elements_)),
-                          long(device_elements_));
   for (std::size_t i = 0; i < groups_.size(); ++i) {
     Group& g = groups_[i];
     if (offloaded_[i]) continue;
     detail::note_segment(detail::StepPart::update, int(i));
-    if constexpr (kDeviceIsHost) {
-      compat::ScopedRegion region(compute_, "optimizer_device");
-      adamw_slices(compute_, g.decayed, g.param, g.grad, g.m, g.v, adamw_config(), settings_.weight_decay,
-                   step_, grad_scale, 0);
-    }
     if (g.kernel_weights.data()) {  // the kernels' bf16 copy of the new weights
       compat::ScopedRegion region(compute_, "optimizer_device");
       detail::CountAs const in_optimizer(detail::WorkKind::optimizer);
