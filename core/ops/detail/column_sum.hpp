@@ -6,8 +6,7 @@
 //            is summed in ascending row order, per column, then the 8 chunk sums in chunk order:
 //            the block's sum. With one row block it goes into out; else into the workspace.
 //   stage 2  (several row blocks) one thread per column adds the block sums in block order and
-//            the result into out. A CPU whose threads the tiles keep evenly busy runs both stages
-//            in one task per tile instead: the same additions in the same order.
+//            the result into out.
 // No atomics: every sum has one owner and a fixed order, the same for every thread count, so
 // results are bitwise reproducible (and the same on every CPU backend).
 //
@@ -67,41 +66,25 @@ void column_sums(ExecutionSpace const& space, char const* name, int read, int ro
   stage1.bytes += stage1_out;  // the block sums, or out read and written
   note_launch(name, stage1, gpu_plan.stage1_threads(), K * W, scratch_view_bytes<T>(K * W), K);  // the chunk sums
   if constexpr (host) {
-    // One block's sum of the tile at column c0 (width columns), as described above.
-    auto const block_sum = KOKKOS_LAMBDA(int block, int c0, int width, T* total) {
-      for (int k = 0; k < K; ++k) {
-        int const r0 = (block * K + k) * chunk;
-        int const r1 = r0 + chunk < rows ? r0 + chunk : rows;
-        T sum[W] = {};
-        for (int r = r0; r < r1; ++r)
-          for (int j = 0; j < width; ++j) sum[j] += f(r, c0 + j);
-        for (int j = 0; j < width; ++j) total[j] = k == 0 ? sum[j] : total[j] + sum[j];
-      }
-    };
-    // A task per tile that also adds its block sums, in block order, as stage 2 would: the same
-    // bits in one parallel region instead of two (each a fork and a join that, beside other work,
-    // waits for the thread sharing the busy CPU), where the tiles alone keep the threads evenly busy.
-    int const threads = space.concurrency();
-    if (direct || tiles % threads == 0 || tiles >= 4 * threads) {
-      Kokkos::parallel_for(
-          label(name), Kokkos::RangePolicy<ExecutionSpace>(space, 0, tiles), KOKKOS_LAMBDA(int tile) {
-            int const c0 = tile * W, width = cols - c0 < W ? cols - c0 : W;
-            T total[W] = {}, block_total[W] = {};
-            for (int block = 0; block < blocks; ++block) {
-              block_sum(block, c0, width, block_total);
-              for (int j = 0; j < width; ++j) total[j] = block == 0 ? block_total[j] : total[j] + block_total[j];
-            }
-            for (int j = 0; j < width; ++j) add(c0 + j, total[j]);
-          });
-      return;
-    }
     Kokkos::parallel_for(
         label(name), Kokkos::RangePolicy<ExecutionSpace>(space, 0, league), KOKKOS_LAMBDA(int team) {
           int const block = team / tiles, c0 = (team % tiles) * W;
           int const width = cols - c0 < W ? cols - c0 : W;
           T total[W] = {};
-          block_sum(block, c0, width, total);
-          for (int j = 0; j < width; ++j) partials(std::size_t(block) * cols + c0 + j) = total[j];
+          for (int k = 0; k < K; ++k) {
+            int const r0 = (block * K + k) * chunk;
+            int const r1 = r0 + chunk < rows ? r0 + chunk : rows;
+            T sum[W] = {};
+            for (int r = r0; r < r1; ++r)
+              for (int j = 0; j < width; ++j) sum[j] += f(r, c0 + j);
+            for (int j = 0; j < width; ++j) total[j] = k == 0 ? sum[j] : total[j] + sum[j];
+          }
+          for (int j = 0; j < width; ++j) {
+            if (direct)
+              add(c0 + j, total[j]);
+            else
+              partials(std::size_t(block) * cols + c0 + j) = total[j];
+          }
         });
   } else {
     using Policy = Kokkos::TeamPolicy<ExecutionSpace>;
