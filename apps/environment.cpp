@@ -2,6 +2,7 @@
 
 #include "core/compat.hpp"
 #include "core/environment.hpp"
+#include "energy/machine_load.hpp"
 #include "energy/source.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -14,6 +15,9 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -228,7 +232,15 @@ UsableCpus usable_cpus() {
   return cpus;
 }
 
-ThreadChoice choose_kokkos_threads(UsableCpus const& cpus, int argc, char** args) {
+double cpus_busy_elsewhere(double seconds) {
+  std::vector<int> const cpus = core_environment::process_cpus();
+  auto const before = energy::read_load(cpus);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  return energy::load_between(before, energy::read_load(cpus)).other_cpus;
+}
+
+ThreadChoice choose_kokkos_threads(UsableCpus const& cpus, int argc, char** args,
+                                   std::function<double()> const& busy_elsewhere) {
   if (std::getenv(kKokkosNumThreads.name)) return {};
   for (int i = 1; i < argc; ++i)
     for (auto const& f : kKokkosFlags)
@@ -243,6 +255,20 @@ ThreadChoice choose_kokkos_threads(UsableCpus const& cpus, int argc, char** args
                         (usable == 1 ? " CPU" : " CPUs") + " this process may use: Kokkos gets " +
                         std::to_string(usable) + " (more would only wait for each other; KOKKOS_NUM_THREADS=" +
                         std::to_string(*asked) + " keeps " + std::to_string(*asked) + ")"};
+  }
+  if (busy_elsewhere) {
+    double const busy = busy_elsewhere();
+    long const left_to_others = std::isfinite(busy) ? long(busy + (1.0 - kBusyCpuShare)) : 0;
+    if (left_to_others >= 1 && usable > 1) {
+      long const threads = std::max(1L, usable - left_to_others);
+      char busy_text[32];
+      std::snprintf(busy_text, sizeof busy_text, "%.1f", busy);
+      return {threads, std::string("other work keeps ") + busy_text + " of the " + std::to_string(usable) +
+                           " CPUs this process may use busy: Kokkos gets " + std::to_string(threads) +
+                           (threads == 1 ? " thread" : " threads") +
+                           ", one per CPU left (a thread that shares a CPU holds up every parallel region; "
+                           "JOULE_SHARE_CPUS=off, OMP_NUM_THREADS or KOKKOS_NUM_THREADS sets the count)"};
+    }
   }
   if (usable >= cpus.affinity) return {};
   return {usable, ""};
@@ -270,6 +296,7 @@ void validate_environment_and_kokkos_flags(int argc, char** args) {
     if (char const* text = std::getenv(v.name); text && !*text) ::unsetenv(v.name);
   }
   check_omp_num_threads();
+  kShareCpus.read();
   for (int i = 1; i < argc; ++i) check_kokkos_flag(args[i]);
   core_environment::validate_environment();
   energy::validate_environment();
@@ -298,6 +325,7 @@ std::vector<environment::Description> environment_variables() {
                   "thread cannot leave a CPU it shares with other work: a step beside a busy process took 1.2-1.35x "
                   "as long bound, BENCHMARKS.md)",
                   "OpenMP's values", kOmpProcBindDefault});
+  rows.push_back(kShareCpus.describe());
   rows.push_back({"GOMP_SPINCOUNT",
                   "how long an idle OpenMP thread spins before it sleeps (libgomp's; joule sets it before libgomp "
                   "loads, unless it or OMP_WAIT_POLICY is set)",

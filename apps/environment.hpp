@@ -5,6 +5,7 @@
 // every variable core and energy read (their own tables, core/environment.hpp and
 // energy/source.hpp). A bad value is an environment::Error naming it, its value and what is
 // allowed, where Kokkos or OpenMP would abort, crash or quietly use something else.
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,12 +49,30 @@ UsableCpus usable_cpus();
 //   OpenMP's count is often set for other programs, and 64 threads on 2 CPUs made a small step
 //   7.6x as long as 2 threads (every parallel region wakes and puts to sleep 64 threads);
 // - unset, a cgroup quota below the affinity mask gives the CPUs the quota pays for (OpenMP
-//   counts the mask only).
+//   counts the mask only);
+// - unset, and `busy_elsewhere` given (a long job, JOULE_SHARE_CPUS on): the CPUs that other work
+//   keeps busy are left to it, one thread per CPU left (at least one), with a note. Every parallel
+//   region waits for its slowest thread, and a thread that shares its CPU with a busy process runs
+//   half the time: beside one busy loop on 2 CPUs a step took 1.8-2.0x its quiet time with 2
+//   threads and 1.45-1.6x with 1 (BENCHMARKS.md, issue 41). Measured once, as the job starts.
 struct ThreadChoice {
   std::optional<long> threads;  // nullopt: Kokkos' own choice
-  std::string note;             // for the user when their setting was not taken
+  std::string note;             // for the user when their setting was not taken, or CPUs were left
 };
-ThreadChoice choose_kokkos_threads(UsableCpus const& cpus, int argc, char** args);
+// busy_elsewhere(): the CPUs (of those this process may use) that other work keeps busy.
+ThreadChoice choose_kokkos_threads(UsableCpus const& cpus, int argc, char** args,
+                                   std::function<double()> const& busy_elsewhere = {});
+// Other work keeps at least this share of a CPU busy before joule leaves the CPU to it.
+inline constexpr double kBusyCpuShare = 0.6;
+// JOULE_SHARE_CPUS: whether a long job (train, tune, bench) measures the CPUs other work keeps busy.
+inline constexpr environment::Switch kShareCpus{
+    "JOULE_SHARE_CPUS",
+    "whether train, tune and bench leave the CPUs that other work keeps busy to it (measured for 0.1 s as they "
+    "start, when no thread count is set): one Kokkos thread per CPU left",
+    true};
+// The CPUs of this process's affinity mask that other work kept busy over `seconds` (this thread
+// sleeps meanwhile, and no other has started yet); NaN where /proc/stat cannot be read.
+double cpus_busy_elsewhere(double seconds = 0.1);
 // A warning when `threads` (Kokkos' host threads) are more than the CPUs this process may use,
 // naming both numbers and what limits them; "" otherwise.
 std::string oversubscription_warning(long threads, UsableCpus const& cpus);

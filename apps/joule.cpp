@@ -60,7 +60,8 @@ class KokkosStart {
   bool started() const { return guard_.has_value(); }
 
   // Starts Kokkos; returns 0, or the exit status after an error naming what is wrong.
-  int start() {
+  // command: the command's path ("train", "data synth"); a long job leaves busy CPUs to their work.
+  int start(std::string const& command = "") {
     try {
       // Processes started unbound on one node: each its own share of the node's CPUs, before Kokkos
       // starts its threads and before JOULE_HOST_CORES sets some of them aside.
@@ -81,8 +82,11 @@ class KokkosStart {
       if (!joule::host_cores().rank_share.empty() && !std::getenv("OMP_NUM_THREADS"))
         ::setenv("KOKKOS_NUM_THREADS", std::to_string(joule::core_environment::usable_cpus()).c_str(), 0);
       // No more threads than CPUs where Kokkos would take OpenMP's count (apps/environment.hpp).
+      bool const long_job = command == "train" || command == "tune" || command == "bench";
+      std::function<double()> busy_elsewhere;
+      if (long_job && joule::apps::kShareCpus.value()) busy_elsewhere = [] { return joule::apps::cpus_busy_elsewhere(); };
       auto const choice = joule::apps::choose_kokkos_threads(joule::apps::usable_cpus(), static_cast<int>(args_.size()) - 1,
-                                                             args_.data());
+                                                             args_.data(), busy_elsewhere);
       if (choice.threads) {
         ::setenv("KOKKOS_NUM_THREADS", std::to_string(*choice.threads).c_str(), 0);
         if (!choice.note.empty()) fmt::print(stderr, "joule: note: {}\n", choice.note);
@@ -220,7 +224,7 @@ int main(int argc, char** argv) {
   }
   if (std::string const command = command_path(app); starts_no_device(command, info_no_device)) {
     kokkos.not_needed(command);
-  } else if (int const rc = kokkos.start(); rc != 0) {
+  } else if (int const rc = kokkos.start(command); rc != 0) {
     return rc;
   }
   // What a command printed must reach standard output whole: a full disk or a closed pipe there is

@@ -6,33 +6,66 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
 
 namespace joule::energy {
 
-LoadReading read_load() {
+LoadReading read_load(std::vector<int> const& cpus) {
   LoadReading r;
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   rusage usage{};
   if (::getrusage(RUSAGE_SELF, &usage) == 0)
     r.process_cpu_s = double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
                       1e-6 * double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
-  // "cpu  user nice system idle iowait irq softirq steal guest guest_nice", in clock ticks (guest
-  // time is inside user's already).
-  if (std::FILE* f = std::fopen("/proc/stat", "re")) {
-    unsigned long long v[8] = {};
-    int const n = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
-                              &v[5], &v[6], &v[7]);
+  long const hz = ::sysconf(_SC_CLK_TCK);
+  if (std::FILE* f = std::fopen("/proc/stat", "re"); f && hz > 0) {
+    std::string text;
+    char buffer[4096];
+    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) text.append(buffer, n);
     std::fclose(f);
-    long const hz = ::sysconf(_SC_CLK_TCK);
-    if (n >= 7 && hz > 0) {
-      double const tick = 1.0 / double(hz);
-      r.machine = true;
-      r.busy_s = tick * double(v[0] + v[1] + v[2] + v[5] + v[6]);
-      r.steal_s = n >= 8 ? tick * double(v[7]) : 0;
-      r.total_s = r.busy_s + tick * double(v[3] + v[4]) + r.steal_s;
-    }
+    machine_time_from_proc_stat(text, cpus, 1.0 / double(hz), r);
+  } else if (f) {
+    std::fclose(f);
   }
   return r;
+}
+
+bool machine_time_from_proc_stat(std::string const& text, std::vector<int> const& cpus, double tick, LoadReading& r) {
+  // "cpu  user nice system idle iowait irq softirq steal guest guest_nice" for the machine, then
+  // one "cpuN ..." per CPU, in clock ticks (guest time is inside user's already).
+  double busy = 0, steal = 0, total = 0;
+  std::size_t found = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.compare(0, 3, "cpu") != 0) continue;
+    std::istringstream in(line);
+    std::string name;
+    in >> name;
+    bool wanted = false;
+    if (cpus.empty()) {
+      wanted = name == "cpu";
+    } else if (name.size() > 3) {
+      char* end = nullptr;
+      long const cpu = std::strtol(name.c_str() + 3, &end, 10);
+      wanted = *end == '\0' && std::find(cpus.begin(), cpus.end(), int(cpu)) != cpus.end();
+    }
+    if (!wanted) continue;
+    unsigned long long v[8] = {};
+    int n = 0;
+    while (n < 8 && in >> v[n]) ++n;
+    if (n < 7) return false;
+    busy += tick * double(v[0] + v[1] + v[2] + v[5] + v[6]);
+    steal += n >= 8 ? tick * double(v[7]) : 0;
+    total += tick * double(v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6]) + (n >= 8 ? tick * double(v[7]) : 0);
+    ++found;
+  }
+  if (found != (cpus.empty() ? 1 : cpus.size())) return false;
+  r.machine = true;
+  r.busy_s = busy;
+  r.steal_s = steal;
+  r.total_s = total;
+  return true;
 }
 
 Load load_between(LoadReading const& a, LoadReading const& b) {

@@ -4,6 +4,8 @@
 // hypervisor stole. Not energy, but read beside it: a trial measured while other work ran is
 // slower for a reason that is not its configuration, and the run log says so (docs/scheduler.md).
 #include <limits>
+#include <string>
+#include <vector>
 
 namespace joule::energy {
 
@@ -15,7 +17,11 @@ struct LoadReading {
   double steal_s = 0;         // stolen by the hypervisor
   double total_s = 0;         // busy + idle + iowait + steal
 };
-LoadReading read_load();
+// cpus: the CPUs counted (their "cpuN" lines of /proc/stat); empty: the whole machine ("cpu").
+LoadReading read_load(std::vector<int> const& cpus = {});
+// The machine's part of a reading from /proc/stat's text, in clock ticks of `tick` seconds:
+// busy_s, steal_s and total_s over `cpus` (empty: the "cpu" line); false where a line is missing.
+bool machine_time_from_proc_stat(std::string const& text, std::vector<int> const& cpus, double tick, LoadReading& r);
 
 // Over [a, b], in CPUs (1.0: one CPU busy all the time); NaN where not readable.
 struct Load {

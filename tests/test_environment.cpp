@@ -9,7 +9,15 @@
 
 #include "support/catch.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cstdlib>
+#include <functional>
+#include <thread>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -252,6 +260,70 @@ TEST_CASE("thread choice: OMP_NUM_THREADS above the usable CPUs and a cgroup quo
   }
   ScopedVariable named("KOKKOS_NUM_THREADS", "64");
   CHECK(threads(choose_kokkos_threads(UsableCpus{2, 0}, 2, plain)) == std::nullopt);
+}
+
+TEST_CASE("thread choice: CPUs other work keeps busy are left to it, unless a count is set", "[environment]") {
+  using joule::apps::choose_kokkos_threads;
+  using joule::apps::UsableCpus;
+  ScopedVariable omp_threads("OMP_NUM_THREADS", nullptr);
+  ScopedVariable kokkos_threads("KOKKOS_NUM_THREADS", nullptr);
+  char program[] = "joule", train[] = "train", flag[] = "--kokkos-num-threads=3";
+  char* plain[] = {program, train, nullptr};
+  char* with_flag[] = {program, train, flag, nullptr};
+  int measured = 0;
+  auto const busy = [&](double cpus) {
+    return std::function<double()>([&measured, cpus] { ++measured; return cpus; });
+  };
+  auto const threads = [](joule::apps::ThreadChoice const& c) { return c.threads; };
+  // One busy process on 2 CPUs: one thread, and the note names the numbers and the way out.
+  auto const one = choose_kokkos_threads(UsableCpus{2, 0}, 2, plain, busy(0.93));
+  CHECK(threads(one) == std::optional<long>(1));
+  CHECK_THAT(one.note, Contains("other work keeps 0.9 of the 2 CPUs this process may use busy: Kokkos gets 1 thread") &&
+                           Contains("JOULE_SHARE_CPUS=off"));
+  // Below the share: nothing left to others (OpenMP's own count; the quota's where there is one).
+  CHECK(threads(choose_kokkos_threads(UsableCpus{2, 0}, 2, plain, busy(0.55))) == std::nullopt);
+  CHECK(choose_kokkos_threads(UsableCpus{2, 0}, 2, plain, busy(0.55)).note.empty());
+  CHECK(threads(choose_kokkos_threads(UsableCpus{8, 4.0}, 2, plain, busy(0.2))) == std::optional<long>(4));
+  // Several busy CPUs of many; never fewer than one thread; the quota's CPUs are the ones counted.
+  CHECK(threads(choose_kokkos_threads(UsableCpus{72, 0}, 2, plain, busy(2.7))) == std::optional<long>(69));
+  CHECK(threads(choose_kokkos_threads(UsableCpus{4, 0}, 2, plain, busy(7.0))) == std::optional<long>(1));
+  CHECK(threads(choose_kokkos_threads(UsableCpus{8, 3.0}, 2, plain, busy(1.0))) == std::optional<long>(2));
+  // One CPU: nothing to leave. Unreadable: nothing left.
+  CHECK(threads(choose_kokkos_threads(UsableCpus{1, 0}, 2, plain, busy(1.0))) == std::nullopt);
+  CHECK(threads(choose_kokkos_threads(UsableCpus{2, 0}, 2, plain, busy(std::nan("")))) == std::nullopt);
+  // A count the user set is taken, and the machine is not measured.
+  measured = 0;
+  CHECK(threads(choose_kokkos_threads(UsableCpus{2, 0}, 3, with_flag, busy(1.0))) == std::nullopt);
+  {
+    ScopedVariable named("OMP_NUM_THREADS", "2");
+    CHECK(threads(choose_kokkos_threads(UsableCpus{2, 0}, 2, plain, busy(1.0))) == std::nullopt);
+  }
+  {
+    ScopedVariable named("KOKKOS_NUM_THREADS", "2");
+    CHECK(threads(choose_kokkos_threads(UsableCpus{2, 0}, 2, plain, busy(1.0))) == std::nullopt);
+  }
+  CHECK(measured == 0);
+}
+
+TEST_CASE("thread choice: a busy process beside this one is measured as other work", "[environment]") {
+  // A child spins while the measurement sleeps: at least most of a CPU busy elsewhere (the
+  // machine's other work can only add to it).
+  pid_t const child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    auto const end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    volatile unsigned long spin = 0;
+    while (std::chrono::steady_clock::now() < end) spin = spin + 1;
+    ::_exit(0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the child is running
+  double const busy = joule::apps::cpus_busy_elsewhere(0.5);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  INFO("busy elsewhere: " << busy << " CPUs");
+  // Where the child shares a CPU with this process's mask only in part, it still runs: a spinning
+  // process gets at least half a CPU beside one other.
+  CHECK(busy >= 0.5);
 }
 
 TEST_CASE("oversubscription: more host threads than the CPUs the process may use is named", "[environment]") {

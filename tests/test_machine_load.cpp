@@ -10,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <cmath>
+#include <string>
 #include <thread>
 
 using joule::energy::load_between;
@@ -31,6 +32,34 @@ TEST_CASE("machine load: CPUs of this process and of other work over an interval
   CHECK(std::isnan(load_between(a, b).other_cpus));
   CHECK(load_between(a, b).process_cpus == Approx(0.5));
   CHECK(std::isnan(load_between(b, a).process_cpus));  // no time passed forwards
+}
+
+TEST_CASE("machine load: /proc/stat's lines for the whole machine or a set of CPUs", "[energy][load]") {
+  using joule::energy::machine_time_from_proc_stat;
+  std::string const text =
+      "cpu  100 5 50 1000 20 3 2 7 0 0\n"
+      "cpu0 60 5 30 400 10 2 1 4 0 0\n"
+      "cpu1 40 0 20 600 10 1 1 3 0 0\n"
+      "intr 12345 0 0\n"
+      "ctxt 999\n";
+  LoadReading all, one, both;
+  REQUIRE(machine_time_from_proc_stat(text, {}, 0.01, all));
+  CHECK(all.busy_s == Approx(1.60));  // user, nice, system, irq, softirq
+  CHECK(all.steal_s == Approx(0.07));
+  CHECK(all.total_s == Approx(11.87));  // and idle, iowait, steal
+  REQUIRE(machine_time_from_proc_stat(text, {1}, 0.01, one));
+  CHECK(one.busy_s == Approx(0.62));
+  CHECK(one.total_s == Approx(6.75));
+  REQUIRE(machine_time_from_proc_stat(text, {0, 1}, 0.01, both));
+  CHECK(both.busy_s == Approx(all.busy_s));
+  CHECK(both.total_s == Approx(all.total_s));
+  LoadReading missing;
+  CHECK_FALSE(machine_time_from_proc_stat(text, {0, 2}, 0.01, missing));  // no cpu2: not read
+  CHECK_FALSE(missing.machine);
+  CHECK_FALSE(machine_time_from_proc_stat("cpu  1 2 3\n", {}, 0.01, missing));  // too few fields
+  // The real file: this process's CPUs read as the machine's when they are all of them.
+  auto const real = read_load({0});
+  CHECK(real.machine);
 }
 
 TEST_CASE("machine load: a spinning child is other work, a sleeping process is not busy", "[energy][load]") {

@@ -231,9 +231,9 @@ StepMeasurement measure_step(StepShape const& s, int repeats, Precision precisio
 void run_step_bench(std::vector<std::string> const& shape_names, int repeats, nlohmann::json& report,
                     Precision precision) {
   if (repeats < 1) throw std::invalid_argument("--repeats must be >= 1");
-  fmt::print("joule bench --suite step: whole training steps (forward, backward, clip, AdamW), {} {} threads, "
+  fmt::print("joule bench --suite step: whole training steps (forward, backward, clip, AdamW), {} {} thread{}, "
              "{} (GEMMs: {}; attention: {}), median of {} after a warm-up step\n",
-             Space::name(), Space().concurrency(), precision_name(precision), gemm_path(precision),
+             Space::name(), Space().concurrency(), Space().concurrency() == 1 ? "" : "s", precision_name(precision), gemm_path(precision),
              attention_path(precision), repeats);
   fmt::print("{:<8} {:>12} {:>7} {:>8} {:>10} {:>11} {:>9} {:>9} | {:>12} {:>10} {:>11}\n", "shape",
              "B x S", "layers", "C/heads", "GFLOP", "median ms", "GFLOP/s", "loss@1", "gemm GFLOP/s",

@@ -7,7 +7,8 @@
 set -euo pipefail
 joule="$1"
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+spinner=""
+trap '[ -z "$spinner" ] || kill $spinner 2>/dev/null; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # The cases set what they check; none inherits a thread count from outside (nproc reads
 # OMP_NUM_THREADS too).
@@ -166,5 +167,28 @@ elif command -v taskset >/dev/null; then
   env OMP_NUM_THREADS=1 taskset -c 0 "$joule" info >"$work/out" 2>&1 || fail "taskset joule info: $(cat "$work/out")"
   ! grep -q "host threads on" "$work/out" || fail "1 thread on 1 CPU: a warning: $(cat "$work/out")"
   checked=$((checked + 3))
+fi
+# A long job leaves the CPUs that other work keeps busy to it (JOULE_SHARE_CPUS, on unless the suite's
+# environment turns it off): on 2 CPUs beside a loop that spins on one of them, Kokkos gets 1 thread
+# and a note says why; with JOULE_SHARE_CPUS=off it gets 2, and says nothing. The loop is always
+# runnable, so at least one CPU is busy with other work whatever else the machine runs.
+refused "$e JOULE_SHARE_CPUS is 'maybe'; allowed: on or off" JOULE_SHARE_CPUS=maybe
+if [ "$serial" = 1 ]; then
+  skip "a busy CPU left to other work (taskset -c 0,1 beside a spinning loop)"
+elif command -v taskset >/dev/null && taskset -c 0,1 true 2>/dev/null && [ "$(taskset -c 0,1 nproc)" = 2 ]; then
+  taskset -c 0 bash -c 'while :; do :; done' &
+  spinner=$!
+  bench() { env -u KOKKOS_NUM_THREADS "$@" taskset -c 0,1 "$joule" bench --suite step --step-shapes tiny --repeats 1 >"$work/out" 2>&1 ||
+              fail "$* joule bench beside a busy loop: $(cat "$work/out")"; }
+  bench -u JOULE_SHARE_CPUS
+  grep -qE "^joule: note: other work keeps [0-9]+\.[0-9] of the 2 CPUs this process may use busy: Kokkos gets 1 thread, one per CPU left" "$work/out" &&
+    grep -q "OpenMP 1 thread, " "$work/out" || fail "beside a busy loop: $(cat "$work/out")"
+  bench JOULE_SHARE_CPUS=off
+  ! grep -q "other work keeps" "$work/out" && grep -q "OpenMP 2 threads, " "$work/out" ||
+    fail "JOULE_SHARE_CPUS=off beside a busy loop: $(cat "$work/out")"
+  kill $spinner
+  wait $spinner 2>/dev/null || true
+  spinner=""
+  checked=$((checked + 2))
 fi
 echo "PASS: $checked cases${skipped:+, ${#skipped[@]} skipped (listed above)}"
