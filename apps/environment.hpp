@@ -53,8 +53,8 @@ UsableCpus usable_cpus();
 // - unset, and `busy_elsewhere` given (a long job, JOULE_SHARE_CPUS on): the CPUs that other work
 //   keeps busy are left to it, one thread per CPU left (at least one), with a note. Every parallel
 //   region waits for its slowest thread, and a thread that shares its CPU with a busy process runs
-//   half the time: beside one busy loop on 2 CPUs a step took 1.8-2.0x its quiet time with 2
-//   threads and 1.45-1.6x with 1 (BENCHMARKS.md, issue 41). Measured once, as the job starts.
+//   half the time: beside one busy loop on 2 CPUs a step took 1.98x the quiet step's time with 2
+//   threads and 1.73x with 1 (medians of 5, BENCHMARKS.md, issue 41). Measured once, as the job starts.
 struct ThreadChoice {
   std::optional<long> threads;  // nullopt: Kokkos' own choice
   std::string note;             // for the user when their setting was not taken, or CPUs were left
