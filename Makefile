@@ -13,10 +13,11 @@
 #                      lack (<= 48 MiB, never committed), then rehearsed here up to the first GPU call
 #   make vec-report    GCC's vectorisation report for the host AdamW loop, here and (with Debian's
 #                      g++-aarch64-linux-gnu) for Grace's SVE and NEON; fails if it stays scalar
-#   make test-kokkos45 the whole suite inside a Debian sid root (debootstrap, cached in ~/.cache/joule/sid)
-#   make test-kokkos52 the same against Kokkos 5.2.2 without Kokkos-Kernels (GEMMs on OpenBLAS directly)
-#                      against trilinos 16.1's Kokkos 4.5.1 + Kokkos-Kernels 4.5 with g++ 16 and cmake 4
-#                      (apps/scripts/sid_root.sh; needs root for chroot and bind mounts)
+#   make test-kokkos45 the suite but its long and mpirun tests inside a Debian sid root (debootstrap, cached
+#                      in ~/.cache/joule/sid) against trilinos 16.1's Kokkos 4.5.1 + Kokkos-Kernels 4.5
+#                      with g++ 16 and cmake 4 (apps/scripts/sid_root.sh; needs root for chroot and bind mounts)
+#   make test-kokkos52 the whole suite in a root like it against Kokkos 5.2.2 without Kokkos-Kernels
+#                      (GEMMs on OpenBLAS directly)
 #   make test-aarch64  joule cross-built for aarch64 (Grace's cores, Debian's g++-aarch64-linux-gnu against
 #                      an arm64 sysroot of Debian packages, Kokkos 3.4.1 cross-built) and its Grace-relevant
 #                      unit tests run under qemu-user (docs/testing.md#aarch64-under-emulation)
@@ -59,6 +60,18 @@ else
   KOKKOS := $(JOULE_DEPS_PREFIX)
 endif
 BUILD ?= $(BUILD_DEFAULT)
+# The host builds (the cpu and sanitize presets, and test-aarch64) compile through ccache where it is
+# installed (install-deps.sh installs it on Debian): a fresh clone of a commit another clone has
+# built compiles nothing again (cmake/ccache_launcher.sh: the settings that make that true).
+# JOULE_CCACHE=off configures them without it. Not the gh200 preset: nvcc_wrapper is left alone.
+JOULE_CCACHE ?= on
+ifeq ($(filter on off,$(JOULE_CCACHE)),)
+  $(error JOULE_CCACHE=$(JOULE_CCACHE): allowed are on (ccache where installed) and off)
+endif
+ifeq ($(JOULE_CCACHE)$(if $(shell command -v ccache 2>/dev/null),found),onfound)
+  HOST_LAUNCHER := $(CURDIR)/cmake/ccache_launcher.sh
+endif
+HOST_LAUNCHER_ARGS := -DCMAKE_CXX_COMPILER_LAUNCHER=$(HOST_LAUNCHER) -DCMAKE_C_COMPILER_LAUNCHER=$(HOST_LAUNCHER)
 # CMakePresets.json holds the build settings: cpu, or gh200 (nvcc_wrapper, Hopper, JOULE_GH200).
 ifeq ($(JOULE_KOKKOS_BACKEND),cuda)
   PRESET ?= gh200
@@ -73,7 +86,8 @@ deps:
 	$(DEPS_ENV) bash apps/scripts/install-deps.sh
 
 configure: deps
-	Kokkos_ROOT=$(KOKKOS) cmake --preset $(PRESET) -S . -B $(BUILD) -DKokkos_ROOT=$(KOKKOS) $(CMAKE_ARGS)
+	Kokkos_ROOT=$(KOKKOS) cmake --preset $(PRESET) -S . -B $(BUILD) -DKokkos_ROOT=$(KOKKOS) \
+	  $(if $(filter cpu,$(PRESET)),$(HOST_LAUNCHER_ARGS)) $(CMAKE_ARGS)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -88,7 +102,7 @@ test: build
 test-catch2-v3: deps
 	catch2_dir="$$(bash tests/scripts/fetch_catch2_v3.sh)" && \
 	  Kokkos_ROOT=$(KOKKOS) cmake --preset $(PRESET) -S . -B $(BUILD)-catch2-v3 -DKokkos_ROOT=$(KOKKOS) \
-	    -DCatch2_DIR="$$catch2_dir" $(CMAKE_ARGS)
+	    -DCatch2_DIR="$$catch2_dir" $(if $(filter cpu,$(PRESET)),$(HOST_LAUNCHER_ARGS)) $(CMAKE_ARGS)
 	cmake --build $(BUILD)-catch2-v3 -j $(JOBS)
 	ctest --test-dir $(BUILD)-catch2-v3 --output-on-failure --no-tests=error -j $(JOBS)
 
@@ -108,7 +122,7 @@ SANITIZE_EXCLUDE_TESTS ?= ^attention: .* - Kokkos::OpenMP$$|^launch contract: ev
 build-sanitize: deps
 	catch2_dir="$$(bash tests/scripts/fetch_catch2_v3.sh)" && \
 	  Kokkos_ROOT=$(KOKKOS) cmake --preset sanitize -S . -B $(BUILD)-sanitize -DKokkos_ROOT=$(KOKKOS) \
-	    -DCatch2_DIR="$$catch2_dir" $(CMAKE_ARGS)
+	    -DCatch2_DIR="$$catch2_dir" $(HOST_LAUNCHER_ARGS) $(CMAKE_ARGS)
 	cmake --build $(BUILD)-sanitize -j $(JOBS)
 
 test-sanitize: build-sanitize
@@ -120,13 +134,16 @@ test-sanitize: build-sanitize
 # the build folder in ~/.cache/joule (each remade only when what it is made from changes); the phases
 # and their settings: bash apps/scripts/aarch64_cross.sh --help.
 test-aarch64:
-	JOBS=$(JOBS) bash apps/scripts/aarch64_cross.sh all
+	JOBS=$(JOBS) JOULE_AARCH64_LAUNCHER=$(HOST_LAUNCHER) bash apps/scripts/aarch64_cross.sh all
 
 # The suite against Kokkos 4.5.1 (Debian sid's trilinos 16.1) in a sid root made by debootstrap; the
 # root is made once in ~/.cache/joule/sid and remade when its package list changes; the build folder
 # is build-sid-kokkos45 in the checkout (bash apps/scripts/sid_root.sh --help: phases, settings).
+# Every test but those labelled long or mpirun (KOKKOS45_CTEST_ARGS): the end-to-end scenarios and
+# OpenMPI 5 run against Kokkos 5.2.2 in the same sid toolchain below (and all of them in make test).
+KOKKOS45_CTEST_ARGS ?= -LE 'long|mpirun'
 test-kokkos45:
-	JOBS=$(JOBS) JOULE_SID_VARIANT=kokkos45 bash apps/scripts/sid_root.sh all
+	JOBS=$(JOBS) JOULE_SID_VARIANT=kokkos45 JOULE_SID_CTEST_ARGS="$(KOKKOS45_CTEST_ARGS)" bash apps/scripts/sid_root.sh all
 
 # The same against Debian sid's Kokkos 5.2.2 (OpenMP), which comes without Kokkos-Kernels: joule's
 # GEMMs call OpenBLAS directly (JOULE_GEMM=auto); root and build folder named kokkos52.

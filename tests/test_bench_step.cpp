@@ -5,6 +5,7 @@
 #include "core/config/config.hpp"
 
 #include "support/catch.hpp"
+#include "support/test_paths.hpp"
 
 #include <cmath>
 
@@ -55,7 +56,7 @@ TEST_CASE("bench step: a tiny measured step has finite, positive, consistent fig
 }
 
 TEST_CASE("bench step: the gh200 shape is apps/configs/gh200-350m.json's model at its micro-batch", "[bench][step]") {
-  auto const cfg = joule::load_config(JOULE_SOURCE_DIR "/apps/configs/gh200-350m.json");
+  auto const cfg = joule::load_config(joule::test::source_path("apps/configs/gh200-350m.json"));
   auto const& s = joule::apps::step_shape("gh200");
   auto const& m = cfg.model;
   CHECK(s.layers == m.layers);

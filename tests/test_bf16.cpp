@@ -23,6 +23,7 @@
 #include <tuple>
 #include "support/naive_attention.hpp"
 #include "support/test_support.hpp"
+#include "support/test_paths.hpp"
 
 using namespace joule;
 using namespace joule::test;
@@ -131,7 +132,7 @@ TEST_CASE("bf16 rounding matches the reference on edge values and random floats"
 
 TEST_CASE("bf16 rounding matches torch.bfloat16 (golden file)", "[bf16][golden]") {
   char const* dir = std::getenv("JOULE_GOLDEN_DIR");
-  io::H5File const f(std::string(dir ? dir : JOULE_TEST_GOLDEN_DIR) + "/bf16_golden.h5", io::H5File::Mode::read);
+  io::H5File const f((dir ? std::string(dir) : joule::test::source_path("tests/golden")) + "/bf16_golden.h5", io::H5File::Mode::read);
   auto const in = f.read<std::int64_t>("float_bits");
   auto const torch = f.read<std::int32_t>("bf16_bits");
   REQUIRE(in.size() == torch.size());

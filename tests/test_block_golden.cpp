@@ -10,6 +10,7 @@
 #include <map>
 #include <type_traits>
 #include "support/test_support.hpp"
+#include "support/test_paths.hpp"
 
 using namespace joule;
 using namespace joule::test;
@@ -20,7 +21,7 @@ using GoldenFile = joule::io::H5File;
 
 std::string golden_path() {
   char const* dir = std::getenv("JOULE_GOLDEN_DIR");  // else the source tree's tests/golden
-  return std::string(dir ? dir : JOULE_TEST_GOLDEN_DIR) + "/block_golden.h5";
+  return (dir ? std::string(dir) : joule::test::source_path("tests/golden")) + "/block_golden.h5";
 }
 
 AttentionMask mask_of(GoldenFile const& f, std::string const& group) {

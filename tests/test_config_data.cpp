@@ -8,6 +8,7 @@
 #include "fuzz/hostile_files.hpp"
 #include "support/test_support.hpp"
 #include "support/tiny_config.hpp"
+#include "support/test_paths.hpp"
 
 #include <algorithm>
 #include <fcntl.h>
@@ -429,7 +430,7 @@ TEST_CASE("io: reading a file that crashes the HDF5 library is an error naming t
   // 2^49 bytes; HDF5 1.10.8 copied that many (a segmentation fault in joule data info / train).
   // A library that checks the size (HDF5 2.x) refuses the attribute instead: either way an error
   // naming the file, and nothing of it used.
-  std::string const input = std::string(JOULE_FUZZ_CORPUS_DIR) + "/dataset/heap-object-size-overflow.h5";
+  std::string const input = joule::test::source_path("tests/fuzz/corpus/dataset/heap-object-size-overflow.h5");
   REQUIRE_THROWS_WITH(Dataset::open(input),
                       StartsWith(input + ": reading this file crashed the HDF5 library") ||
                           StartsWith(input + ": cannot read attribute 'format' on /"));

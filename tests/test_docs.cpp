@@ -20,6 +20,7 @@
 
 #include "support/catch.hpp"
 #include "support/tiny_config.hpp"
+#include "support/test_paths.hpp"
 
 #include <fstream>
 #include <functional>
@@ -163,7 +164,7 @@ char const* const kProbe = "zz_undocumented_probe";
 
 // Every field the parsers accept, as "section.field".
 std::set<std::string> accepted_fields() {
-  auto const base = nlohmann::json::parse(read_text(JOULE_SOURCE_DIR "/apps/configs/tiny.json"));
+  auto const base = nlohmann::json::parse(read_text(joule::test::source_path("apps/configs/tiny.json")));
   auto with_probe = [&](std::string const& section) {
     auto j = base;
     j[section][kProbe] = 1;
@@ -198,7 +199,7 @@ std::set<std::string> accepted_fields() {
 }  // namespace
 
 TEST_CASE("docs: configuration.md documents every configuration field the parsers accept, and no other", "[docs]") {
-  std::string const doc = JOULE_SOURCE_DIR "/docs/configuration.md";
+  std::string const doc = joule::test::source_path("docs/configuration.md");
   auto const accepted = accepted_fields();
   REQUIRE(accepted.size() > 40);  // sanity: the probe read real lists
   std::set<std::string> documented;
@@ -342,7 +343,7 @@ std::map<std::string, std::string> walk(std::string const& path) {
 }  // namespace
 
 TEST_CASE("docs: run-log.md lists every group, dataset and attribute the run-log writer creates, and no other", "[docs]") {
-  std::string const doc = JOULE_SOURCE_DIR "/docs/run-log.md";
+  std::string const doc = joule::test::source_path("docs/run-log.md");
   test::TempFile log(".h5");
   {
     RunHeader h;
@@ -357,7 +358,7 @@ TEST_CASE("docs: run-log.md lists every group, dataset and attribute the run-log
     h.objective = "edp";
     h.strategy = "exhaustive";
     h.tuning = "in_flight";
-    h.config_json = read_text(JOULE_SOURCE_DIR "/apps/configs/tiny.json");
+    h.config_json = read_text(joule::test::source_path("apps/configs/tiny.json"));
     h.device_memory_budget_bytes = 1e9;
     auto writer = RunLogWriter::create(log.path(), h);
     writer.append_trial(trial(0, TrialStatus::ok));
@@ -417,7 +418,7 @@ TEST_CASE("docs: run-log.md lists every group, dataset and attribute the run-log
 // ---- precision -----------------------------------------------------------------------------------
 
 TEST_CASE("docs: design.md's precision table is core/precision/precision.hpp's, row for row", "[docs]") {
-  std::istringstream doc(read_text(JOULE_SOURCE_DIR "/docs/design.md"));
+  std::istringstream doc(read_text(joule::test::source_path("docs/design.md")));
   std::vector<std::vector<std::string>> rows;
   bool in_table = false;
   for (std::string line; std::getline(doc, line);) {

@@ -7,6 +7,7 @@
 #include "energy/report.hpp"
 #include "energy/sampler.hpp"
 #include "support/test_support.hpp"
+#include "support/test_paths.hpp"
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -209,7 +210,7 @@ TEST_CASE("energy: NVML through dlopen of a fake library: energy counter, module
           "[energy][nvml]") {
   FakeTree t;
   auto o = empty_options(t);
-  o.nvml_library = JOULE_FAKE_NVML_PATH;
+  o.nvml_library = joule::test::fake_nvml_library();
   setenv("FAKE_NVML_DEVICES", "2", 1);
   setenv("FAKE_NVML_MJ_PER_READ", "250", 1);
   setenv("FAKE_NVML_C2C", "1", 1);
@@ -260,7 +261,7 @@ TEST_CASE("energy: GPU power limits through NVML are set, checked against the ra
           "[energy][nvml][power_limit]") {
   FakeTree t;
   auto o = empty_options(t);
-  o.nvml_library = JOULE_FAKE_NVML_PATH;
+  o.nvml_library = joule::test::fake_nvml_library();
   setenv("FAKE_NVML_DEVICES", "2", 1);
   unsetenv("FAKE_NVML_SET_DENIED");
   unsetenv("FAKE_NVML_ENERGY");
@@ -306,7 +307,7 @@ TEST_CASE("energy: GPU power limits through NVML are set, checked against the ra
 TEST_CASE("energy: a domain read by two sources counts once in the total", "[energy][nvml][hwmon]") {
   FakeTree t;
   auto o = empty_options(t);
-  o.nvml_library = JOULE_FAKE_NVML_PATH;
+  o.nvml_library = joule::test::fake_nvml_library();
   setenv("FAKE_NVML_C2C", "1", 1);
   setenv("FAKE_NVML_MODULE_MW", "450000", 1);
   write_grace_hwmon(t);

@@ -9,6 +9,7 @@
 #include "energy/probe.hpp"
 #include "energy/sampler.hpp"
 #include "support/test_support.hpp"
+#include "support/test_paths.hpp"
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -89,7 +90,7 @@ std::vector<detail::NvmlDeviceInfo> fake_devices() {
 // Options that find nothing but NVML (empty sensor folders) and read the fake library.
 SourceOptions nvml_options(TempDir const& t) {
   SourceOptions o;
-  o.nvml_library = JOULE_FAKE_NVML_PATH;
+  o.nvml_library = joule::test::fake_nvml_library();
   o.hwmon_root = t.str("hwmon");
   o.powercap_root = t.str("powercap");
   fs::create_directories(t.root / "hwmon");
@@ -282,7 +283,7 @@ TEST_CASE("energy sources: NVML reads the GPU of this process only, through CUDA
                         "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
                         "PMI_LOCAL_RANK"})
     env.unset(v);
-  env.set("JOULE_NVML_LIBRARY", JOULE_FAKE_NVML_PATH);
+  env.set("JOULE_NVML_LIBRARY", joule::test::fake_nvml_library());
   env.set("JOULE_HWMON_ROOT", t.str("hwmon"));
   env.set("JOULE_POWERCAP_ROOT", t.str("powercap"));
 
@@ -413,7 +414,7 @@ TEST_CASE("energy sources: discovery says what it looked for and why each source
     REQUIRE_FALSE(a.found);
     o.nvml_library = "libc.so.6";  // loads, but is not NVML
     REQUIRE_THAT(attempt_of(attempts_for(), "nvml").outcome, Contains("symbol nvmlInit_v2 missing"));
-    o.nvml_library = JOULE_FAKE_NVML_PATH;
+    o.nvml_library = joule::test::fake_nvml_library();
     env.set("FAKE_NVML_INIT_ERROR", "9");
     REQUIRE(attempt_of(attempts_for(), "nvml").outcome ==
             "nvmlInit_v2 failed: Driver Not Loaded (driver not loaded, or no GPU?)");

@@ -8,6 +8,7 @@
 #include "environment.hpp"
 
 #include "support/catch.hpp"
+#include "support/test_paths.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -183,7 +184,7 @@ std::string unquoted(std::string text) {  // `name` -> name; \| -> |
 }  // namespace
 
 TEST_CASE("docs: configuration.md's table of environment variables is the code's", "[docs][environment]") {
-  std::ifstream in(JOULE_SOURCE_DIR "/docs/configuration.md");
+  std::ifstream in(joule::test::source_path("docs/configuration.md"));
   REQUIRE(in);
   // The table whose header starts "| variable | meaning | allowed | default |".
   std::map<std::string, std::vector<std::string>> documented;

@@ -12,6 +12,7 @@
 #include "core/config/config.hpp"
 
 #include "support/catch.hpp"
+#include "support/test_paths.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -87,7 +88,7 @@ TEST_CASE("launch contract: the limit is Kokkos' CUDA check, figures by hand", "
 TEST_CASE("launch contract: every team launch of a training step fits on CUDA, every shipped configuration",
           "[launch][contract]") {
   std::vector<std::filesystem::path> configs;
-  for (auto const& e : std::filesystem::directory_iterator(std::string(JOULE_SOURCE_DIR) + "/apps/configs"))
+  for (auto const& e : std::filesystem::directory_iterator(joule::test::source_path("apps/configs")))
     if (e.path().extension() == ".json") configs.push_back(e.path());
   std::sort(configs.begin(), configs.end());
   REQUIRE(configs.size() >= 6);
@@ -96,7 +97,7 @@ TEST_CASE("launch contract: every team launch of a training step fits on CUDA, e
 }
 
 TEST_CASE("launch contract: every head size with a kernel fits on CUDA", "[launch][contract]") {
-  ModelConfig model = load_config(std::string(JOULE_SOURCE_DIR) + "/apps/configs/tiny.json").model;  // the embedded one
+  ModelConfig model = load_config(joule::test::source_path("apps/configs/tiny.json")).model;  // the embedded one
   for (int hd : {16, 32, 64, 128}) {
     REQUIRE(attention_supports_head_dim(hd));
     model.heads = model.d_model / hd;

@@ -8,6 +8,7 @@
 #include "core/train/captioning.hpp"
 #include "support/test_support.hpp"
 #include "support/tiny_config.hpp"
+#include "support/test_paths.hpp"
 
 #include <array>
 #include <cmath>
@@ -317,7 +318,7 @@ Fit compare(std::vector<float> const& a, std::vector<float> const& ref) {
 // bf16 is (with 50% slack).
 TEST_CASE("model: the whole model's loss, logits and gradients match PyTorch in fp32 and in bf16",
           "[model][golden][bf16]") {
-  io::H5File const f(JOULE_TEST_GOLDEN_DIR "/model_golden.h5", io::H5File::Mode::read);
+  io::H5File const f(joule::test::source_path("tests/golden/model_golden.h5"), io::H5File::Mode::read);
   auto j = nlohmann::json::parse(tiny_config_json("unused.h5").dump());
   j["model"] = nlohmann::json::parse(f.attribute_string("/", "model"));
   auto const cfg = parse_config(j.dump(), "golden config");

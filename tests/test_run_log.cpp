@@ -12,6 +12,7 @@
 #include "support/tiny_config.hpp"
 
 #include "support/catch.hpp"
+#include "support/test_paths.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -1156,7 +1157,7 @@ TEST_CASE("run log: the plotting script labels knobs from the log's own table, a
     auto writer = RunLogWriter::create(file.path(), make_header());
     for (auto const& t : trials) writer.append_trial(t);
   }
-  std::string const command = "/usr/bin/python3 -c 'import sys; sys.path.insert(0, \"" JOULE_SCRIPTS_DIR "\"); "
+  std::string const command = "/usr/bin/python3 -c 'import sys; sys.path.insert(0, \"" + joule::test::source_path("apps/scripts") + "\"); "
                               "import h5py, plot_run; f = h5py.File(sys.argv[1], \"r\"); "
                               "[print(plot_run.knobs_text(f[\"trials\"][n])) for n in sorted(f[\"trials\"])]' " +
                               file.path() + " 2>&1";

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything joule needs on a fresh Debian 12 machine, and skips whatever is already there.
 #   - Debian packages (compiler, CMake, OpenMPI, HDF5, Catch2, OpenBLAS, json/CLI/fmt headers,
-#     python3 with numpy, h5py, PIL and matplotlib for apps/scripts and their tests)
+#     python3 with numpy, h5py, PIL and matplotlib for apps/scripts and their tests, ccache for
+#     the Makefile's host builds)
 #   - Kokkos + Kokkos-Kernels, built into a cache prefix, from one of two sources:
 #       default: 3.4.1 with the OpenMP backend, from Debian's own trilinos source package
 #                (Debian's binary packages only have the Serial backend);
@@ -371,7 +372,7 @@ fi
 # --- Debian packages --------------------------------------------------------------------------------
 packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libhdf5-dev catch2
           libopenblas-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev
-          python3 python3-numpy python3-h5py python3-pil python3-matplotlib)
+          python3 python3-numpy python3-h5py python3-pil python3-matplotlib ccache)
 if [ "${JOULE_WITH_TORCH:-0}" = 1 ]; then packages+=(python3-torch); fi
 # patch(1) for cmake/patches (a CUDA Kokkos from source trees; see kokkos_patch below).
 if [ "$from_source" = 1 ] && [ "$backend" = cuda ]; then packages+=(patch); fi

@@ -19,6 +19,8 @@
 # The GPU audit's resource part reads ptxas' report of every kernel (-Xptxas -v on these same
 # compilations: nothing is compiled twice) and gates on spills and occupancy (gpu_audit.py; the
 # ptxas logs are kept in $JOULE_GPU_AUDIT_DIR, default the cache's gpu-audit/ folder).
+# A CUDA batch that passed is not compiled again from the same inputs: its log is reused
+# (JOULE_COMPILE_CHECK_REUSE=0 compiles everything; see reuse_key below).
 # Environment: NVCC (default: nvcc on PATH or /usr/local/cuda/bin/nvcc), JOULE_COMPILE_CHECK_CACHE,
 # JOULE_COMPILE_CHECK_ONLY (a grep pattern: check only the matching translation units; the audit
 # then sees only their kernels), JOULE_GPU_AUDIT_LAUNCHES (the JSON of `joule bench --suite
@@ -141,13 +143,16 @@ for d in $(mpicxx --showme:incdirs 2>/dev/null); do common+=(-I"$d"); done
 # Does the unit include Kokkos-Kernels (its headers' dependencies fail without them)? Asked once
 # per unit, all units at once, before the compilations (each compilation asking again cost ~100 s
 # on 2 cores).
+# Only the host passes ask (CI leaves both to its sid builds: JOULE_COMPILE_CHECK_HOST45=0 and _HOST5=0).
 mkdir -p "$work/kernels"
-for u in "${units[@]}"; do
-  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 0.1; done
-  ( "$cxx" -std=c++20 -fopenmp -M "${common[@]}" -I"$work/host5" -I"$k5" -I"$cuda_include" "$repo/$u" \
-      >/dev/null 2>&1 || touch "$work/kernels/${u//\//_}" ) &
-done
-wait
+if [ "${JOULE_COMPILE_CHECK_HOST45:-1}${JOULE_COMPILE_CHECK_HOST5:-1}" != 00 ]; then
+  for u in "${units[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 0.1; done
+    ( "$cxx" -std=c++20 -fopenmp -M "${common[@]}" -I"$work/host5" -I"$k5" -I"$cuda_include" "$repo/$u" \
+        >/dev/null 2>&1 || touch "$work/kernels/${u//\//_}" ) &
+  done
+  wait
+fi
 needs_kernels() { [ -e "$work/kernels/${1//\//_}" ]; }
 
 # The units of one folder are compiled together, as one translation unit that includes them all
@@ -160,7 +165,7 @@ needs_kernels() { [ -e "$work/kernels/${1//\//_}" ]; }
 # JOULE_COMPILE_CHECK_UNITY=0: every unit alone, as before (to time one, or to bisect a clash).
 compile_cuda() {  # compile_cuda NAME UNIT... -> prints a result line
   local name="$1"; shift
-  local logf="$work/log.cuda.${name//\//_}" src="$work/unity/${name//\//_}.cu" rc=0 t0=$SECONDS inc=()
+  local logf="$work/log.cuda.${name//\//_}" src="$work/unity/${name//\//_}.cu" rc=0 t0=$SECONDS inc=() args key reused=""
   mkdir -p "$work/unity"
   { for u in "$@"; do echo "#include \"$repo/$u\""; done; } > "$src"
   [ "$have_nccl" = 1 ] && inc+=(-I"$cuda_include" -DJOULE_HAVE_NCCL)
@@ -168,9 +173,17 @@ compile_cuda() {  # compile_cuda NAME UNIT... -> prints a result line
   # kernels-declarations/KokkosBlas3_gemm.hpp); the folder is harmless for the others.
   # -Xptxas -v: ptxas reports each kernel's registers, spills, stack and static shared memory (the
   # GPU audit, gpu_audit.py, reads them from these logs: no compilation of its own).
-  "$nvcc" -x cu -std=c++20 -arch=sm_90 --extended-lambda --expt-relaxed-constexpr -Xptxas -v \
-    -Xcompiler -fopenmp -Xcompiler -fsyntax-only -Wno-deprecated-gpu-targets -DFMT_USE_CONSTEXPR=1 "${common[@]}" \
-    -I"$work/cuda5" -I"$k5" -I"$here/kernels-declarations" "${inc[@]}" -c "$src" -o /dev/null >"$logf" 2>&1 || rc=$?
+  args=(-x cu -std=c++20 -arch=sm_90 --extended-lambda --expt-relaxed-constexpr -Xptxas -v
+    -Xcompiler -fopenmp -Xcompiler -fsyntax-only -Wno-deprecated-gpu-targets -DFMT_USE_CONSTEXPR=1 "${common[@]}"
+    -I"$work/cuda5" -I"$k5" -I"$here/kernels-declarations" "${inc[@]}" -c "$src" -o /dev/null)
+  key="$(reuse_key "$name" "$@" -- "${args[@]}")"
+  if [ -n "$key" ] && [ -f "$reuse_dir/$key.log" ]; then  # this batch passed before, from the same inputs
+    sed -e "s|@REPO@|$repo|g" -e "s|@WORK@|$work|g" "$reuse_dir/$key.log" >"$logf"
+    touch "$reuse_dir/$key.log"
+    reused=" (reused)"
+  else
+    "$nvcc" "${args[@]}" >"$logf" 2>&1 || rc=$?
+  fi
   # nvcc only warns (#20011/#20014) when device code calls a host-only function; in joule's own
   # code that is an error (Kokkos' desul atomics trigger the same warning harmlessly: they guard
   # the call by target, so only warnings located in this repository count).
@@ -180,11 +193,36 @@ compile_cuda() {  # compile_cuda NAME UNIT... -> prints a result line
   fi
   local what="$name ($# unit$([ $# = 1 ] || echo s))"
   [ $# = 1 ] && what="$1"
-  printf '%-6s %-17s %-38s %-7s %4ds\n' cuda "$v5" "$what" "$([ $rc = 0 ] && echo ok || echo FAILED)" $((SECONDS - t0))
+  if [ $rc = 0 ] && [ -n "$key" ] && [ -z "$reused" ]; then
+    sed -e "s|$repo|@REPO@|g" -e "s|$work|@WORK@|g" "$logf" >"$reuse_dir/$key.log.tmp" && mv "$reuse_dir/$key.log.tmp" "$reuse_dir/$key.log"
+  fi
+  printf '%-6s %-17s %-38s %-7s %4ds%s\n' cuda "$v5" "$what" "$([ $rc = 0 ] && echo ok || echo FAILED)" $((SECONDS - t0)) "$reused"
   if [ $rc != 0 ]; then
     { echo "--- cuda $what ($*):"; grep -m 12 -E 'error' "$logf" || tail -20 "$logf"; } >>"$work/errors"
   fi
   return 0
+}
+# A batch that passed is not compiled again from the same inputs (CI compiles the same commit in a
+# fresh clone): its log (ptxas' figures, the warnings) is kept in $reuse_dir under a key of
+# everything the compilation reads: nvcc's version, the arguments (this checkout's and the work
+# folder's paths written as placeholders, so that a clone elsewhere finds it), the generated
+# configuration headers, the Kokkos headers' packages, the system headers' packages and every
+# source, header and template file of the checkout's source folders and of this folder (a batch
+# includes headers from anywhere in them, so any change there compiles every batch again). JOULE_COMPILE_CHECK_REUSE=0 compiles everything.
+reuse_dir="$cache/passed-batches"
+reuse_inputs=""
+if [ "${JOULE_COMPILE_CHECK_REUSE:-1}" != 0 ]; then
+  mkdir -p "$reuse_dir"
+  find "$reuse_dir" -name '*.log' -mtime +14 -delete 2>/dev/null || true  # not used for two weeks
+  reuse_inputs="$( { "$nvcc" --version; ls -l "$cache/debs"; find "$work/cuda5" "$work/gen" -type f | LC_ALL=C sort | xargs cat;
+    dpkg-query -W libhdf5-dev libopenmpi-dev libfmt-dev nlohmann-json3-dev libcli11-dev libstb-dev g++ 2>/dev/null || true
+    cd "$repo" && find core parallel runlog scheduler energy apps cmake/compile-check -type f \( -name '*.[ch]pp' -o -name '*.h' \
+      -o -name '*.cuh' -o -name '*.inc' -o -name '*.in' -o -name '*.json' -o -name '*.settings' \) 2>/dev/null | LC_ALL=C sort | xargs sha256sum; } |
+    sha256sum | cut -c1-64)"
+fi
+reuse_key() {  # reuse_key NAME UNIT... -- ARG... -> the key, or nothing (reuse off)
+  [ -n "$reuse_inputs" ] || return 0
+  printf '%s\n' "$reuse_inputs" "$@" | sed -e "s|$repo|@REPO@|g" -e "s|$work|@WORK@|g" | sha256sum | cut -c1-64
 }
 compile_host() {  # compile_host NAME SET UNIT... -> prints a result line; SET: 5 or 4.5 (Kokkos-Kernels units)
   local name="$1" which="$2"; shift 2
