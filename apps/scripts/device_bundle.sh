@@ -145,6 +145,9 @@ for bin in "$root/bin/joule" "$root/lib/libjoule_energy_tool.so" "$root"/tests/*
   [ -z "$missing" ] || unresolved+="$(basename "$bin"): $missing; "
 done
 [ -z "$unresolved" ] || die "libraries not resolved from the bundle and the CUDA toolkit: $unresolved"
+# No binary of the bundle searches the working directory or a relative folder for a library.
+bash "$repo/tests/scripts/elf_search_paths.sh" "$(command -v cc)" "$root" "$repo" >"$stage/elf_search_paths.log" 2>&1 ||
+  die "a binary of the bundle has an unsafe RUNPATH: $(tail -5 "$stage/elf_search_paths.log")"
 {
   echo "joule device bundle, made $(date -u +%FT%TZ) on $(uname -m) by apps/scripts/device_bundle.sh (joule $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$repo" diff --quiet HEAD 2>/dev/null || echo ', uncommitted changes'))"
   echo "kokkos: $(cat "$kokkos_prefix/.joule-complete")"
