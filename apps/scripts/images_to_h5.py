@@ -49,14 +49,19 @@ Refused before any image is read or anything written: values joule would refuse 
 joule's configuration parser reads them from), an empty caption, one too long for --text-len
 or one holding a control character (naming its line), a listed image that is missing or not a
 regular file (naming it), an OUT that is one of the inputs (the captions file, the image folder or an
-image it lists, also through a symlink or hard link) or a folder, and an OUT whose folder has less
-free space than the file needs.
+image it lists, also through a symlink or hard link), a folder, a FIFO or device (or a link to one)
+or another user's file (unless JOULE_REPLACE_OTHERS_FILES=1), an OUT in a folder that is not safe to
+write in (below), and an OUT whose folder has less free space than the file needs.
 
-Writing cannot lose the previous OUT: the file is written to a temporary in OUT's folder
-(.OUT.XXXXXX.tmp), flushed, fsynced and read back (shapes, attributes and every value), and only
-then renamed over OUT (and the folder fsynced). On any failure (a full disk, an exceeded quota, an
-I/O error, an HDF5 error, Ctrl-C, SIGTERM) the temporary is removed, OUT is left as it was, and
-the script exits 1 with one line naming OUT, the error and the free space there.
+Writing cannot lose the previous OUT, and nothing another user plants can redirect it: as joule
+itself writes (joule_write.py beside this script, docs/outputs.md), the file is written into a
+private folder made beside OUT (.OUT.joule-XXXXXXXXXXXX/OUT, mode 0700, a random name), read back
+(shapes, attributes and every value), fsynced, given the mode of the file it replaces and only then
+renamed over OUT (and the folder fsynced). A symbolic link at OUT is itself replaced, never the file
+it names; every folder on the way to OUT must be root's or this user's and not writable by others
+without the sticky bit, unless JOULE_ACCEPT_SHARED_FOLDER=1. On any failure (a full disk, an
+exceeded quota, an I/O error, an HDF5 error, Ctrl-C, SIGTERM) the temporary is removed, OUT is left
+as it was, and the script exits 1 with one line naming OUT, the error and the free space there.
 """
 import argparse
 import errno
@@ -69,7 +74,6 @@ import signal
 import stat
 import struct
 import sys
-import tempfile
 import zlib
 
 # numpy, h5py and PIL (half a second to import) are imported by import_libraries() once the
@@ -81,6 +85,9 @@ MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 FILTERS = {"bilinear": "BILINEAR", "nearest": "NEAREST", "none": None}  # PIL's names
 PROG = "images_to_h5.py"
 HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:  # also when run by runpy.run_path (tests/scripts/converter_faults.sh)
+    sys.path.insert(0, HERE)
+import joule_write  # noqa: E402
 # joule's default configuration (the one embedded in the binary), for the default --eval-fraction.
 DEFAULT_CONFIG = os.path.join(HERE, os.pardir, "configs", "tiny.json")
 # joule's limits (CMake embeds the same file in joule's configuration parser).
@@ -502,9 +509,9 @@ def file_kind(mode):
 
 
 def check_output(out, inputs):
-    """Refuses an OUT that is one of the inputs [(role, path)] or a folder, or whose folder is not
-    there; returns the folder the file goes to (the symlink OUT resolved: the file it names is
-    replaced, not the link)."""
+    """Refuses an OUT that is one of the inputs [(role, path)] (compared resolved: through links) or a
+    folder, or whose folder is not there or not safe to write in; returns OUT's folder, for the
+    free space and messages. The write goes to OUT itself: a symbolic link there is replaced."""
     for role, path in inputs:
         if same_file(out, path):
             how = ("" if os.path.realpath(out) == os.path.realpath(path) and not os.path.islink(out) else
@@ -518,11 +525,15 @@ def check_output(out, inputs):
         via = " is a symbolic link to" if os.path.islink(out) else " is"
         fail(f"the output {out}{via} {kind}, not a regular file; the converter writes regular files only and "
              f"replaces nothing else (give the path of a file)")
-    folder = os.path.dirname(os.path.realpath(out))
+    folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):
         fail(f"cannot write {out}: its folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         fail(f"cannot write {out}: its folder {folder} is not writable")
+    try:  # as the write will look: the folders on the way (another user's, or others may rename in them), OUT
+        joule_write.check(out)
+    except joule_write.WriteError as e:
+        fail(f"cannot write {out}: {e.why}")
     return folder
 
 
@@ -607,18 +618,10 @@ def write_h5_file(path, images, tokens, attrs):
         # A file whose write failed is not closed: closing it fails with a message that hides the
         # cause ("Slist already enabled?"), and HDF5 built with its assertions on (Debian sid's 2.2)
         # aborts in H5F__dest with its cache dirty. It is kept referenced (h5py closes what it
-        # frees) until write_atomically removes it by name and ends with os._exit.
+        # frees) until write_atomically has removed its temporary and ends with os._exit.
         UNCLOSABLE.append(out)
         raise
     out.close()
-
-
-def fsync_path(path, directory=False):
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def verify_h5(path, images, tokens, attrs):
@@ -643,43 +646,21 @@ def verify_h5(path, images, tokens, attrs):
 
 
 def write_atomically(out, folder, images, tokens, attrs):
-    """Writes the dataset to a temporary in OUT's folder, fsyncs and verifies it, then renames it
-    over OUT: OUT is at every moment either the previous file or the complete new one. Any failure
-    removes the temporary and stops with exit status 1."""
-    target = os.path.realpath(out)
-    previous = os.path.exists(target)
-    if previous:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
-    else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask  # what h5py would have created
-    tmp = None
-    renamed = False
+    """Writes the dataset through a private temporary beside OUT (joule_write), reads it back, then
+    syncs it and renames it over OUT: OUT is at every moment either the previous file or the complete
+    new one. Any failure removes the temporary and stops with exit status 1."""
+    previous = os.path.lexists(out)
+    t = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder)
-        os.close(fd)
-        write_h5(tmp, images, tokens, attrs)
-        fsync_path(tmp)
-        verify_h5(tmp, images, tokens, attrs)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-        renamed = True
-        fsync_path(folder, directory=True)  # the rename itself reaches the disk
+        with joule_write.output(out) as t:
+            write_h5(t.path, images, tokens, attrs)
+            verify_h5(t.path, images, tokens, attrs)
     except (Exception, KeyboardInterrupt) as e:
-        if renamed:
-            fail(f"wrote {out} but could not sync its folder {folder}: {error_text(e)}; the new file is in "
-                 f"place but may not survive a crash")
-        if tmp is not None:
-            try:
-                os.remove(tmp)
-            except FileNotFoundError:
-                pass
-            except OSError as e2:
-                print(f"{PROG}: could not remove the temporary {tmp}: {e2.strerror or e2}", file=sys.stderr)
+        tmp = getattr(e, "temporary", None) or (t.shown if t is not None else None)
+        why = e.why if isinstance(e, joule_write.WriteError) else error_text(e)
         kept = f"{out} is left as it was" if previous else f"nothing was written to {out}"
-        print(f"{PROG}: cannot write {out}{f' (temporary {tmp})' if tmp else ''}: {error_text(e)}; "
-              f"{free_space(folder)}; {kept}", file=sys.stderr)
+        print(f"{PROG}: cannot write {out}{f' (temporary {tmp})' if tmp else ''}: "
+              f"{t.shown_in(why) if t is not None else why}; {free_space(folder)}; {kept}", file=sys.stderr)
         # Not sys.exit: HDF5 closes its open files at exit, and one whose write failed can crash it
         # there (a segmentation fault instead of exit status 1).
         sys.stdout.flush()

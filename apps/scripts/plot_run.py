@@ -25,17 +25,24 @@ A run tuned in flight (`joule train --tune`) gets its configuration changes (dot
 the trial in staggered rows above the plot) and the search (shaded) on the loss and the /train
 power curves. The run's energy source is named once, in each figure's title.
 
---describe FILE writes a JSON summary of each plot written (- : stdout, after the paths): its
-titles, each axes' title, labels, limits and legend entries, the texts that reach outside the
-figure and the pairs of texts that overlap (tests/scripts/plot_run_check.sh checks them).
+--describe FILE writes a JSON summary of each plot written (- : stdout, after the paths; a file is
+written as the PNGs are): its titles, each axes' title, labels, limits and legend entries, the
+texts that reach outside the figure and the pairs of texts that overlap
+(tests/scripts/plot_run_check.sh checks them).
 
 A plot whose data is missing (no /train group, no power samples...) is skipped with a one-line
 note on stderr; the others are still written. Before anything is written, every PNG path is
-checked: it must not be the run log itself (also through a symlink or hard link) nor a folder, and
-DIR must be writable (a probe file is created and removed there). Each PNG is written to a
-temporary in DIR (.NAME.XXXXXX.tmp), fsynced and renamed over NAME: a failed write (a full disk, an
-exceeded quota, an I/O error, Ctrl-C) removes the temporary and leaves the previous PNG as it was,
-with one line naming the file, the error and the free space; the other plots are still written.
+checked: it must not be the run log itself (also through a symlink or hard link), a folder, a FIFO
+or device, nor another user's file; and DIR (made if missing, mode 0755) must be safe to write in
+and writable: it is opened as joule opens an output's folder (every folder on the way root's or
+this user's and not writable by others without the sticky bit, unless JOULE_ACCEPT_SHARED_FOLDER=1;
+another user's link in a folder others can write not followed), and a private temporary is made
+and removed there (no fixed probe name that a link could be planted at). Each PNG is written as
+joule writes its files (joule_write.py, docs/outputs.md): into a private folder beside it
+(.NAME.joule-XXXXXXXXXXXX/NAME, mode 0700), fsynced, given the mode of the PNG it replaces and
+renamed over NAME (a symbolic link there is replaced, not followed): a failed write (a full disk,
+an exceeded quota, an I/O error, Ctrl-C) removes the temporary and leaves the previous PNG as it
+was, with one line naming the file, the error and the free space; the other plots are still written.
 Exit status: 0 when every plot that had data was written; 1 when a plot failed on malformed data or
 could not be written; 2 when the file is not a joule
 run log (root attribute format != "joule-run-log-v1"), none of the plots has data, or an output
@@ -71,6 +78,7 @@ import matplotlib.ticker  # noqa: E402
 import matplotlib.transforms  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import joule_write  # noqa: E402
 import plot_run_layout  # noqa: E402
 from plot_run_log import (  # noqa: E402
     Skip,
@@ -684,15 +692,18 @@ def output_clash(log, out, out_role):
 
 
 def probe_folder(out, out_role):
-    """Makes `out` and proves it writable with a probe file (created and removed), or says why not."""
+    """Makes `out` (if missing) and proves it safe to write in and writable by making and removing a
+    private temporary there (joule_write: a random name, so nobody can plant a link at it), and each
+    plot's path one that may be replaced (not another user's file, a FIFO...); or says why not."""
     try:
-        os.makedirs(out, exist_ok=True)
-        probe = os.path.join(out, f".joule-write-probe-{os.getpid()}")
-        with open(probe, "wb"):
-            pass
-        os.remove(probe)
-    except OSError as e:
-        return f"{out_role} {out}: cannot write there: {e.strerror or e}"
+        joule_write.probe_folder(out, create=True)
+    except joule_write.WriteError as e:
+        return f"{out_role} {out}: cannot write there: {e.why}"
+    for name in PLOTS:
+        try:
+            joule_write.check(os.path.join(out, name))
+        except joule_write.WriteError as e:
+            return f"{out_role} {out}: {e}"
     return None
 
 
@@ -773,11 +784,13 @@ def main():
         try:
             if args.describe == "-":
                 print(summary)
-            else:
-                with open(args.describe, "w") as out_file:
-                    out_file.write(summary + "\n")
+            else:  # as the PNGs: a link planted at FILE is replaced, never written through
+                joule_write.write_text(args.describe, summary + "\n")
         except OSError as e:
             note(f"--describe {args.describe}: cannot write: {e.strerror or e}")
+            failed += 1
+        except joule_write.WriteError as e:
+            note(f"--describe {args.describe}: cannot write: {e.why}")
             failed += 1
     if failed:
         return 1

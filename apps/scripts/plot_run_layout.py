@@ -1,18 +1,17 @@
-"""plot_run.py's figures on disk and on the page: each PNG written whole (a temporary, fsynced,
-renamed over the old one), --describe's summary of a figure's texts and limits, and labels placed
-where they hit nothing."""
+"""plot_run.py's figures on disk and on the page: each PNG written whole and safely (joule_write: a
+private temporary, fsynced, renamed over the old one), --describe's summary of a figure's texts and
+limits, and labels placed where they hit nothing."""
 import errno
 import math
 import os
 import shutil
-import stat
-import tempfile
 
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.text  # noqa: E402
 import matplotlib.transforms  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+import joule_write  # noqa: E402
 
 class WriteFailed(Exception):
     """A plot could not be written; the message names the file, the error and the free space."""
@@ -81,49 +80,24 @@ def describe(fig, name):
 
 
 def save(fig, path, written):
-    """Writes the figure to a temporary in the plot's folder, fsyncs it and renames it over `path`:
-    a failed write (full disk, quota, I/O error) leaves the previous plot as it was and removes the
+    """Writes the figure through a private temporary beside `path` (joule_write: nothing planted in
+    the folder can redirect the write or its mode), fsyncs it and renames it over `path`: a failed
+    write (full disk, quota, I/O error) leaves the previous plot as it was and removes the
     temporary; it raises WriteFailed naming the file, the error and the free space."""
     folder = os.path.dirname(path) or "."
-    tmp, previous, renamed, done = None, False, False, False
+    previous, t, done = os.path.lexists(path), None, False
     try:
-        os.makedirs(folder, exist_ok=True)
-        previous = os.path.exists(path)
-        if previous:
-            mode = stat.S_IMODE(os.stat(path).st_mode)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask  # what savefig(path) would have created
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, dpi=110, format="png")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-        renamed = True
-        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)  # the rename itself reaches the disk
-        finally:
-            os.close(dfd)
+        with joule_write.output(path, create_folder=True) as t:
+            fig.savefig(t.path, dpi=110, format="png")
         done = True
-    except (Exception, KeyboardInterrupt) as e:
-        if tmp is not None and not renamed:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        if isinstance(e, OSError) and e.errno in errno.errorcode:
+    except Exception as e:  # KeyboardInterrupt goes on: joule_write has removed the temporary
+        tmp = getattr(e, "temporary", None) or (t.shown if t is not None else None)
+        if isinstance(e, joule_write.WriteError):
+            why = e.why
+        elif isinstance(e, OSError) and e.errno in errno.errorcode:
             why = f"{os.strerror(e.errno)} ({errno.errorcode[e.errno]})"
         else:
-            why = f"{type(e).__name__}: {e}"
-        if renamed:
-            raise WriteFailed(f"wrote {path} but could not sync its folder: {why}; the new plot may not "
-                              f"survive a crash") from None
+            why = f"{type(e).__name__}: {t.shown_in(e) if t is not None else e}"
         kept = f"{path} is left as it was" if previous else f"nothing was written to {path}"
         raise WriteFailed(f"cannot write {path}{f' (temporary {tmp})' if tmp else ''}: {why}; "
                           f"{free_space(folder)}; {kept}") from None

@@ -90,8 +90,8 @@ expect_refusal "the output $work/null.h5 is a symbolic link to a character devic
   "$img" "$work/caps.tsv" "$work/null.h5" "${opts[@]}"
 [ -p "$work/pipe.h5" ] && [ "$(readlink "$work/null.h5")" = /dev/null ] || fail "a non-regular output was replaced"
 rm -f "$work/pipe.h5" "$work/null.h5"
-[ "$(ls -A "$img" | grep -c tmp || true)" -eq 0 ] && [ "$(ls -A "$work" | grep -c '\.tmp$' || true)" -eq 0 ] ||
-  fail "a temporary was left"
+[ "$(ls -A "$img" | grep -c 'tmp\|\.joule-' || true)" -eq 0 ] &&
+  [ "$(ls -A "$work" | grep -c '\.tmp$\|\.joule-' || true)" -eq 0 ] || fail "a temporary was left"
 
 # --- Values joule refuses: the range in the converter's message is the one joule prints ---------
 cat > "$work/cfg.json" <<JSON
@@ -274,9 +274,11 @@ out="$work/good.h5"
 $py "$conv" "$img" "$work/caps.tsv" "$out" "${opts[@]}" >/dev/null
 cp "$out" "$work/good.copy"
 new=("$img" "$work/caps.tsv" "$out" "${opts[@]}" --shuffle 1)  # another file: a success would show
-# The bytes the converter writes for the new file (all of them to the temporary): counted by the
-# kernel (/proc/self/io wchar), with the script's own output kept in memory.
-total="$($py - "$conv" "$img" "$work/caps.tsv" "$work/count.h5" "${new[@]:3}" <<'PY'
+# The bytes the converter writes for the new file (all of them to the temporary and its marker): counted
+# by the kernel (/proc/self/io wchar), with the script's own output kept in memory. Written under the
+# same name as $out (the temporary's marker names it), in a folder of its own.
+mkdir "$work/count"
+total="$($py - "$conv" "$img" "$work/caps.tsv" "$work/count/good.h5" "${new[@]:3}" <<'PY'
 import contextlib, io, os, runpy, sys
 import h5py, numpy, PIL.Image  # noqa: F401 (imported, and any of their writes made, before counting)
 def written():
@@ -311,12 +313,12 @@ for fault in ENOSPC:0 ENOSPC:3000 ENOSPC:$((total - 1)) EDQUOT:3000 EIO:$((total
     { cat "$work/err"; fail "$e after $bytes bytes: the message lacks the file, the error or the free space"; }
   [ "$(wc -l <"$work/err")" -eq 1 ] || { cat "$work/err"; fail "$e after $bytes bytes: more than one line"; }
   cmp "$out" "$work/good.copy" || fail "$e after $bytes bytes: the previous output changed"
-  leftover="$(ls -A "$work" | grep '\.tmp$' || true)"
+  leftover="$(ls -A "$work" | grep '\.tmp$\|\.joule-' || true)"
   [ -z "$leftover" ] || fail "$e after $bytes bytes: temporary $leftover left behind"
   echo "$e after $bytes of $total bytes: refused, $out unchanged"
 done
 # No previous output: nothing is left either.
-rm "$work/count.h5"
+rm -r "$work/count"
 rc=0; LD_PRELOAD="$fault_so" JOULE_FAULT_PATH=count.h5 JOULE_FAULT_AFTER_BYTES=3000 \
   $py "$conv" "$img" "$work/caps.tsv" "$work/count.h5" "${opts[@]}" >/dev/null 2>"$work/err" || rc=$?
 [ "$rc" -eq 1 ] && grep -qF "nothing was written to $work/count.h5" "$work/err" || { cat "$work/err"; fail "fresh output"; }
