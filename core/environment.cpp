@@ -112,8 +112,9 @@ std::optional<long> host_cores_wanted(long cpus) {
 
 void validate_environment() {
   host_cores_wanted(usable_cpus());
-  if (auto const text = environment::text_of(kAcceptSharedFolderName); text && *text != "0" && *text != "1")
-    environment::refuse(kAcceptSharedFolderName, *text, "0 or 1");
+  for (char const* name : {kAcceptSharedFolderName, kReplaceOthersFilesName})
+    if (auto const text = environment::text_of(name); text && *text != "0" && *text != "1")
+      environment::refuse(name, *text, "0 or 1");
   kReadTimeout.read();
   kReadGuard.read();
 }
@@ -127,10 +128,15 @@ std::vector<environment::Description> environment_variables() {
           kReadTimeout.describe(),
           kReadGuard.describe(),
           {kAcceptSharedFolderName,
-           "1: write outputs in a folder that others can write and that has no sticky bit (with a warning; "
+           "1: write outputs in a folder that another user can change (writable by others without the sticky bit, "
+           "or another user's, on the way to the output or the output's own), with a warning (docs/outputs.md)",
+           "0 or 1",
+           "0: such a folder is refused"},
+          {kReplaceOthersFilesName,
+           "1: replace an output that is a regular file of another user (the new file is this user's; "
            "docs/outputs.md)",
            "0 or 1",
-           "0: such a folder is refused"}};
+           "0: such a file is refused"}};
 }
 
 }  // namespace joule::core_environment

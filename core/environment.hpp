@@ -13,6 +13,9 @@ namespace joule::core_environment {
 inline constexpr char const* kHostCoresName = "JOULE_HOST_CORES";
 // Outputs in a folder others can write without the sticky bit: refused unless this is 1 (core/io/commit.hpp).
 inline constexpr char const* kAcceptSharedFolderName = "JOULE_ACCEPT_SHARED_FOLDER";
+// An output's name taken by a regular file of another user: refused unless this is 1; the new file
+// is then this user's (core/io/commit.hpp).
+inline constexpr char const* kReplaceOthersFilesName = "JOULE_REPLACE_OTHERS_FILES";
 // k from JOULE_HOST_CORES for a process that may use `cpus` CPUs (nullopt: unset): an integer in
 // [1, cpus - 1], since Kokkos keeps at least one; with one CPU the Error says that no value works.
 std::optional<long> host_cores_wanted(long cpus);

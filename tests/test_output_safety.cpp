@@ -222,21 +222,16 @@ TEST_CASE("output lock: never through a link or into a non-file; the holder remo
   CHECK_FALSE(fs::exists(d / "out.h5.lock"));  // removed on release
 }
 
-TEST_CASE("writers: a replaced file keeps its mode (and owner, where the process may set it)", "[outputs][hostile]") {
+TEST_CASE("writers: a replaced file of this user's keeps its mode; another user's is refused unless accepted",
+          "[outputs][hostile]") {
   Folder d;
   std::string const old = d.write("ckpt.csv", "old");
   REQUIRE(::chmod(old.c_str(), 0600) == 0);
-  bool const root = ::geteuid() == 0;
-  if (root) REQUIRE(::chown(old.c_str(), 65534, 65534) == 0);  // another user's file, rewritten by root
   write_text(old, "new");
   struct stat st;
   REQUIRE(::stat(old.c_str(), &st) == 0);
   CHECK(contents(old) == "new");
   CHECK((st.st_mode & 07777) == 0600);
-  if (root) {
-    CHECK(st.st_uid == 65534u);
-    CHECK(st.st_gid == 65534u);
-  }
   REQUIRE(::chmod(old.c_str(), 0640) == 0);
   write_text(old, "newer");
   REQUIRE(::stat(old.c_str(), &st) == 0);
@@ -247,6 +242,100 @@ TEST_CASE("writers: a replaced file keeps its mode (and owner, where the process
   mode_t const mask = ::umask(0);
   ::umask(mask);
   CHECK((st.st_mode & 0777) == (0666 & ~mask));
+  if (::geteuid() != 0) return;  // only root can give a file to another user here
+  // Another user made the name first, writable by all (so that they could edit root's data in
+  // place afterwards): refused by the command's checks and by the writer, left as it was.
+  std::string const theirs = d.write("data.csv", "theirs");
+  REQUIRE(::chown(theirs.c_str(), 65534, 65534) == 0);
+  REQUIRE(::chmod(theirs.c_str(), 0666) == 0);
+  ::unsetenv("JOULE_REPLACE_OTHERS_FILES");
+  CHECK_THROWS_WITH(write_text(theirs, "root's"), Contains("is a file of user 65534") &&
+                                                      Contains("JOULE_REPLACE_OTHERS_FILES=1"));
+  joule::apps::FilePlan plan;
+  plan.output("--out", theirs);
+  CHECK_THAT(plan.check(), Contains("--out " + theirs) && Contains("is a file of user 65534"));
+  REQUIRE(::stat(theirs.c_str(), &st) == 0);
+  CHECK(contents(theirs) == "theirs");
+  CHECK(st.st_uid == 65534u);
+  // Accepted: replaced by root's own file, which the other user cannot write.
+  ::setenv("JOULE_REPLACE_OTHERS_FILES", "1", 1);
+  CHECK(plan.check().empty());
+  write_text(theirs, "root's");
+  ::unsetenv("JOULE_REPLACE_OTHERS_FILES");
+  REQUIRE(::stat(theirs.c_str(), &st) == 0);
+  CHECK(contents(theirs) == "root's");
+  CHECK(st.st_uid == 0u);
+  CHECK(st.st_gid == 0u);
+  CHECK((st.st_mode & 07777) == 0644);
+}
+
+TEST_CASE("output folders: every folder on the way must be one no other user can change", "[outputs][hostile]") {
+  uid_t const me = ::geteuid(), other = me == 65534 ? 65533 : 65534;
+  CHECK(io::folder_trust_problem(040755, 0, me).empty());
+  CHECK(io::folder_trust_problem(041777, 0, 0).empty());
+  CHECK_THAT(io::folder_trust_problem(040755, 0, other), Contains("belongs to user " + std::to_string(other)));
+  CHECK_THAT(io::folder_trust_problem(041777, 0, other), Contains("belongs to user"));  // sticky, but theirs
+  CHECK_THAT(io::folder_trust_problem(040777, 0, 0), Contains("no sticky bit"));
+  if (me != 0) return;  // the rest makes another user's folder
+  Folder d;
+  // /tmp/run1/sub/data.csv where run1 is another user's (0755) and sub a folder in it: that user
+  // can put a link to a folder of the victim's at sub whenever they like. Refused, naming run1.
+  fs::create_directories(d.path / "run1/sub");
+  REQUIRE(::chown((d.path / "run1").c_str(), other, other) == 0);
+  ::unsetenv("JOULE_ACCEPT_SHARED_FOLDER");
+  CHECK_THROWS_WITH(write_text(d / "run1/sub/data.csv", "x"),
+                    Contains("the folder " + (d / "run1") + ", on the way to " + (d / "run1/sub")) &&
+                        Contains("belongs to user " + std::to_string(other)) &&
+                        Contains("JOULE_ACCEPT_SHARED_FOLDER=1"));
+  joule::apps::FilePlan plan;
+  plan.output("--out", d / "run1/sub/data.csv");
+  CHECK_THAT(plan.check(), Contains("belongs to user " + std::to_string(other)));
+  CHECK_FALSE(fs::exists(d / "run1/sub/data.csv"));
+  // The working directory counts too: a relative path is walked from it.
+  fs::path const here = fs::current_path();
+  fs::current_path(d.path / "run1");
+  CHECK_THROWS_WITH(write_text("sub/data.csv", "x"), Contains("the working directory belongs to user"));
+  fs::current_path(here);
+  ::setenv("JOULE_ACCEPT_SHARED_FOLDER", "1", 1);
+  write_text(d / "run1/sub/data.csv", "x");
+  ::unsetenv("JOULE_ACCEPT_SHARED_FOLDER");
+  CHECK(contents(d / "run1/sub/data.csv") == "x");
+}
+
+TEST_CASE("output lock: a job's writes stay in the folder it locked, whatever is renamed on the path",
+          "[outputs][hostile]") {
+  Folder d;
+  fs::create_directories(d.path / "alice/run");
+  fs::create_directories(d.path / "elsewhere");
+  {
+    io::OutputLock lock("--checkpoint", d / "alice/run/ck.csv");
+    write_text(d / "alice/run/ck.csv", "step 1");
+    // Mid-run, alice is renamed and a new alice/run put in its place (here a link to another folder).
+    fs::rename(d.path / "alice", d.path / "alice-moved");
+    fs::create_directories(d.path / "alice");
+    fs::create_directory_symlink(d.path / "elsewhere", d.path / "alice/run");
+    write_text(d / "alice/run/ck.csv", "step 2");
+    CHECK(contents(d / "alice-moved/run/ck.csv") == "step 2");  // where the job's lock is
+    CHECK(fs::exists(d / "alice-moved/run/ck.csv.lock"));
+    CHECK_FALSE(fs::exists(d / "elsewhere/ck.csv"));
+  }
+  CHECK_FALSE(fs::exists(d / "alice-moved/run/ck.csv.lock"));
+  write_text(d / "alice/run/ck.csv", "later job");  // unpinned with the lock: walked again
+  CHECK(contents(d / "elsewhere/ck.csv") == "later job");
+}
+
+TEST_CASE("output lock: a lock file with a second name is never written, truncated or chmod'ed", "[outputs][hostile]") {
+  Folder d;
+  // A hard link another user made, where fs.protected_hardlinks is 0, to a file of this user's.
+  std::string const secret = d.write("secret", "this user's own text");
+  REQUIRE(::chmod(secret.c_str(), 0644) == 0);
+  REQUIRE(::link(secret.c_str(), (d / "data.h5.lock").c_str()) == 0);
+  CHECK_THROWS_WITH(io::OutputLock("--out", d / "data.h5"),
+                    Contains("--out " + (d / "data.h5")) && Contains("has 2 names (hard links)"));
+  struct stat st;
+  REQUIRE(::stat(secret.c_str(), &st) == 0);
+  CHECK(contents(secret) == "this user's own text");
+  CHECK((st.st_mode & 07777) == 0644);
 }
 
 TEST_CASE("writers: what turns up at the path during the write is left as it is", "[outputs][hostile]") {

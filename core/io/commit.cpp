@@ -41,6 +41,95 @@ std::string host_name() {
 
 }  // namespace
 
+// ---- Who may change what ----------------------------------------------------------------------
+
+namespace {
+
+std::string octal_mode(unsigned mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", mode & 07777);
+  return text;
+}
+
+// "user 4343" or "user 4343 (alice)".
+std::string user_text(uid_t uid) {
+  std::vector<char> buffer(1 << 14);
+  struct passwd pw, *found = nullptr;
+  std::string text = "user " + std::to_string(uid);
+  if (::getpwuid_r(uid, &pw, buffer.data(), buffer.size(), &found) == 0 && found != nullptr)
+    text += " (" + escaped_text(found->pw_name) + ")";
+  return text;
+}
+
+bool variable_is_one(char const* name) {
+  char const* v = std::getenv(name);
+  return v && std::string(v) == "1";
+}
+
+bool shared_folders_accepted() { return variable_is_one(core_environment::kAcceptSharedFolderName); }
+bool others_files_accepted() { return variable_is_one(core_environment::kReplaceOthersFilesName); }
+
+// One warning per folder for an accepted shared folder.
+void warn_accepted(std::string const& folder, std::string const& problem) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!warned.insert(folder).second) return;
+  std::fprintf(stderr,
+               "joule: warning: the folder %s %s; writing there anyway (JOULE_ACCEPT_SHARED_FOLDER=1): another "
+               "user may remove or replace what joule writes there\n",
+               escaped_text(folder).c_str(), problem.c_str());
+}
+
+// Why a regular file of user `owner` at an output's name must not be replaced by this process, or "".
+// Replacing it would hand root's (or this user's) data to a name that user chose in advance, and
+// the replacement would once have become theirs (Temporary::commit_to gave it the old owner).
+std::string others_file_problem(uid_t owner) {
+  if (owner == ::geteuid() || others_files_accepted()) return "";
+  return "is a file of " + user_text(owner) +
+         "; joule replaces only files of its own user, so that nobody can choose in advance where this "
+         "user's data goes (remove it, give another path, or replace it anyway with "
+         "JOULE_REPLACE_OTHERS_FILES=1: the new file is then this user's, not theirs)";
+}
+
+constexpr char kTrustAdvice[] =
+    ": joule writes only in folders that other users cannot change under it (give a folder of your own, add the "
+    "sticky bit: chmod +t, or accept the risk: JOULE_ACCEPT_SHARED_FOLDER=1)";
+
+// The folders of the outputs whose locks this process holds, each opened once when its lock was
+// taken (OutputLock): every later write of the job there (checkpoints, logs) goes through the same
+// descriptor, so renaming or replacing a folder on the path mid-run cannot redirect it. By the path
+// as the job gave it; a holder count per path.
+struct Pin {
+  int fd = -1;
+  int holders = 0;
+};
+std::mutex pins_mutex;
+std::map<std::string, Pin> pins;
+
+// A descriptor of its own (dup) for a pinned folder, or -1.
+int pinned_folder(std::string const& folder) {
+  std::lock_guard<std::mutex> lock(pins_mutex);
+  auto const it = pins.find(folder);
+  return it == pins.end() ? -1 : ::fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
+}
+
+void pin_folder(FolderHandle const& folder) {
+  std::lock_guard<std::mutex> lock(pins_mutex);
+  Pin& pin = pins[folder.path()];
+  if (pin.holders++ == 0) pin.fd = ::fcntl(folder.fd(), F_DUPFD_CLOEXEC, 0);
+}
+
+void unpin_folder(std::string const& folder) {
+  std::lock_guard<std::mutex> lock(pins_mutex);
+  auto const it = pins.find(folder);
+  if (it == pins.end() || --it->second.holders > 0) return;
+  if (it->second.fd >= 0) ::close(it->second.fd);
+  pins.erase(it);
+}
+
+}  // namespace
+
 std::string folder_of(std::string const& path) {
   auto const slash = path.find_last_of('/');
   return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
@@ -67,7 +156,7 @@ std::string output_target_problem(std::string const& path) {
   struct stat l;
   if (::lstat(path.c_str(), &l) != 0)  // nothing there (or no folder: the writer's own error says so)
     return errno == ENOENT || errno == ENOTDIR ? "" : std::string("cannot be inspected (") + std::strerror(errno) + ")";
-  if (S_ISREG(l.st_mode)) return "";
+  if (S_ISREG(l.st_mode)) return others_file_problem(l.st_uid);
   if (S_ISLNK(l.st_mode)) {
     struct stat t;
     if (::stat(path.c_str(), &t) != 0 || S_ISREG(t.st_mode)) return "";  // the link is replaced, not followed
@@ -83,31 +172,6 @@ std::string output_target_problem(std::string const& path) {
 namespace {
 
 bool writable_by_others(struct stat const& st) { return (st.st_mode & (S_IWGRP | S_IWOTH)) != 0; }
-
-std::string octal_mode(unsigned mode) {
-  char text[8];
-  std::snprintf(text, sizeof text, "%04o", mode & 07777);
-  return text;
-}
-
-std::string user_text(uid_t uid) { return "user " + std::to_string(uid); }
-
-bool shared_folders_accepted() {
-  char const* v = std::getenv(core_environment::kAcceptSharedFolderName);
-  return v && std::string(v) == "1";
-}
-
-// One warning per folder for an accepted shared folder.
-void warn_accepted(std::string const& folder, std::string const& problem) {
-  static std::mutex mutex;
-  static std::set<std::string> warned;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!warned.insert(folder).second) return;
-  std::fprintf(stderr,
-               "joule: warning: the folder %s %s; writing there anyway (JOULE_ACCEPT_SHARED_FOLDER=1): another "
-               "user may remove or replace what joule writes there\n",
-               escaped_text(folder).c_str(), problem.c_str());
-}
 
 std::vector<std::string> components(std::string const& path) {
   std::vector<std::string> parts;
@@ -126,13 +190,36 @@ int open_root(bool absolute) {
   return ::open(absolute ? "/" : ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 }
 
-// Walks `folder` from "/" or ".", one component at a time; `create`: makes missing ones.
+// Walks `folder` from "/" or ".", one component at a time; `create`: makes missing ones. Every
+// folder on the way, the start and the end included, must be one that no other user can change
+// (folder_trust_problem): a folder is opened by its name in the one before, so that name means the
+// same folder only while nobody else can rename entries there. Once a folder is open, renames
+// above it change nothing for what is reached through it.
 int walk(std::string const& folder, bool create) {
   auto const fail = [&](std::string const& why) -> int {
     throw WriteError("cannot open the folder " + escaped_text(folder) + ": " + why);
   };
-  int fd = open_root(!folder.empty() && folder[0] == '/');
+  auto const trusted = [&](int fd, std::string const& here) {
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      int const error = errno;
+      ::close(fd);
+      fail("cannot inspect " + escaped_text(here) + " (" + std::strerror(error) + ")");
+    }
+    std::string const problem = folder_trust_problem(st.st_mode, st.st_gid, st.st_uid);
+    if (problem.empty()) return;
+    std::string const shown = here.empty() ? "the working directory" : "the folder " + escaped_text(here);
+    if (!shared_folders_accepted()) {
+      ::close(fd);
+      throw WriteError(shown + (here == folder || here.empty() ? " " : ", on the way to " + escaped_text(folder) + ", ") +
+                       problem + kTrustAdvice);
+    }
+    warn_accepted(here.empty() ? "." : here, problem);
+  };
+  bool const absolute = !folder.empty() && folder[0] == '/';
+  int fd = open_root(absolute);
   if (fd < 0) fail(std::strerror(errno));
+  trusted(fd, absolute ? "/" : "");
   std::vector<std::string> todo = components(folder);
   std::reverse(todo.begin(), todo.end());
   std::string walked = folder.empty() || folder[0] != '/' ? "" : "/";
@@ -187,6 +274,7 @@ int walk(std::string const& folder, bool create) {
           ::close(fd);
           fd = open_root(true);
           if (fd < 0) fail(std::strerror(errno));
+          trusted(fd, "/");
         }
         walked = here;
         continue;
@@ -199,6 +287,7 @@ int walk(std::string const& folder, bool create) {
     ::close(fd);
     fd = next;
     walked = here;
+    trusted(fd, here);
   }
   return fd;
 }
@@ -236,19 +325,18 @@ std::string shared_folder_problem(unsigned mode, unsigned group) {
          ") and has no sticky bit, so another user may rename or remove what is in it, joule's files included";
 }
 
+std::string folder_trust_problem(unsigned mode, unsigned group, unsigned owner) {
+  if (owner != 0 && owner != ::geteuid())
+    return "belongs to " + user_text(uid_t(owner)) +
+           ", who may rename, remove or replace what is in it (a link in place of a folder, joule's files included)";
+  return shared_folder_problem(mode, group);
+}
+
 FolderHandle FolderHandle::open(std::string const& folder) {
   FolderHandle h;
   h.path_ = folder.empty() ? "." : folder;
-  h.fd_ = walk(h.path_, false);
-  struct stat st;
-  if (::fstat(h.fd_, &st) != 0) throw WriteError("cannot inspect the folder " + escaped_text(h.path_));
-  if (std::string const problem = shared_folder_problem(st.st_mode, st.st_gid); !problem.empty()) {
-    if (!shared_folders_accepted())
-      throw WriteError("the folder " + escaped_text(h.path_) + " " + problem +
-                       ": joule writes only in folders that other users cannot change under it (give a folder of "
-                       "your own, add the sticky bit: chmod +t, or accept the risk: JOULE_ACCEPT_SHARED_FOLDER=1)");
-    warn_accepted(h.path_, problem);
-  }
+  h.fd_ = pinned_folder(h.path_);  // an output's folder, held since its lock was taken
+  if (h.fd_ < 0) h.fd_ = walk(h.path_, false);
   return h;
 }
 
@@ -435,9 +523,17 @@ void Temporary::commit_to(std::string const& target, bool replace) {
     ::close(file);
     throw OutputExists("a file appeared there while it was being written; it is left as it is");
   }
-  if (exists && S_ISREG(old.st_mode)) {  // the new file takes the old one's owner, group and mode
-    if (old.st_uid != mine.st_uid || old.st_gid != mine.st_gid)
-      if (::fchown(file, old.st_uid, old.st_gid) != 0) (void)!::fchown(file, uid_t(-1), old.st_gid);
+  if (exists && S_ISREG(old.st_mode) && old.st_uid != mine.st_uid) {
+    // Another user's file at the name (made in advance where this user writes): refused, or with
+    // JOULE_REPLACE_OTHERS_FILES=1 replaced by a file that stays this user's, its mode less any
+    // write bit for others (never a new file handed to that user, nor one they may edit in place).
+    if (std::string const problem = others_file_problem(old.st_uid); !problem.empty()) {
+      ::close(file);
+      throw WriteError("it " + problem);
+    }
+    (void)!::fchmod(file, old.st_mode & 0755);
+  } else if (exists && S_ISREG(old.st_mode)) {  // this user's file: the new one takes its group and mode
+    if (old.st_gid != mine.st_gid) (void)!::fchown(file, uid_t(-1), old.st_gid);
     (void)!::fchmod(file, old.st_mode & 0777);
   }
   bool const synced = ::fsync(file) == 0;
@@ -458,6 +554,13 @@ void Temporary::commit_to(std::string const& target, bool replace) {
           !S_ISLNK(came.st_mode)) {
         ::renameat2(dir_, name_.c_str(), out, name_.c_str(), RENAME_EXCHANGE);
         throw WriteError("it became " + kind_of(came) + " while it was being written; it is put back as it was");
+      }
+      if (S_ISREG(came.st_mode) && came.st_uid != mine.st_uid) {
+        if (std::string const problem = others_file_problem(came.st_uid); !problem.empty()) {
+          ::renameat2(dir_, name_.c_str(), out, name_.c_str(), RENAME_EXCHANGE);
+          throw WriteError("it became a file of another user while it was being written; it is put back as it was (it " +
+                           problem + ")");
+        }
       }
       placed = true;
     } else if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
@@ -768,6 +871,14 @@ OutputLock::OutputLock(std::string const& role, std::string const& path,
         ::close(fd);
         refuse("its lock path " + shown(lock) + " is " + kind_of(st) + ", not a regular file (remove it if it is not yours)");
       }
+      // A second name of another file (a hard link another user made to a file of this user's,
+      // where fs.protected_hardlinks is 0): its text, mode and length are never touched.
+      if (st.st_nlink != 1) {
+        ::close(fd);
+        refuse("its lock file " + shown(lock) + " has " + std::to_string(st.st_nlink) +
+               " names (hard links): it may be another file of this user's under a name someone else chose, and "
+               "joule never writes to one (remove it if it is not yours)");
+      }
       if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int const error = errno;
         std::string const who = read_lock_text(fd).holder;
@@ -839,9 +950,13 @@ OutputLock::OutputLock(std::string const& role, std::string const& path,
     }
   }
   lock_path_ = shown_folder + names_.front();
+  pin_folder(folder_);  // the job's later writes of this output go through this folder's descriptor
+  pinned_ = true;
 }
 
 void OutputLock::release() {
+  if (pinned_) unpin_folder(folder_.path());
+  pinned_ = false;
   for (std::size_t k = 0; k < fds_.size(); ++k) {
     // Removed while still held (see the constructor's inode check), and only if it is still the one held.
     struct stat held, named;
@@ -860,9 +975,11 @@ OutputLock::OutputLock(OutputLock&& other) noexcept
     : folder_(std::move(other.folder_)),
       fds_(std::move(other.fds_)),
       names_(std::move(other.names_)),
-      lock_path_(std::move(other.lock_path_)) {
+      lock_path_(std::move(other.lock_path_)),
+      pinned_(other.pinned_) {
   other.fds_.clear();
   other.names_.clear();
+  other.pinned_ = false;
 }
 
 OutputLock& OutputLock::operator=(OutputLock&& other) noexcept {
@@ -872,8 +989,10 @@ OutputLock& OutputLock::operator=(OutputLock&& other) noexcept {
     fds_ = std::move(other.fds_);
     names_ = std::move(other.names_);
     lock_path_ = std::move(other.lock_path_);
+    pinned_ = other.pinned_;
     other.fds_.clear();
     other.names_.clear();
+    other.pinned_ = false;
   }
   return *this;
 }

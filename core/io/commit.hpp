@@ -37,8 +37,9 @@ std::string folder_of(std::string const& path);
 std::string name_of(std::string const& path);
 
 // Why an existing `path` must not be replaced by a written file ("is a character device, not a
-// regular file; ..."), or "" when it may be: it does not exist, it is a regular file, or a
-// symbolic link to one or to nothing (the link itself is replaced, never its target).
+// regular file; ...", "is a file of user 4343 (bob); ..."), or "" when it may be: it does not
+// exist, it is a regular file of this user's (of anybody's with JOULE_REPLACE_OTHERS_FILES=1), or
+// a symbolic link to a regular file or to nothing (the link itself is replaced, never its target).
 std::string output_target_problem(std::string const& path);
 
 // Folders are opened once and everything after is relative to the descriptor (openat, mkdirat,
@@ -47,11 +48,15 @@ std::string output_target_problem(std::string const& path);
 class FolderHandle {
  public:
   FolderHandle() = default;
-  // Opens `folder` component by component (O_DIRECTORY | O_NOFOLLOW). A symbolic link on the way is
-  // followed only where the kernel's protected_symlinks rule would follow it: not when it lies in a
-  // folder others can write and belongs neither to this user nor to that folder's owner. Then the
-  // folder must be safe to write in (shared_folder_problem): else WriteError naming it and why,
-  // unless JOULE_ACCEPT_SHARED_FOLDER=1 accepts the risk (a warning, once per folder, on stderr).
+  // Opens `folder` component by component (O_DIRECTORY | O_NOFOLLOW), from "/" or the working
+  // directory. Every folder on the way, the first and the last included, must be one that no other
+  // user can change (folder_trust_problem): else WriteError naming it and why, unless
+  // JOULE_ACCEPT_SHARED_FOLDER=1 accepts the risk (a warning, once per folder, on stderr). A
+  // symbolic link on the way is followed only where the kernel's protected_symlinks rule would
+  // follow it: not when it lies in a folder others can write and belongs neither to this user nor
+  // to that folder's owner. A folder whose output's lock this process holds (OutputLock) is not
+  // walked again: the descriptor opened with the lock is reused, so a job's writes all land in the
+  // folder it started with, whatever is renamed on the path meanwhile.
   static FolderHandle open(std::string const& folder);
   // The same, creating missing folders (mode 0755 less the umask: never writable by others) one
   // at a time, each synced into its parent; never through a link.
@@ -76,6 +81,11 @@ class FolderHandle {
 // counts always; the group write bit unless the group is this user's own private group (named as
 // the user, no other member: the umask 002 convention of many distributions). As from stat.
 std::string shared_folder_problem(unsigned mode, unsigned group);
+// Why no output may be written through a folder with this mode, group and owner, or "": it belongs
+// to a user other than root and this one (who may rename what is in it: "/tmp/run1" of another
+// user, holding a link where a folder of this user's is expected), or shared_folder_problem. A
+// sticky folder is safe only when root or this user owns it. As from stat.
+std::string folder_trust_problem(unsigned mode, unsigned group, unsigned owner);
 
 // A random token for this process (128 bits, hex), written into the lock files it holds and into
 // the marker of each temporary it makes: a later run removes only temporaries whose token a stale
@@ -104,8 +114,10 @@ class Temporary {
   // folder's descriptor: replace = false only where nothing is, atomically (renameat2's
   // RENAME_NOREPLACE, or link + unlink); replace = true swaps the new file in with RENAME_EXCHANGE
   // and puts back anything but a regular file or a link that turned up there meanwhile. A replaced
-  // regular file's permission bits (and owner and group, where the process may set them) go to the
-  // new file. Syncs the output folder and removes the private folder. Throws WriteError (naming
+  // regular file of this user's gives the new file its permission bits (and its group, where the
+  // user belongs to it). A regular file of another user is refused (output_target_problem), or
+  // with JOULE_REPLACE_OTHERS_FILES=1 replaced by a file that stays this user's, its permission
+  // bits less any write bit for others. Syncs the output folder and removes the private folder. Throws WriteError (naming
   // the cause only: the caller names the file; OutputExists where a file is in the way of a
   // writer that replaces none) and leaves target as it was.
   void commit_to(std::string const& target, bool replace = true);
@@ -160,7 +172,9 @@ bool sync_path(std::string const& path, bool folder);
 // (the kernel drops flock with the process) and is taken over with `notice` saying so, and the
 // temporaries that process left (their marker holds the token its lock file records) are removed.
 // The lock file is removed on release. A lock path of this user's that is a symbolic link or not a
-// regular file is refused (nothing is written through it). `role` names the output ("--checkpoint").
+// regular file, or that has more than one name (a hard link), is refused: nothing is written through
+// it, and its text, mode and length are left as they are. While the lock is held its folder is
+// pinned (FolderHandle::open). `role` names the output ("--checkpoint").
 class OutputLock {
  public:
   OutputLock() = default;
@@ -179,6 +193,7 @@ class OutputLock {
   std::vector<int> fds_;                // every lock file of this user's chain, locked
   std::vector<std::string> names_;      // their names in the folder
   std::string lock_path_;
+  bool pinned_ = false;                 // its folder is pinned (FolderHandle::open reuses its descriptor)
 };
 
 // Control characters (and bytes past ASCII that do not form UTF-8) as \xNN: text read from a

@@ -15,7 +15,14 @@
 #   locks      a lock file that another user made in advance, and one another user holds: the
 #              victim (an unprivileged user) still runs; a holder's text is printed escaped
 #   mode       a 0600 output rewritten stays 0600 and keeps its owner
-# usage: shared_folder_attacks.sh JOULE SOURCE_DIR
+# issue 64 (what sits around the writers):
+#   library-cwd      libraries planted in the working folder: never searched (LD_DEBUG), never run
+#   path-one-level   a folder of another user's on the way to the output: refused, naming it
+#   sticky-others    a sticky folder that another user owns: refused
+#   mid-run          a folder on the path renamed mid-run: the checkpoints stay in the run's folder
+#   lock-hardlink    the lock's name a hard link to a root-only file: refused, the file untouched
+#   others-file      the output's name made first by another user: refused; accepted, root's file
+# usage: shared_folder_attacks.sh JOULE SOURCE_DIR [CASE...]
 set -euo pipefail
 joule="$1" src="$2"
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -48,6 +55,9 @@ mkdir -m 1777 "$sticky"
 mkdir "$open" && chmod 0777 "$open"  # mkdir -m is cut by no umask; chmod is exact
 synth() { "$joule" data synth --count 2 --image-size 8 --text-len 32 --out "$@"; }
 export HOME="$base"
+# The Python scripts' cases (plot_run.py, images_to_h5.py): their inputs made once.
+source "$src/tests/scripts/shared_folder_attacks_scripts.sh"
+scripts_attack_setup
 
 # --- probe: links under every process id's old probe name, in a sticky folder -------------------
 case_probe() {
@@ -155,7 +165,7 @@ case_locks() {
   grep -qF '\x1b]0;pwned' out.txt || fail "locks: the holder's text is not shown escaped: $(cat out.txt)"
   echo "ok: locks: another user's made and held locks skipped; the victim's own held lock refused with its text escaped"
 }
-# --- mode: a 0600 output rewritten keeps its mode and owner --------------------------------------
+# --- mode: a 0600 output rewritten keeps its mode; root does not rewrite another user's file -----
 case_mode() {
   local lockdir="$base/sticky-mode"
   mkdir -m 1777 "$lockdir"
@@ -165,16 +175,142 @@ case_mode() {
   as $victim_uid "$joule" data synth --count 2 --image-size 8 --text-len 32 --out "$lockdir/p.h5" >out.txt 2>&1 </dev/null ||
     fail "mode: the rewrite failed: $(tail -3 out.txt)"
   [ "$(stat -c %a:%u "$lockdir/p.h5")" = "600:$victim_uid" ] || fail "mode: rewritten as $(stat -c %a:%u "$lockdir/p.h5")"
-  synth "$lockdir/p.h5" >out.txt 2>&1 </dev/null || fail "mode: root's rewrite failed: $(tail -3 out.txt)"
+  rc=0; synth "$lockdir/p.h5" >out.txt 2>&1 </dev/null || rc=$?
+  [ $rc = 1 ] && grep -q "is a file of user $victim_uid" out.txt || fail "mode: root rewrote the user's file: exit $rc: $(tail -3 out.txt)"
   [ "$(stat -c %a:%u:%g "$lockdir/p.h5")" = "600:$victim_uid:$victim_uid" ] ||
-    fail "mode: rewritten by root as $(stat -c %a:%u:%g "$lockdir/p.h5")"
-  echo "ok: mode: 0600 kept, by the owner and by root (owner and group kept)"
+    fail "mode: root's refused rewrite left $(stat -c %a:%u:%g "$lockdir/p.h5")"
+  echo "ok: mode: 0600 kept by the owner's rewrite; root's rewrite of the user's file refused, the file as it was"
+}
+
+# --- issue 64: what sits around the writers ---------------------------------------------------------
+# library-cwd: libraries planted in the folder where a user runs joule (an empty RUNPATH entry is
+# that folder). The loader's own trace (LD_DEBUG=libs) must try no file there, and a planted
+# library's constructor must never run, for joule and for NVML's probe (dlopen by name).
+case_library_cwd() {
+  local plant="$sticky/plant" name marker
+  mkdir -p "$plant" && chmod 1777 "$plant"
+  cat >"$base/planted.c" <<'C'
+#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void planted(void) {
+  int fd = open(MARKER, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+  if (fd >= 0) { (void)!write(fd, "ran\n", 4); close(fd); }
+}
+C
+  local cc; cc=$(command -v cc || command -v gcc || true)
+  for name in libmpi_cxx.so.40 libmpi.so.40 libhdf5_serial.so.103 libnvidia-ml.so.1; do
+    [ -n "$cc" ] || break
+    marker="$sticky/ran-$name"
+    as $attacker_uid "$cc" -shared -fPIC -DMARKER="\"$marker\"" -Wl,-soname,$name -o "$plant/$name" "$base/planted.c" ||
+      fail "library-cwd: the planted library $name could not be built"
+  done
+  local who
+  for who in $victim_uid 0; do
+    (cd "$plant" && as $who env LD_DEBUG=libs "$joule" --version) >trace.txt 2>&1 </dev/null || true
+    ! grep -E "trying file=(\./|[^/])" trace.txt >/dev/null ||
+      fail "library-cwd: the loader looks in the working directory for user $who: $(grep -m2 -E 'trying file=(\./|[^/])' trace.txt)"
+    grep -q "trying file=/" trace.txt || fail "library-cwd: no loader trace (LD_DEBUG ignored?): $(head -3 trace.txt)"
+    (cd "$plant" && as $who "$joule" --version) >out.txt 2>&1 </dev/null || fail "library-cwd: joule --version failed: $(tail -3 out.txt)"
+    (cd "$plant" && as $who "$joule" energy probe) >out.txt 2>&1 </dev/null || true
+  done
+  [ -z "$(ls "$sticky" | grep '^ran-' || true)" ] || fail "library-cwd: a planted library ran: $(ls "$sticky" | grep '^ran-')"
+  echo "ok: library-cwd: no file tried in the working directory (LD_DEBUG=libs)${cc:+, 4 planted libraries never ran} (victim and root)"
+}
+# path-one-level: /tmp/run2 is the attacker's (0755), run2/sub a link to a folder of root's.
+case_path_one_level() {
+  mkdir -p "$base/roots-data" && echo "root's dataset" >"$base/roots-data/data.h5"
+  as $attacker_uid mkdir -m 0755 "$sticky/run2"
+  as $attacker_uid ln -s "$base/roots-data" "$sticky/run2/sub"
+  rc=0; synth "$sticky/run2/sub/data.h5" >out.txt 2>&1 </dev/null || rc=$?
+  [ "$(cat "$base/roots-data/data.h5")" = "root's dataset" ] || fail "path-one-level: root's file was replaced through run2/sub"
+  [ $rc = 1 ] && grep -q "$sticky/run2.*belongs to user $attacker_uid" out.txt ||
+    fail "path-one-level: exit $rc, the attacker's folder not named: $(tail -3 out.txt)"
+  echo "ok: path-one-level: refused: $(grep -m1 -o 'the folder [^ ]*run2, on the way[^,]*, belongs to user [0-9]*' out.txt)"
+}
+# sticky-others: a sticky folder that another user owns (its owner may remove or rename anything in it).
+case_sticky_others() {
+  as $attacker_uid mkdir -m 1777 "$sticky/theirs"
+  rc=0; as $victim_uid "$joule" data synth --count 2 --image-size 8 --text-len 32 --out "$sticky/theirs/v.h5" >out.txt 2>&1 </dev/null || rc=$?
+  [ $rc = 1 ] && grep -q "belongs to user $attacker_uid" out.txt || fail "sticky-others: exit $rc: $(tail -3 out.txt)"
+  [ ! -e "$sticky/theirs/v.h5" ] || fail "sticky-others: the victim's dataset was written in the other user's folder"
+  echo "ok: sticky-others: the victim's write into another user's 1777 folder refused"
+}
+# mid-run: root's run writes alice/run/ck.h5 in a group folder (accepted); mid-run another user
+# renames alice and puts a new alice/run in its place, a link to another folder of root's.
+case_mid_run() {
+  export JOULE_ACCEPT_SHARED_FOLDER=1
+  local group="$open/group" data="$base/mid-data.h5"
+  mkdir -m 0777 "$group" && chmod 0777 "$group"
+  mkdir -p "$group/alice/run" "$base/roots-other"
+  echo "root's other checkpoint" >"$base/roots-other/ck.h5"
+  "$joule" data synth --out "$data" --count 64 --image-size 16 --text-len 34 --frames 1 >/dev/null
+  $python - "$src/apps/configs/tiny.json" "$base/mid.json" "$data" "$group/alice/run/ck.h5" <<'PY'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg["model"].update(layers=1, d_model=32, heads=2, mlp_ratio=2, image_size=16, text_len=34)
+cfg["data"]["path"] = sys.argv[3]
+cfg["train"].update(batch=16, micro_batch=16, steps=100000, eval_every=0, eval_samples=16, log_every=1,
+                    checkpoint=sys.argv[4], checkpoint_every=1)
+json.dump(cfg, open(sys.argv[2], "w"), indent=1)
+PY
+  "$joule" train --config "$base/mid.json" --no-energy >mid.txt 2>&1 </dev/null &
+  local pid=$! n
+  for _ in $(seq 6000); do grep -qE "^step +2/" mid.txt && [ -e "$group/alice/run/ck.h5" ] && break
+    kill -0 $pid 2>/dev/null || fail "mid-run: training ended: $(tail -3 mid.txt)"; sleep 0.02; done
+  as $attacker_uid mv "$group/alice" "$group/alice-old" || fail "mid-run: the rename failed"
+  as $attacker_uid mkdir "$group/alice"
+  as $attacker_uid ln -s "$base/roots-other" "$group/alice/run"
+  n=$(grep -cE "^step +[0-9]+/" mid.txt)
+  for _ in $(seq 6000); do [ "$(grep -cE "^step +[0-9]+/" mid.txt)" -ge $((n + 3)) ] && break
+    kill -0 $pid 2>/dev/null || break; sleep 0.02; done
+  kill -TERM $pid; rc=0; wait $pid || rc=$?
+  [ "$(cat "$base/roots-other/ck.h5")" = "root's other checkpoint" ] ||
+    fail "mid-run: a later checkpoint overwrote the other folder's ck.h5 (exit $rc)"
+  [ $rc = 143 ] || fail "mid-run: exit $rc, expected 143 (SIGTERM): $(tail -3 mid.txt)"
+  [ -f "$group/alice-old/run/ck.h5" ] && [ ! -e "$group/alice-old/run/ck.h5.lock" ] ||
+    fail "mid-run: the checkpoint or its lock is not where the run started: $(ls -a "$group/alice-old/run")"
+  unset JOULE_ACCEPT_SHARED_FOLDER
+  echo "ok: mid-run: every checkpoint after the rename went to the folder the run started in (alice-old/run)"
+}
+# lock-hardlink: the lock's name a hard link to a root-only file (where fs.protected_hardlinks is 0).
+case_lock_hardlink() {
+  local knob=/proc/sys/fs/protected_hardlinks saved how
+  echo "root's secret" >"$base/secret2" && chmod 600 "$base/secret2"
+  saved=$(cat $knob 2>/dev/null || echo "")
+  if [ -n "$saved" ] && echo 0 >$knob 2>/dev/null; then
+    how="made by the other user (fs.protected_hardlinks set to 0 for this case, then restored to $saved)"
+    rc=0; as $attacker_uid ln "$base/secret2" "$sticky/h.h5.lock" || rc=$?
+    echo "$saved" >$knob
+    [ $rc = 0 ] || fail "lock-hardlink: the other user could not link with protected_hardlinks=0"
+  else
+    how="simulated by root (fs.protected_hardlinks cannot be changed here)"
+    ln "$base/secret2" "$sticky/h.h5.lock"
+  fi
+  rc=0; synth "$sticky/h.h5" >out.txt 2>&1 </dev/null || rc=$?
+  [ "$(cat "$base/secret2")" = "root's secret" ] && [ "$(stat -c %a "$base/secret2")" = 600 ] ||
+    fail "lock-hardlink: root's file was written or chmod'ed through the lock's name: $(stat -c %a "$base/secret2") $(head -c 80 "$base/secret2")"
+  [ $rc = 1 ] && grep -q "has 2 names" out.txt || fail "lock-hardlink: exit $rc: $(tail -3 out.txt)"
+  echo "ok: lock-hardlink: refused, root's file unchanged; the link $how"
+}
+# others-file: another user makes the output's name first, writable by all.
+case_others_file() {
+  as $attacker_uid bash -c 'umask 0; echo "mine now" >"$1/o.h5"' _ "$sticky"
+  rc=0; synth "$sticky/o.h5" >out.txt 2>&1 </dev/null || rc=$?
+  [ $rc = 1 ] && grep -q "is a file of user $attacker_uid" out.txt && grep -q JOULE_REPLACE_OTHERS_FILES=1 out.txt ||
+    fail "others-file: exit $rc: $(tail -3 out.txt)"
+  [ "$(cat "$sticky/o.h5")" = "mine now" ] || fail "others-file: the refused write changed the file"
+  JOULE_REPLACE_OTHERS_FILES=1 synth "$sticky/o.h5" >out.txt 2>&1 </dev/null || fail "others-file: accepted, it failed: $(tail -3 out.txt)"
+  [ "$(stat -c %u:%a "$sticky/o.h5")" = "0:644" ] || fail "others-file: root's new file is $(stat -c %u:%a "$sticky/o.h5")"
+  echo "ok: others-file: refused naming the owner; accepted, the new file is root's, 0644"
 }
 
 # Each case in a subshell: a failure ends its case only, and every case is reported. (set -e does
 # not hold inside `( ... ) ||`: every step that matters is checked by its own `|| fail`.)
 failed=()
-for name in probe dir_link refused swap renamed locks mode; do
+cases=(probe dir_link refused swap renamed locks mode library_cwd path_one_level sticky_others mid_run lock_hardlink
+       others_file plot_probe plot_chmod converter_link describe_link)
+[ $# -gt 2 ] && cases=("${@:3}")  # some cases only, by name
+for name in "${cases[@]}"; do
   ( case_$name ) || failed+=("$name")
   stop_users
 done
