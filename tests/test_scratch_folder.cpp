@@ -113,6 +113,9 @@ TEST_CASE("a scratch folder is made in /tmp where $TMPDIR is unset or empty", "[
   CHECK(io::scratch_root() == "/tmp");
   ::unsetenv("TMPDIR");
   CHECK(io::scratch_root() == "/tmp");
+  ::setenv("TMPDIR", "/tmp//", 1);
+  CHECK(io::scratch_root() == "/tmp");
+  ::unsetenv("TMPDIR");
   io::ScratchFolder scratch("joule-scratch-test-");
   CHECK(fs::path(scratch.path()).parent_path() == "/tmp");
 }

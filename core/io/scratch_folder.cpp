@@ -78,7 +78,9 @@ std::string remove_contents(int dir, std::string const& shown, int depth) {
 
 std::string scratch_root() {
   char const* tmpdir = std::getenv("TMPDIR");
-  return tmpdir && *tmpdir ? std::string(tmpdir) : std::string("/tmp");
+  std::string root = tmpdir && *tmpdir ? std::string(tmpdir) : std::string("/tmp");
+  while (root.size() > 1 && root.back() == '/') root.pop_back();  // "/tmp/" names /tmp
+  return root;
 }
 
 ScratchFolder::ScratchFolder(std::string const& prefix) : parent_(FolderHandle::open(scratch_root())) {
