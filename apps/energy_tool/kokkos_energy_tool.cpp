@@ -325,11 +325,13 @@ std::string write_beside(std::string const& named, scheduler::RunHeader const& h
 }
 
 // How the last report went, for a program that drives the tool itself (joule_energy_tool_last_output).
+// Never destroyed: a program may finalize Kokkos from its own static destructors, after this
+// library's would have run.
 struct Outcome {
   int written = -1;  // 1: `text` is the file written; 0: `text` says why no profile was; -1: no report
   std::string text;
 };
-Outcome g_outcome;
+Outcome& g_outcome = *new Outcome;
 
 void report(State& s) {
   Stamp const program_end = s.outer->stamp();
