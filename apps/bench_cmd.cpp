@@ -8,10 +8,12 @@
 #include "bench/bench_roofline.hpp"
 #include "bench/bench_step.hpp"
 #include "core/perf/roofline.hpp"
+#include "output_paths.hpp"
 
 #include <fmt/format.h>
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -74,6 +76,18 @@ std::function<int()> add_bench_command(CLI::App& app) {
   return [o, cmd, precision]() -> int {
     if (!*cmd) return -1;
     auto& bench = o->bench;
+    // --json is checked before any work (not a folder, a device or a FIFO, nor the --config read;
+    // its folder writable) and held by this job alone (io::OutputLock) until it is written.
+    std::vector<io::OutputLock> locks;
+    bool const writes_json = o->suite == "ops" || o->suite == "step" || o->suite == "all" || o->suite == "launches" ||
+                             o->suite == "roofline";
+    if (writes_json && !bench.json_path.empty()) {
+      FilePlan plan;
+      plan.input("--config", o->launches.config_path);
+      plan.output("--json", bench.json_path);
+      if (auto const problem = plan.check(); !problem.empty()) throw std::invalid_argument(problem);
+      if (auto const problem = plan.lock(locks); !problem.empty()) throw std::invalid_argument(problem);
+    }
     OffloadBenchOptions offload;
     offload.repeats = bench.repeats;
     if (o->suite == "launches") {

@@ -332,6 +332,10 @@ std::vector<environment::Description> environment_variables() {
                   "libgomp's values (a count, or infinite)",
                   std::string(kGompSpinCountDefault) + " (libgomp's own: 300000)"});
   for (auto& row : core_environment::environment_variables()) rows.push_back(std::move(row));
+  rows.push_back({"TMPDIR",
+                  "where joule bench's offload and energy suites make their private scratch folder (mode 0700, a "
+                  "random name; removed with what is in it at the end or on any error; io::ScratchFolder)",
+                  "a folder (one others can write without the sticky bit is refused, as for an output)", "/tmp"});
   for (auto& row : energy::environment_variables()) rows.push_back(std::move(row));
   return rows;
 }

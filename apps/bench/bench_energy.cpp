@@ -1,6 +1,7 @@
 #include "bench/bench_energy.hpp"
 
 #include "core/data/synth.hpp"
+#include "core/io/scratch_folder.hpp"
 #include "core/train/trainer.hpp"
 #include "energy/monitor.hpp"
 #include "energy_setup.hpp"
@@ -13,7 +14,6 @@
 #include <nlohmann/json.hpp>
 
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -78,6 +78,9 @@ class LoadedEnergyTool {
     events_.end_fence = reinterpret_cast<decltype(events_.end_fence)>(symbol("kokkosp_end_fence"));
     events_.begin_deep_copy = reinterpret_cast<decltype(events_.begin_deep_copy)>(symbol("kokkosp_begin_deep_copy"));
     events_.end_deep_copy = reinterpret_cast<decltype(events_.end_deep_copy)>(symbol("kokkosp_end_deep_copy"));
+    // What the tool wrote: it never replaces a file and may write beside the name it was given,
+    // or nothing (then it says why on stderr); the profile read back is the file it names.
+    last_output_ = reinterpret_cast<decltype(last_output_)>(symbol("joule_energy_tool_last_output"));
   }
   ~LoadedEnergyTool() {
     if (handle_) dlclose(handle_);
@@ -107,9 +110,17 @@ class LoadedEnergyTool {
     }
     Kokkos::Tools::Experimental::set_callbacks(before);
     finalize_();
-    auto log = scheduler::read_run_log(out);
-    std::remove(out.c_str());
-    if (!log.profile) throw std::runtime_error("the energy tool wrote no profile to " + out);
+    char const* text = nullptr;
+    int const written = last_output_(&text);
+    std::string const what = text ? text : "";
+    if (written != 1)
+      throw std::runtime_error(fmt::format("the energy tool {} wrote no profile{}", path_,
+                                           what.empty() ? std::string(" (it made no report)") : ": " + what));
+    if (io::folder_of(what) != io::folder_of(out))  // beside `out`, in the suite's private folder
+      throw std::runtime_error(fmt::format("the energy tool {} wrote {}, not beside {}", path_, what, out));
+    auto log = scheduler::read_run_log(what);
+    std::remove(what.c_str());
+    if (!log.profile) throw std::runtime_error("the energy tool's file " + what + " holds no profile");
     return *log.profile;
   }
 
@@ -118,6 +129,7 @@ class LoadedEnergyTool {
   void* handle_ = nullptr;
   void (*init_)(int, uint64_t, uint32_t, Kokkos_Profiling_KokkosPDeviceInfo*) = nullptr;
   void (*finalize_)() = nullptr;
+  int (*last_output_)(char const**) = nullptr;
   Events events_{};
 };
 
@@ -126,7 +138,7 @@ class LoadedEnergyTool {
 namespace {
 // The connector case: the same trainer's steps with no tool, with the tool attributing regions,
 // and regions and kernels, in interleaved rounds.
-void run_energy_tool_rounds(EnergyBenchOptions const& o, Trainer& trainer, std::string const& data) {
+void run_energy_tool_rounds(EnergyBenchOptions const& o, Trainer& trainer, io::ScratchFolder const& scratch) {
   std::string path;
   if (auto const missing = LoadedEnergyTool::find(o.energy_tool, &path); !missing.empty()) {
     fmt::print("\nenergy tool: skipped ({})\n", missing);
@@ -144,7 +156,7 @@ void run_energy_tool_rounds(EnergyBenchOptions const& o, Trainer& trainer, std::
   std::vector<Mode> const modes{{"no tool", std::nullopt}, {"tool: regions", false}, {"tool: regions + kernels", true}};
   std::vector<std::vector<double>> step_ms(modes.size());
   std::vector<double> edges(modes.size()), hook_s(modes.size()), rows(modes.size());
-  std::string const out = data + ".profile.h5";
+  std::string const out = scratch.file("tool-profile.h5");
   for (int round = 0; round < o.repeats; ++round)
     for (std::size_t m = 0; m < modes.size(); ++m) {
       auto const steps = [&] {
@@ -179,7 +191,10 @@ void run_energy_tool_rounds(EnergyBenchOptions const& o, Trainer& trainer, std::
 }  // namespace
 
 int run_energy_overhead_bench(EnergyBenchOptions const& o) {
-  std::string const data = fmt::format("/tmp/joule-bench-energy-{}.h5", getpid());
+  // Its dataset and the tool's profiles in a private folder under $TMPDIR, removed with all in it
+  // however the suite ends: no name another user could guess and take first (io::ScratchFolder).
+  io::ScratchFolder const scratch("joule-bench-energy-");
+  std::string const data = scratch.file("data.h5");
   auto j = nlohmann::json::parse(kDefaultConfigJson);  // the main job's model
   j["data"]["path"] = data;
   j["train"]["steps"] = 1 << 30;
@@ -234,8 +249,7 @@ int run_energy_overhead_bench(EnergyBenchOptions const& o) {
   fmt::print("(vs off: the median step with that mode over the median step without energy, measured in the same\n"
              " run; edges: region edges passed per step, library regions included; hooks: time inside the\n"
              " region callbacks; sampler CPU: the sampler thread's CPU time over all rounds of that mode)\n");
-  run_energy_tool_rounds(o, trainer, data);
-  std::remove(data.c_str());
+  run_energy_tool_rounds(o, trainer, scratch);
   return 0;
 }
 

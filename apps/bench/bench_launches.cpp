@@ -3,6 +3,7 @@
 // recorder collects each kernel's stated CUDA shape.
 #include "bench/bench_launches.hpp"
 
+#include "bench/bench_ops.hpp"
 #include "bench/bench_step.hpp"
 #include "core/detail/launch_log.hpp"
 #include "core/ops/detail/packs.hpp"
@@ -13,7 +14,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -99,9 +99,7 @@ int run_launch_bench(LaunchBenchOptions const& options) {
                         {"cuda_team_buffer_per_thread", detail::cuda_team_reserved_shared(1) - detail::cuda_team_reserved_shared(0)},
                         {"cuda_team_buffer_fixed", detail::cuda_team_reserved_shared(0)},
                         {"seconds", seconds},        {"kernels", kernels}};
-    std::ofstream out(options.json_path);
-    out << j.dump(1) << "\n";
-    if (!out) throw std::runtime_error("cannot write " + options.json_path);
+    write_bench_json(options.json_path, j.dump(1) + "\n");
   }
   return 0;
 }

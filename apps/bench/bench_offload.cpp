@@ -1,6 +1,7 @@
 #include "bench/bench_offload.hpp"
 
 #include "core/data/synth.hpp"
+#include "core/io/scratch_folder.hpp"
 #include "core/ops/adamw.hpp"
 #include "core/train/host_cores.hpp"
 #include "core/train/trainer.hpp"
@@ -10,10 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <memory>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 namespace joule::apps {
@@ -87,7 +86,10 @@ int run_adamw_bandwidth_bench(OffloadBenchOptions const& o) {
 
 int run_offload_overlap_bench(OffloadBenchOptions const& o) {
   // A model where the optimizer is a visible part of the step: 4 blocks of width 256.
-  std::string const data = fmt::format("/tmp/joule-bench-offload-{}.h5", getpid());
+  // Its dataset in a private folder under $TMPDIR, removed with it however the suite ends: no
+  // name another user could guess and take first (io::ScratchFolder).
+  io::ScratchFolder const scratch("joule-bench-offload-");
+  std::string const data = scratch.file("data.h5");
   auto cfg_json = nlohmann::json::parse(R"({
     "model": {"layers": 4, "d_model": 256, "heads": 4, "mlp_ratio": 4, "image_size": 32,
               "patch_size": 8, "channels": 3, "frames": 1, "text_len": 36, "tie_embeddings": true},
@@ -193,7 +195,6 @@ int run_offload_overlap_bench(OffloadBenchOptions const& o) {
              " thread's time in wait_for_group(), just before a forward pass needed a group; hidden = 1 - waits /\n"
              " host work. Step: the median optimizer step, forward + backward + optimizer. Rolled back: speculative\n"
              " jobs run again because their step was clipped, of those speculated.)\n");
-  std::remove(data.c_str());
   return 0;
 }
 

@@ -15,12 +15,15 @@
 #include "core/ops/layernorm.hpp"
 #include "core/ops/linear.hpp"
 #include "core/ops/patch_embed.hpp"
+#include "core/io/commit.hpp"
 #include "core/precision/gemm.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -323,12 +326,19 @@ int run_bench(BenchOptions const& options) {
     run_step_bench(options.step_shapes.empty() ? default_step_shape_names() : options.step_shapes,
                    options.repeats, out, parse_precision(options.precision));
   if (!options.json_path.empty()) {
-    std::ofstream f(options.json_path);
-    if (!f) throw std::runtime_error("cannot write " + options.json_path);
-    f << out.dump(2) << "\n";
+    write_bench_json(options.json_path, out.dump(2) + "\n");
     fmt::print("wrote {}\n", options.json_path);
   }
   return 0;
+}
+
+void write_bench_json(std::string const& path, std::string const& text) {
+  io::commit_file(path, "benchmark results", [&](std::string const& temporary) {
+    std::ofstream f(temporary, std::ios::binary);
+    f << text;
+    f.close();
+    if (!f) throw std::runtime_error(std::string("cannot write it (") + std::strerror(errno) + ")");
+  });
 }
 
 }  // namespace joule::apps

@@ -19,5 +19,10 @@ struct BenchOptions {
 int run_bench(BenchOptions const& options);
 // The shape presets, as "name: what it is" (the table in bench_ops.cpp).
 std::vector<std::string> bench_presets();
+// Writes a suite's --json results (`text`) to `path` as every joule output is written
+// (io::commit_file: a temporary in a private folder beside it, synced, renamed): a symbolic link
+// at `path` is replaced, never written through; a folder, device or FIFO there is refused. Throws
+// io::WriteError naming the file.
+void write_bench_json(std::string const& path, std::string const& text);
 
 }  // namespace joule::apps

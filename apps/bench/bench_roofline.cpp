@@ -4,6 +4,7 @@
 // them, core/perf/roofline.hpp), then the roofline model predicts the whole step.
 #include "bench/bench_roofline.hpp"
 
+#include "bench/bench_ops.hpp"
 #include "bench/bench_step.hpp"
 #include "core/detail/launch_log.hpp"
 #include "core/ops/detail/packs.hpp"
@@ -17,7 +18,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <fstream>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -219,9 +219,7 @@ int run_roofline_bench(RooflineBenchOptions const& options) {
                         {"kind_seconds", by_kind},
                         {"kernels", kernels},
                         {"offload", offload}};
-    std::ofstream out(options.json_path);
-    out << j.dump(1) << "\n";
-    if (!out) throw std::runtime_error("cannot write " + options.json_path);
+    write_bench_json(options.json_path, j.dump(1) + "\n");
   }
   return 0;
 }

@@ -276,29 +276,62 @@ std::string path_beside(std::string const& path, int n) {
   return stem + "." + std::to_string(n) + ext;
 }
 
-bool name_taken(std::string const& path) {
+// Why `path` cannot be the profile's name ("a regular file is there"), or "" when it is free.
+// Throws where it cannot be told (the folder cannot be searched: no name in it could be written).
+std::string name_taken(std::string const& path) {
   struct stat st;
-  return !(::lstat(path.c_str(), &st) != 0 && errno == ENOENT);
+  if (::lstat(path.c_str(), &st) == 0) {
+    char const* kind = S_ISREG(st.st_mode)   ? "a regular file"
+                       : S_ISLNK(st.st_mode) ? "a symbolic link"
+                       : S_ISDIR(st.st_mode) ? "a folder"
+                                             : "something that is not a regular file";
+    return std::string(kind) + " is there";
+  }
+  if (errno == ENOENT) return "";
+  throw std::runtime_error(path + ": cannot be looked at (" + std::strerror(errno) + ")");
+}
+
+std::string base_name(std::string const& path) {
+  std::size_t const slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 // Writes the profile to the first free name from `named` on. A name free when looked at may be
 // taken by another process before this one's rename (processes that share a name end at once:
 // an array of jobs, a node's ranks): the write then replaces nothing (io::OutputExists,
-// scheduler::RunLogExists) and the next free name is tried. Returns the name written.
+// scheduler::RunLogExists) and the next free name is tried. Returns the name written; throws
+// naming the first and last names tried and why the last could not be written. Any other error
+// (a full disk, an unsafe folder) ends the search, naming the file: the next name would fail alike.
 std::string write_beside(std::string const& named, scheduler::RunHeader const& header,
                          scheduler::ProfileRecord const& profile) {
+  std::string why;  // why the last name tried was not written
   for (int n = 0; n <= kNeighbours; ++n) {
     std::string const path = path_beside(named, n);
-    if (name_taken(path)) continue;
+    if (why = name_taken(path); !why.empty()) continue;
     try {
       write_output(path, header, profile);
       return path;
     } catch (io::OutputExists const&) {
+      why = "another process wrote that name while this one wrote its profile";
     } catch (scheduler::RunLogExists const&) {
-    }
+      why = "another process wrote that name while this one wrote its profile";
+    }  // any other error (its message names the file) ends the search: the next name would fail alike
   }
-  throw std::runtime_error(named + " and its 9,999 numbered neighbours are all taken");
+  throw std::runtime_error(named + " and " + base_name(path_beside(named, 1)) + " ... " +
+                           base_name(path_beside(named, kNeighbours)) + " are all taken (the last, " +
+                           path_beside(named, kNeighbours) + ": " + why +
+                           "); the tool never replaces a file: move those files away, or set JOULE_ENERGY_OUT to a "
+                           "name of its own");
 }
+
+// How the last report went, for a program that drives the tool itself (joule_energy_tool_last_output).
+// Never destroyed: a program may finalize Kokkos from its own static destructors, after this
+// library's would have run.
+struct Outcome {
+  int written = -1;  // 1: `text` is the file written; 0: `text` says why no profile was; -1: no report
+  std::string text;
+};
+Outcome& g_outcome = *new Outcome;
 
 void report(State& s) {
   Stamp const program_end = s.outer->stamp();
@@ -358,13 +391,17 @@ void report(State& s) {
     std::string const named = output_name(s.options.out, s.rank, s.array_task);
     try {
       std::string const path = write_beside(named, h, p);
+      g_outcome = {1, path};
       if (path != named)
         std::fprintf(stderr, "joule energy tool: %s is already there and is never replaced; written beside it: %s\n",
                      named.c_str(), path.c_str());
       else if (!s.options.quiet)
         std::fprintf(stderr, "  written: %s\n", path.c_str());
     } catch (std::exception const& e) {
-      std::fprintf(stderr, "joule energy tool: no file written: %s\n", e.what());
+      // Said whatever JOULE_ENERGY_QUIET asks: the profile is lost, and a Kokkos tool cannot
+      // change the program's exit status to say so.
+      g_outcome = {0, e.what()};
+      std::fprintf(stderr, "joule energy tool: ERROR: no profile written: %s\n", e.what());
     }
   }
 }
@@ -392,6 +429,7 @@ JOULE_TOOL_EXPORT void kokkosp_provide_tool_programming_interface(uint32_t, Kokk
 
 JOULE_TOOL_EXPORT void kokkosp_init_library(int, uint64_t interface_version, uint32_t,
                                             Kokkos_Profiling_KokkosPDeviceInfo*) {
+  g_outcome = {};
   try {
     auto s = std::make_unique<State>();
     s->options = read_options();
@@ -417,6 +455,7 @@ JOULE_TOOL_EXPORT void kokkosp_init_library(int, uint64_t interface_version, uin
     s->program_begin = s->outer->stamp();
     g_state = s.release();
   } catch (std::exception const& e) {
+    g_outcome = {0, std::string("not attributing energy: ") + e.what()};
     std::fprintf(stderr, "joule energy tool: not attributing energy: %s\n", e.what());
   }
 }
@@ -427,10 +466,21 @@ JOULE_TOOL_EXPORT void kokkosp_finalize_library() {
   try {
     report(*g_state);
   } catch (std::exception const& e) {
-    std::fprintf(stderr, "joule energy tool: no report: %s\n", e.what());
+    g_outcome = {0, std::string("no report: ") + e.what()};
+    std::fprintf(stderr, "joule energy tool: ERROR: no report: %s\n", e.what());
   }
   delete g_state;
   g_state = nullptr;
+}
+
+// Not a Kokkos Tools entry point: for a program that loads the tool itself and must know what it
+// wrote (`joule bench --suite energy`, which dlopens it). After kokkosp_finalize_library: 1 and
+// *text the file the profile was written to (the name given, or the first free one beside it);
+// 0 and *text why no profile was written (as said on stderr); -1 and *text "" where no report
+// was made or no JOULE_ENERGY_OUT was set. *text stays valid until the next kokkosp_init_library.
+JOULE_TOOL_EXPORT int joule_energy_tool_last_output(char const** text) {
+  if (text) *text = g_outcome.text.c_str();
+  return g_outcome.written;
 }
 
 JOULE_TOOL_EXPORT void kokkosp_push_profile_region(char const* name) {

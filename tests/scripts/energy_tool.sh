@@ -127,7 +127,7 @@ grep -q "^  note: .*local rank" "$work/l1.err" || fail "local rank 1: no note sa
 rc=0; JOULE_ENERGY_OUT="$work/no-such-folder/x.h5" with_tool "$program" >"$work/nf.out" 2>"$work/nf.err" || rc=$?
 [ $rc = 0 ] || fail "an unwritable output changed the program's status ($rc)"
 cmp -s "$work/plain.out" "$work/nf.out" || fail "an unwritable output changed the program's output"
-grep -q "^joule energy tool: no file written: .*no-such-folder/x.h5" "$work/nf.err" || fail "unwritable output not said: $(cat "$work/nf.err")"
+grep -q "^joule energy tool: ERROR: no profile written: .*no-such-folder/x.h5" "$work/nf.err" || fail "unwritable output not said: $(cat "$work/nf.err")"
 # An existing output is never replaced (a user's file, an earlier run's table): the profile goes beside it.
 echo "the user's own notes" >"$work/mine.csv"
 JOULE_ENERGY_OUT="$work/mine.csv" with_tool "$program" >/dev/null 2>"$work/mine.err"

@@ -8,6 +8,9 @@
 #   2. Six processes started at once on one name: six files, each process saying its own.
 #   3. Slurm array tasks (SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID; all of them SLURM_PROCID 0): a
 #      name of their own each, NAME.array<job>_<task>.rank0.EXT.
+#   4. Every name taken (NAME.EXT, NAME.1.EXT ... NAME.9999.EXT): the profile is lost, and the tool
+#      says so on stderr, JOULE_ENERGY_QUIET=1 or not, naming the first and last names tried and
+#      why the last was not written. (The program's exit status is its own: a tool cannot change it.)
 # Every wait is on an event, with a deadline of minutes: a loaded machine is only slower.
 # usage: energy_tool_names.sh PROGRAM TOOL JOULE HOLD_SYNC_SO
 set -euo pipefail
@@ -96,4 +99,17 @@ done
 SLURM_ARRAY_JOB_ID=777 SLURM_ARRAY_TASK_ID=5 JOULE_ENERGY_OUT="$work/single.csv" with_tool "$program" >/dev/null 2>&1
 [ -s "$work/single.array777_5.csv" ] || fail "an array task without a rank: not single.array777_5.csv: $(ls "$work")"
 echo "ok: Slurm array tasks: a name each"
+
+# 4. Every name taken.
+mkdir "$work/full"
+: >"$work/full/p.h5"
+for ((n = 1; n <= 9999; n++)); do : >"$work/full/p.$n.h5"; done
+before="$(ls -A "$work/full" | wc -l)"
+JOULE_ENERGY_QUIET=1 JOULE_ENERGY_OUT="$work/full/p.h5" with_tool "$program" >/dev/null 2>"$work/full.err" ||
+  fail "every name taken: the program failed: $(tail -3 "$work/full.err")"
+grep -q "^joule energy tool: ERROR: no profile written: $work/full/p.h5 and p.1.h5 ... p.9999.h5 are all taken (the last, $work/full/p.9999.h5: a regular file is there)" \
+  "$work/full.err" || fail "every name taken: not said: $(cat "$work/full.err")"
+[ "$(ls -A "$work/full" | wc -l)" = "$before" ] || fail "every name taken: something was added or removed in the folder"
+[ ! -s "$work/full/p.h5" ] && [ ! -s "$work/full/p.9999.h5" ] || fail "every name taken: a file was replaced"
+echo "ok: every name taken: $(cut -c1-150 "$work/full.err")..."
 echo PASS
