@@ -22,6 +22,7 @@
 #   mid-run          a folder on the path renamed mid-run: the checkpoints stay in the run's folder
 #   lock-hardlink    the lock's name a hard link to a root-only file: refused, the file untouched
 #   others-file      the output's name made first by another user: refused; accepted, root's file
+#   bench-json       bench --json at a link another user planted: refused or the link replaced
 # usage: shared_folder_attacks.sh JOULE SOURCE_DIR [CASE...]
 set -euo pipefail
 joule="$1" src="$2"
@@ -292,6 +293,23 @@ case_lock_hardlink() {
   [ $rc = 1 ] && grep -q "has 2 names" out.txt || fail "lock-hardlink: exit $rc: $(tail -3 out.txt)"
   echo "ok: lock-hardlink: refused, root's file unchanged; the link $how"
 }
+# bench-json: root's `bench --json` at a link that another user put in a folder of theirs (no sticky
+# bit there, so the kernel's protected_symlinks does not apply) naming a root-only file; and in the
+# sticky folder, where the link itself is replaced.
+case_bench_json() {
+  echo "root's secret" >"$base/secret3" && chmod 600 "$base/secret3"
+  as $attacker_uid mkdir -m 0755 "$sticky/attackers"
+  as $attacker_uid ln -s "$base/secret3" "$sticky/attackers/b.json"
+  as $attacker_uid ln -s "$base/secret3" "$sticky/b.json"
+  rc=0; "$joule" bench --suite launches --json "$sticky/attackers/b.json" >out.txt 2>&1 </dev/null || rc=$?
+  [ "$(cat "$base/secret3")" = "root's secret" ] && [ "$(stat -c %a "$base/secret3")" = 600 ] ||
+    fail "bench-json: root's file was written through the link in the other user's folder (exit $rc)"
+  [ $rc = 1 ] && grep -q "belongs to user $attacker_uid" out.txt || fail "bench-json: exit $rc: $(tail -3 out.txt)"
+  "$joule" bench --suite launches --json "$sticky/b.json" >out.txt 2>&1 </dev/null || fail "bench-json: sticky: $(tail -3 out.txt)"
+  [ "$(cat "$base/secret3")" = "root's secret" ] || fail "bench-json: root's file was written through the link in the sticky folder"
+  [ -f "$sticky/b.json" ] && [ ! -L "$sticky/b.json" ] || fail "bench-json: the link in the sticky folder is still there"
+  echo "ok: bench-json: refused in the other user's folder; in the sticky folder the link replaced; root's file unchanged"
+}
 # others-file: another user makes the output's name first, writable by all.
 case_others_file() {
   as $attacker_uid bash -c 'umask 0; echo "mine now" >"$1/o.h5"' _ "$sticky"
@@ -308,7 +326,7 @@ case_others_file() {
 # not hold inside `( ... ) ||`: every step that matters is checked by its own `|| fail`.)
 failed=()
 cases=(probe dir_link refused swap renamed locks mode library_cwd path_one_level sticky_others mid_run lock_hardlink
-       others_file plot_probe plot_chmod converter_link describe_link)
+       others_file bench_json plot_probe plot_chmod converter_link describe_link)
 [ $# -gt 2 ] && cases=("${@:3}")  # some cases only, by name
 for name in "${cases[@]}"; do
   ( case_$name ) || failed+=("$name")
