@@ -237,7 +237,22 @@ TEST_CASE("config: text nested too deeply or too large is refused before any par
   std::string big = tiny_config_json("d.h5").dump();
   big.append(kConfigMaxBytes, ' ');
   REQUIRE_THROWS_WITH(parse_config(big, "big.json"), Contains("big.json: 16777") && Contains("more than the 16777216 bytes (16 MiB)"));
-  REQUIRE_THROWS_WITH(load_config("/dev/zero"), Contains("/dev/zero: larger than the 16777216 bytes (16 MiB)"));
+  // A file larger than that is refused after 16 MiB + 1 bytes are read (a sparse file of 1 GiB here);
+  // a device that never ends (/dev/zero) or a FIFO (whose reader waits for a writer) before any read.
+  TempFile large(".json");
+  {
+    std::FILE* f = std::fopen(large.path().c_str(), "w");
+    REQUIRE(f);
+    REQUIRE(::ftruncate(fileno(f), off_t(1) << 30) == 0);
+    std::fclose(f);
+  }
+  REQUIRE_THROWS_WITH(load_config(large.path()), Equals(large.path() + ": larger than the 16777216 bytes (16 MiB) a "
+                                                                       "configuration may have"));
+  REQUIRE_THROWS_WITH(load_config("/dev/zero"),
+                      Equals("/dev/zero: is a character device, not a regular file; joule reads configurations only "
+                             "from regular files (nothing of it was read)"));
+  REQUIRE_THROWS_WITH(load_config("/nonexistent/joule.json"),
+                      Equals("/nonexistent/joule.json: cannot open the configuration file (No such file or directory)"));
 }
 
 TEST_CASE("config: numbers beyond a field's range name the field, whatever their size", "[config][hostile]") {
