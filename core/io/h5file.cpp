@@ -264,6 +264,7 @@ H5File::H5File(InputFile const& in) : path_(in.path()), writable_(false) {
   // The file HDF5 holds must be the one `in` opened: through /proc it is, by the kernel; through the
   // path (no /proc) another file may have been renamed there since. Asked of the sec2 driver (the
   // default), whose handle is its descriptor.
+  if (in.through_proc()) return;
   hid_t const access = H5Fget_access_plist(id_);
   void* handle = nullptr;
   struct stat st {};
