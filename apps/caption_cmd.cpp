@@ -37,6 +37,7 @@ struct CaptionOptions {
   std::string checkpoint, data, images, resize = "bilinear", out;
   bool held_out = false, skip_bad_images = false;
   std::optional<long long> micro_batch, limit;
+  long long max_image_pixels = limits::kImageMaxPixelsDefault;
   std::string precision;  // "": the checkpoint's train.precision
 };
 
@@ -118,12 +119,19 @@ class PrintedLines {
 // or unreadable one (or an entry with an image extension that is no file) stops the run before any
 // output, all of them named, or with --skip-bad-images is left out and listed in `bad`. Decoding
 // again for the batches costs little beside the model, where keeping the pixels would take memory
-// in proportion to the folder. With --limit, only as many good files are looked at as are captioned.
-std::vector<std::string> good_image_files(CaptionOptions const& o, ModelConfig const& m, std::vector<BadImage>& bad) {
+// in proportion to the folder. Each file is opened once here and its descriptor kept for that
+// second decoding (CheckedImage), so what is decoded for a batch is the file checked, not whatever
+// is at its name by then (a FIFO, a link to /dev/zero); past image_descriptor_budget() files the
+// name is opened again and must still be the file checked. With --limit, only as many good files
+// are looked at as are captioned.
+std::vector<CheckedImage> good_image_files(CaptionOptions const& o, ModelConfig const& m, std::vector<BadImage>& bad) {
   ImageFolder listing = image_files(o.images);
   Resize const resize = parse_resize(o.resize);
+  ImageLimits limits;
+  limits.max_pixels = std::uint64_t(o.max_image_pixels);
+  std::size_t const budget = image_descriptor_budget();
   std::vector<std::uint8_t> scratch(std::size_t(m.channels) * m.image_size * m.image_size);
-  std::vector<std::string> good;
+  std::vector<CheckedImage> good;
   bad = listing.unusable;
   // What was made to fit the model (said once, not per file): other sizes, other channel counts.
   std::size_t resized = 0;
@@ -134,10 +142,11 @@ std::vector<std::string> good_image_files(CaptionOptions const& o, ModelConfig c
       break;
     }
     try {
-      auto const shape = load_image(file, m.channels, m.image_size, resize, scratch.data());
+      ImageShape shape;
+      good.push_back(check_image(file, good.size() < budget, m.channels, m.image_size, resize, scratch.data(), limits,
+                                 &shape));
       resized += shape.width != m.image_size || shape.height != m.image_size;
       if (shape.channels != m.channels) ++converted[shape.channels];
-      good.push_back(file);
     } catch (BadImageError const& e) {
       bad.push_back({e.path(), e.reason()});
     }
@@ -182,7 +191,9 @@ int run_caption(CaptionOptions const& o) {
   std::vector<io::OutputLock> locks;  // one job at a time writes --out
   if (auto const problem = plan.lock(locks); !problem.empty()) throw ConfigError(problem);
 
-  Config const cfg = checkpoint_config(o.checkpoint);
+  // The checkpoint, opened once: its configuration and its parameters are read from this one file.
+  io::InputFile const checkpoint = io::open_input(o.checkpoint);
+  Config const cfg = checkpoint_config(checkpoint);
   ModelConfig const& m = cfg.model;
   int const B = int(o.micro_batch.value_or(cfg.train.micro_batch)), T = m.text_len;
   std::size_t const px = std::size_t(m.frames) * m.channels * m.image_size * m.image_size;
@@ -190,7 +201,7 @@ int run_caption(CaptionOptions const& o) {
   // The samples: dataset indices (all, or the held-out tail as training splits it) or files.
   std::optional<Dataset> data;
   std::vector<std::size_t> indices;
-  std::vector<std::string> files;
+  std::vector<CheckedImage> files;
   std::vector<BadImage> bad_images;  // skipped with --skip-bad-images
   if (!o.data.empty()) {
     data = Dataset::open(o.data, &m);
@@ -226,9 +237,11 @@ int run_caption(CaptionOptions const& o) {
                                          memory_figures(m, B, m.layers, available_memory(), precision)));
   }
   Model& model = *built;
-  load_checkpoint_parameters(o.checkpoint, model);
+  load_checkpoint_parameters(checkpoint, model);
   ExecSpace space;
   Resize const resize = parse_resize(o.resize);
+  ImageLimits image_limits;
+  image_limits.max_pixels = std::uint64_t(o.max_image_pixels);
   HostBatch batch;
   std::vector<std::size_t> ids(B);
   std::vector<std::int32_t> tokens;
@@ -246,7 +259,8 @@ int run_caption(CaptionOptions const& o) {
       batch.tokens.assign(std::size_t(B) * T, kTokenPad);
       batch.samples.assign(B, 0);
       for (int i = 0; i < B; ++i)
-        load_image(files[first + std::min(i, valid - 1)], m.channels, m.image_size, resize, &batch.images[i * px]);
+        load_image(files[first + std::min(i, valid - 1)], m.channels, m.image_size, resize, &batch.images[i * px],
+                   image_limits);
     }
     greedy_captions(space, model, batch, tokens, done);
     for (int b = 0; b < valid; ++b) {
@@ -261,7 +275,7 @@ int run_caption(CaptionOptions const& o) {
         printed.line(fmt::format("{}\t{}\t{}\t{}\n", row.sample, row.correct ? "ok" : "WRONG", row.prediction,
                                  row.reference));
       } else {
-        row.sample = std::filesystem::path(files[first + b]).filename().string();  // as listed in the folder
+        row.sample = std::filesystem::path(files[first + b].path).filename().string();  // as listed in the folder
         printed.line(fmt::format("{}\t{}\n", row.sample, row.prediction));
       }
       if (!o.out.empty()) rows.push_back(std::move(row));
@@ -306,6 +320,11 @@ std::function<int()> add_caption_command(CLI::App& app) {
       ->needs(images);
   cmd->add_option("--resize", o->resize, "fit images to the model's size: bilinear (default), nearest, or none (must fit)")
       ->check(CLI::IsMember({"bilinear", "nearest", "none"}))->needs(images);
+  cmd->add_option("--max-image-pixels", o->max_image_pixels,
+                  fmt::format("with --images: the most pixels (width x height) an image file may declare; a larger "
+                              "one is refused before it is decoded (default {}, 8192 x 8192)",
+                              limits::kImageMaxPixelsDefault))
+      ->check(whole_number())->check(CLI::Range(1LL, 1LL << 48))->needs(images);
   cmd->add_option("--out", o->out, "also write (sample, reference, prediction, correct) to this .csv or .h5 file");
   cmd->add_option("--micro-batch", o->micro_batch, "samples per forward pass (default: the checkpoint's train.micro_batch)")
       ->check(whole_number())->check(CLI::Range(1, 1 << 20));

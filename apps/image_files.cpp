@@ -8,6 +8,8 @@
 #include <stb/stb_image.h>
 #include <zlib.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -454,15 +456,46 @@ std::string structure_problem(Format format, Bytes const& b) {
   }
 }
 
-Bytes read_whole_file(std::string const& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
-  if (!f) throw BadImageError(path, fmt::format("cannot open it ({})", std::strerror(errno)));
-  Bytes bytes;
-  std::uint8_t chunk[1 << 16];
-  for (std::size_t got; (got = std::fread(chunk, 1, sizeof chunk, f.get())) > 0;) bytes.insert(bytes.end(), chunk, chunk + got);
-  if (std::ferror(f.get())) throw BadImageError(path, fmt::format("cannot read it ({})", std::strerror(errno)));
-  return bytes;
+// "PATH: why" without "PATH: ", as BadImageError keeps it.
+std::string reason_of(std::string const& path, std::string const& message) {
+  std::string const prefix = path + ": ";
+  return message.compare(0, prefix.size(), prefix) == 0 ? message.substr(prefix.size()) : message;
 }
+
+io::InputFile open_image(std::string const& path) {
+  try {
+    return io::InputFile(path, "images");
+  } catch (io::InputError const& e) {
+    throw BadImageError(path, reason_of(path, e.what()));
+  }
+}
+
+// The width and height a file declares before anything of it is decoded: as stb_image reads them
+// (stbi_info_from_memory: headers only), else, for a PNG whose header stb_image does not take,
+// its IHDR's. false when neither says.
+bool declared_size(Bytes const& b, Format format, std::uint64_t* width, std::uint64_t* height) {
+  int w = 0, h = 0, channels = 0;
+  if (stbi_info_from_memory(b.data(), int(b.size()), &w, &h, &channels) && w > 0 && h > 0) {
+    *width = std::uint64_t(w), *height = std::uint64_t(h);
+    return true;
+  }
+  if (format == Format::png && b.size() >= 24 && std::memcmp(&b[12], "IHDR", 4) == 0) {
+    *width = be32(b, 16), *height = be32(b, 20);
+    return true;
+  }
+  return false;
+}
+
+void require_same(CheckedImage const& image, io::FileIdentity const& now) {
+  if (now.unchanged(image.identity)) return;
+  throw BadImageError(image.path, "the file changed while joule read it (" +
+                                      io::InputFile::change_text(image.identity, now) +
+                                      "): it was written, replaced or had its status changed since it was checked; "
+                                      "nothing of it was used");
+}
+
+ImageShape decode(std::string const& path, Bytes const& bytes, int channels, int size, Resize resize, std::uint8_t* out,
+                  ImageLimits const& limits);
 
 // One axis of a resampling: output i takes sum_k weight[i][k] * input[first[i] + k]. PIL's scheme
 // (Image.resize): pixel centres at (i + 0.5) * scale; bilinear is a triangle filter widened by the
@@ -500,12 +533,88 @@ Axis axis(int in, int out, Resize resize) {
 
 }  // namespace
 
-ImageShape load_image(std::string const& path, int channels, int size, Resize resize, std::uint8_t* out) {
-  Bytes const bytes = read_whole_file(path);
+std::size_t ImageLimits::max_bytes() const {
+  std::uint64_t const cap = std::uint64_t(std::numeric_limits<int>::max());
+  std::uint64_t const pixels = std::min<std::uint64_t>(max_pixels, cap);  // no overflow below
+  return std::size_t(std::min(cap, pixels * 8 + (std::uint64_t(16) << 20)));
+}
+
+std::string max_pixels_text(ImageLimits const& limits) { return fmt::format("--max-image-pixels {}", limits.max_pixels); }
+
+std::size_t image_descriptor_budget() {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
+  std::uint64_t const soft = limit.rlim_cur == RLIM_INFINITY ? (std::uint64_t(1) << 20) : std::uint64_t(limit.rlim_cur);
+  return soft > 128 ? std::size_t((soft - 64) / 2) : 0;
+}
+
+ImageShape load_image(std::string const& path, int channels, int size, Resize resize, std::uint8_t* out,
+                      ImageLimits const& limits) {
+  return load_image(open_image(path), channels, size, resize, out, limits);
+}
+
+ImageShape load_image(io::InputFile const& file, int channels, int size, Resize resize, std::uint8_t* out,
+                      ImageLimits const& limits) {
+  std::string const& path = file.path();
+  std::size_t const max_bytes = limits.max_bytes();
+  Bytes bytes;
+  try {
+    file.read_at_most(max_bytes, bytes);  // from its start, through the descriptor checked
+  } catch (io::InputError const& e) {
+    throw BadImageError(path, reason_of(path, e.what()));
+  }
+  if (bytes.size() > max_bytes)
+    throw BadImageError(path, fmt::format("more than the {} bytes joule reads of an image file (8 bytes for each of "
+                                          "the {} pixels it decodes at most ({}), + 16 MiB, and never 2 GiB); nothing "
+                                          "of it was decoded",
+                                          max_bytes, limits.max_pixels, max_pixels_text(limits)));
+  return decode(path, bytes, channels, size, resize, out, limits);
+}
+
+CheckedImage check_image(std::string const& path, bool keep_open, int channels, int size, Resize resize,
+                         std::uint8_t* out, ImageLimits const& limits, ImageShape* shape) {
+  auto file = std::make_shared<io::InputFile const>(open_image(path));
+  ImageShape const decoded = load_image(*file, channels, size, resize, out, limits);
+  if (shape) *shape = decoded;
+  CheckedImage image{path, nullptr, file->identity()};
+  if (keep_open) image.file = std::move(file);
+  return image;
+}
+
+ImageShape load_image(CheckedImage const& image, int channels, int size, Resize resize, std::uint8_t* out,
+                      ImageLimits const& limits) {
+  auto const examined = [&](io::InputFile const& file) {
+    try {
+      return file.current();
+    } catch (io::InputError const& e) {
+      throw BadImageError(image.path, reason_of(image.path, e.what()));
+    }
+  };
+  if (image.file) {  // the descriptor checked
+    require_same(image, examined(*image.file));
+    ImageShape const shape = load_image(*image.file, channels, size, resize, out, limits);
+    require_same(image, examined(*image.file));
+    return shape;
+  }
+  io::InputFile const file = open_image(image.path);  // again by name: it must be the file checked
+  require_same(image, file.identity());
+  ImageShape const shape = load_image(file, channels, size, resize, out, limits);
+  require_same(image, examined(file));
+  return shape;
+}
+
+namespace {
+
+ImageShape decode(std::string const& path, Bytes const& bytes, int channels, int size, Resize resize, std::uint8_t* out,
+                  ImageLimits const& limits) {
   if (bytes.empty()) throw BadImageError(path, "an empty file, not an image");
-  if (bytes.size() > std::size_t(std::numeric_limits<int>::max()))
-    throw BadImageError(path, fmt::format("{} bytes, more than stb_image reads (2 GiB)", bytes.size()));
   Format const format = sniff(bytes);
+  // The declared size first: nothing is inflated (png_data_problem) or decoded for more pixels than allowed.
+  if (std::uint64_t width = 0, height = 0; declared_size(bytes, format, &width, &height) &&
+                                           (height != 0 && width > limits.max_pixels / height))
+    throw BadImageError(path, fmt::format("declares {} x {} pixels ({}), more than the {} pixels joule decodes ({}); "
+                                          "nothing of it was decoded",
+                                          width, height, width * height, limits.max_pixels, max_pixels_text(limits)));
   if (auto const problem = structure_problem(format, bytes); !problem.empty()) throw BadImageError(path, problem);
   int w = 0, h = 0, in_channels = 0;
   std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
@@ -555,5 +664,7 @@ ImageShape load_image(std::string const& path, int channels, int size, Resize re
     }
   return {w, h, in_channels};
 }
+
+}  // namespace
 
 }  // namespace joule::apps

@@ -100,21 +100,28 @@ std::string config_source(std::string const& path) {
   return path.empty() ? "the embedded default configuration" : path;
 }
 
+ConfigFile read_config(std::string const& path) {
+  ConfigFile file;
+  file.path = path;
+  if (!path.empty()) file.text = read_config_file(path);  // one bounded read of one descriptor
+  return file;
+}
+
 Config load_config_with(std::string const& path, Overrides const& overrides) {
-  return overrides.attribute([&] { return load_config_with(path, [&](nlohmann::json& j) { overrides.apply(j); }); });
+  return load_config_with(read_config(path), overrides);
+}
+
+Config load_config_with(ConfigFile const& file, Overrides const& overrides) {
+  return overrides.attribute([&] { return load_config_with(file, [&](nlohmann::json& j) { overrides.apply(j); }); });
 }
 
 Config load_config_with(std::string const& path, std::function<void(nlohmann::json&)> const& edit) {
-  std::string text = default_config_json(), source = config_source(path);
-  if (!path.empty()) {
-    std::ifstream f(path);
-    if (!f) throw ConfigError(path + ": cannot open the configuration file");
-    // Bounded read (a path such as /dev/zero never ends); check_json_limits names the limit.
-    constexpr std::size_t kReadAtMost = (std::size_t(16) << 20) + 1;
-    text.assign(kReadAtMost, '\0');
-    f.read(text.data(), std::streamsize(text.size()));
-    text.resize(std::size_t(f.gcount()));
-  }
+  return load_config_with(read_config(path), edit);
+}
+
+Config load_config_with(ConfigFile const& file, std::function<void(nlohmann::json&)> const& edit) {
+  std::string const text = file.path.empty() ? std::string(default_config_json()) : file.text;
+  std::string const source = config_source(file.path);
   // Depth and size first: nlohmann's parser, dump() and destructor recurse (a few hundred KB of
   // '[' overflowed the stack before any check ran).
   try {  // a problem of the file's text (its size, nesting, a key given twice), never of a flag
@@ -137,10 +144,14 @@ Config load_config_with(std::string const& path, std::function<void(nlohmann::js
   return parse_config(j.dump(), source);
 }
 
-bool config_file_sets(std::string const& path, char const* section, char const* field) {
-  if (path.empty()) return false;
-  std::ifstream f(path);
-  auto const j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);  // read and checked before
+bool config_file_sets(ConfigFile const& file, char const* section, char const* field) {
+  if (file.path.empty()) return false;
+  try {
+    check_json_limits(file.text, file.path);  // as load_config_with read it: no deeper than a parser may walk
+  } catch (ConfigError const&) {
+    return false;
+  }
+  auto const j = nlohmann::json::parse(file.text, nullptr, /*allow_exceptions=*/false);
   return j.is_object() && j.contains(section) && j[section].is_object() && j[section].contains(field);
 }
 

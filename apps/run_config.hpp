@@ -59,14 +59,25 @@ class Overrides {
   std::vector<Entry> entries_;
 };
 
+// A configuration file's text, read once (read_config_file: a FIFO, a device or a folder refused
+// before any read, at most 16 MiB); a command that loads the configuration more than once (train:
+// again with the micro-batch dealt to its replicas) loads this one text each time.
+struct ConfigFile {
+  std::string path;  // "": the embedded default configuration
+  std::string text;  // its text ("" for the embedded default)
+};
+ConfigFile read_config(std::string const& path);
+
 // Loads the configuration (`path`, or the embedded default when empty) with `overrides` applied;
 // errors about overridden fields name their flag (see Overrides).
 Config load_config_with(std::string const& path, Overrides const& overrides);
+Config load_config_with(ConfigFile const& file, Overrides const& overrides);
 // The same with any edit of the JSON (programs' own settings, e.g. the benchmarks').
 Config load_config_with(std::string const& path, std::function<void(nlohmann::json&)> const& edit);
-// Whether the configuration file at `path` sets section.field itself ("" is the embedded default,
-// which sets every field and counts as setting none: defaults may be adapted).
-bool config_file_sets(std::string const& path, char const* section, char const* field);
+Config load_config_with(ConfigFile const& file, std::function<void(nlohmann::json&)> const& edit);
+// Whether the configuration file sets section.field itself (the embedded default, path "", sets
+// every field and counts as setting none: defaults may be adapted).
+bool config_file_sets(ConfigFile const& file, char const* section, char const* field);
 // The micro-batch that deals `batch` evenly to `replicas`: the largest divisor m of batch with
 // m <= micro_batch and (batch / m) a multiple of replicas; 0 if batch is no multiple of replicas.
 int replica_micro_batch(int batch, int micro_batch, int replicas);

@@ -4,6 +4,7 @@
 #include "output_paths.hpp"
 
 #include "core/config/reconfigurable.hpp"
+#include "core/io/h5file.hpp"
 #include "core/train/trainer.hpp"
 #include "energy/report.hpp"
 #include "processes.hpp"
@@ -47,6 +48,9 @@ struct TrainOptions {
   bool memory_check = true;
   double energy_rate_hz = energy::Sampler::kDefaultRateHz;
   std::string energy_regions = "timeline";
+  // --resume opened once (run_train): the run-log check, the tuning log's name and the resume read
+  // this one file; emptied once the trainer has read it.
+  std::shared_ptr<std::optional<io::InputFile>> resume_file;
 };
 
 Overrides overrides(TrainOptions const& o) {
@@ -114,7 +118,9 @@ class StopBetweenSteps final : public TrainObserver {
 int tune_in_flight(Processes& procs, Config const& cfg, scheduler::TuneSettings const& settings,
                    TrainOptions const& o);
 
-int run_train(TrainOptions const& o) {
+int run_train(TrainOptions const& given) {
+  TrainOptions o = given;
+  if (!o.resume.empty()) o.resume_file = std::make_shared<std::optional<io::InputFile>>(io::open_input(o.resume));
   if (!o.tune && (o.objective || o.strategy || !o.tune_log.empty() || !o.power_limits.empty()))
     throw ConfigError(std::string(o.objective       ? "--objective"
                                   : o.strategy      ? "--strategy"
@@ -122,14 +128,15 @@ int run_train(TrainOptions const& o) {
                                                        : "--tune-log") +
                       " applies to a tuned run: add --tune");
   // A tuning log is the file people reach for to continue a tuned run: say what to do with it.
-  if (!o.resume.empty() && scheduler::is_run_log(o.resume))
+  if (!o.resume.empty() && scheduler::is_run_log(**o.resume_file))
     throw ConfigError("--resume " + o.resume + " is a tuning run log, not a checkpoint: " +
                       (o.tune ? "joule train --tune --resume takes the checkpoint the tuned run wrote (its "
                                 "train.checkpoint), which names this log; "
                               : "joule train --resume takes a checkpoint (train.checkpoint); ") +
                       "to continue the search alone, joule tune --resume " + o.resume);
   auto const ov = overrides(o);
-  Config cfg = load_config_with(o.config_path, ov);
+  ConfigFile const config_file = read_config(o.config_path);  // read once, loaded below as often as needed
+  Config cfg = load_config_with(config_file, ov);
   ov.attribute([&] {
     if (cfg.train.seq_shards > 1 && !launched_by_mpi())
       throw ConfigError("train.seq_shards = " + std::to_string(cfg.train.seq_shards) + " splits each sequence over " +
@@ -142,13 +149,13 @@ int run_train(TrainOptions const& o) {
   Processes procs(cfg);
   // Several data-parallel replicas and no micro-batch of the user's: deal the batch to them.
   if (int const replicas = procs.layout().dp;
-      replicas > 1 && !o.settings.at("train.micro_batch") && !config_file_sets(o.config_path, "train", "micro_batch")) {
+      replicas > 1 && !o.settings.at("train.micro_batch") && !config_file_sets(config_file, "train", "micro_batch")) {
     int const was = cfg.train.micro_batch, micro = replica_micro_batch(cfg.train.batch, was, replicas);
     if (micro == 0)
       return refuse(procs.world(), fmt::format("train.batch = {} cannot be dealt evenly to {} data-parallel replicas: make it a "
                                     "multiple of {}", cfg.train.batch, replicas, replicas));
     if (micro != was) {
-      cfg = load_config_with(o.config_path, [&](nlohmann::json& j) {
+      cfg = load_config_with(config_file, [&](nlohmann::json& j) {
         ov.apply(j);
         j["train"]["micro_batch"] = micro;
       });
@@ -165,7 +172,7 @@ int run_train(TrainOptions const& o) {
 std::string tune_log_path(TrainOptions const& o) {
   if (!o.tune_log.empty()) return o.tune_log;
   if (!o.resume.empty()) {
-    auto const notes = Trainer::checkpoint_notes(o.resume);
+    auto const notes = Trainer::checkpoint_notes(**o.resume_file);
     if (auto const it = notes.find("tune_log"); it != notes.end()) return it->second;
     throw ConfigError(o.resume + " was not written by a tuned run (it names no tuning log): continue it without "
                       "--tune, or give the log with --tune-log");
@@ -202,6 +209,7 @@ int tune_in_flight(Processes& procs, Config const& cfg, scheduler::TuneSettings 
   job.continue_log = !o.resume.empty() && std::filesystem::exists(job.log_path);
   job.checkpoint_role = o.checkpoint ? std::string("--checkpoint") : fmt::format("train.checkpoint (from {})", source);
   job.resume_checkpoint = o.resume;
+  job.resume_file = o.resume_file;
   job.make_data = o.make_data;
   job.energy_regions = o.energy_regions;
   return run_tune_job(procs, cfg, settings, job);
@@ -256,7 +264,10 @@ int train_on(Processes const& procs, Config const& cfg, TrainOptions const& o) {
                              memory_summary(cfg.model, cfg.train, available_memory(), MemorySharing{}));
   }
   Trainer& trainer = *built;
-  if (!o.resume.empty()) trainer.resume(o.resume);
+  if (!o.resume.empty()) {
+    trainer.resume(**o.resume_file);
+    o.resume_file->reset();  // not held open: the run may replace that checkpoint
+  }
 
   // Energy: sensors sampled on their own thread, every Kokkos region of the run stamped on the
   // timeline and given energy from the power trace afterwards.

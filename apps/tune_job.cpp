@@ -208,7 +208,12 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
   std::unique_ptr<Trainer> live;
   if (job.in_flight) {
     live = std::make_unique<Trainer>(cfg, root ? &std::cout : nullptr, procs.data_parallel(), procs.sequence_shards());
-    if (!job.resume_checkpoint.empty()) live->resume(job.resume_checkpoint);
+    if (job.resume_file && *job.resume_file) {
+      live->resume(**job.resume_file);
+      job.resume_file->reset();
+    } else if (!job.resume_checkpoint.empty()) {
+      live->resume(job.resume_checkpoint);
+    }
     live->set_checkpoint_note("tune_log", out);
   }
   auto interrupted = [&](char const* during) {

@@ -6,8 +6,11 @@
 #include "processes.hpp"
 
 #include "core/config/config.hpp"
+#include "core/io/input_file.hpp"
 #include "scheduler/tune_settings.hpp"
 
+#include <memory>
+#include <optional>
 #include <string>
 
 namespace joule::apps {
@@ -21,6 +24,9 @@ struct TuneJob {
   bool continue_log = false;    // log_path exists: its finished trials are kept, not measured again
   std::string checkpoint_role;  // how train.checkpoint was named
   std::string resume_checkpoint;  // in flight: the training run continues from this checkpoint
+  // ... opened once by the command (the file it checked, whatever is renamed over the path since);
+  // emptied once read, so that a checkpoint replaced later is not held on the disk.
+  std::shared_ptr<std::optional<io::InputFile>> resume_file;
   bool make_data = false;
   std::string energy_regions = "timeline";
 };

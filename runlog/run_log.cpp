@@ -206,6 +206,53 @@ namespace detail {
 void (*run_log_before_commit)(std::string const& temporary_path) = nullptr;
 }
 
+namespace {
+// A commit's copy of the log into its temporary: the file at `path` must be the one this writer
+// last read or wrote (`last`, held open), unchanged since (io::FileIdentity::unchanged; a log
+// renamed over the path, or written there by another program, is refused before HDF5 reads it,
+// so a file swapped in after resume()'s guarded read cannot reach the library here), and it is
+// copied from that descriptor.
+template <class Problem>
+void copy_log(std::string const& path, std::shared_ptr<io::InputFile const> const& last, std::string const& temporary,
+              std::string const& shown, Problem const& problem) {
+  std::unique_ptr<io::InputFile> now;
+  try {
+    now = std::make_unique<io::InputFile>(path, io::kHdf5Files);
+  } catch (io::InputError const& e) {
+    problem(e.what());
+  }
+  if (last) {
+    io::FileIdentity const was = last->current();
+    if (!now->identity().unchanged(was))
+      problem("the log was replaced by another run, or changed by another program, since this run last read or "
+              "wrote it (" + io::InputFile::change_text(was, now->identity()) + ")");
+  }
+  int const out = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (out < 0) problem(fmt::format("cannot copy the log to {} ({})", shown, std::strerror(errno)));
+  std::vector<char> buffer(std::size_t(1) << 20);
+  int error = 0;
+  for (off_t at = 0; !error;) {
+    ssize_t const n = ::pread(now->fd(), buffer.data(), buffer.size(), at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) error = errno;
+    if (n <= 0) break;
+    for (ssize_t done = 0; done < n && !error;) {
+      ssize_t const w = ::write(out, buffer.data() + done, std::size_t(n - done));
+      if (w < 0 && errno != EINTR) error = errno;
+      if (w > 0) done += w;
+    }
+    at += n;
+  }
+  if (::close(out) != 0 && !error) error = errno;
+  if (error) problem(fmt::format("cannot copy the log to {} ({})", shown, std::strerror(error)));
+  try {
+    now->require_unchanged();
+  } catch (io::InputError const& e) {
+    problem(e.what());
+  }
+}
+}  // namespace
+
 template <class Change>
 void RunLogWriter::commit(std::string const& what, Start start, Change const& change, bool replace) {
   if (std::string const problem = io::output_target_problem(path_); !problem.empty())
@@ -221,11 +268,7 @@ void RunLogWriter::commit(std::string const& what, Start start, Change const& ch
   std::string const temporary = made->path();
   auto const problem = [&](std::string const& why) { fail(path_, "cannot " + what + ": " + why); };
   try {
-    if (start == Start::from_log) {
-      std::error_code error;
-      std::filesystem::copy_file(path_, temporary, error);
-      if (error) problem("cannot copy the log to " + made->shown() + " (" + error.message() + ")");
-    }
+    if (start == Start::from_log) copy_log(path_, log_, temporary, made->shown(), problem);
     H5File f(temporary, start == Start::from_log ? H5File::Mode::read_write : H5File::Mode::truncate);
     if (start == Start::from_log) {
       std::string const id = f.has_attribute("/", "run_id") ? f.attribute_string("/", "run_id") : "";
@@ -241,8 +284,16 @@ void RunLogWriter::commit(std::string const& what, Start start, Change const& ch
   // A kill cannot undo a rename, but a power cut could without the syncs.
   if (!io::sync_path(temporary, false))
     problem(fmt::format("cannot sync {} to the disk ({}); {}", temporary, std::strerror(errno), io::free_space_text(path_)));
+  // The file that is about to become the log, held open: the next commit copies it (copy_log).
+  std::shared_ptr<io::InputFile const> written;
+  try {
+    written = std::make_shared<io::InputFile const>(temporary, io::kHdf5Files);
+  } catch (io::InputError const& e) {
+    problem(e.what());
+  }
   try {
     made->commit_to(path_, replace);
+    log_ = std::move(written);
   } catch (io::OutputExists const& e) {
     throw RunLogExists(path_ + ": cannot " + what + ": " + e.what());
   } catch (io::WriteError const& e) {
@@ -269,9 +320,11 @@ RunLogWriter RunLogWriter::resume(std::string const& path, RunHeader const& expe
   std::vector<std::string> incomplete;
   RunHeader in_log;
   std::string run_id;
-  require_hdf5(path);
-  read_in_child_first(path, [&] {  // what is read below, where an HDF5 crash cannot take joule with it
-    H5File f = open_existing(path);
+  // Opened once: the guarded read in a child, the read here and the first commit's copy are of
+  // this one file.
+  auto const in = std::make_shared<io::InputFile const>(open_run_log(path));
+  read_in_child_first(*in, [&] {  // what is read below, where an HDF5 crash cannot take joule with it
+    H5File f = open_existing(*in);
     require_format(f);
     try {
       read_header(f);
@@ -282,7 +335,7 @@ RunLogWriter RunLogWriter::resume(std::string const& path, RunHeader const& expe
     }
   });
   {
-    H5File f = open_existing(path);
+    H5File f = open_existing(*in);
     require_format(f);
     try {
       in_log = read_header(f);
@@ -295,7 +348,9 @@ RunLogWriter RunLogWriter::resume(std::string const& path, RunHeader const& expe
       fail(path, "cannot resume, damaged run log: " + without_path(e.what(), path));
     }
   }
+  require_log_unchanged(*in);
   RunLogWriter writer(path, run_id);
+  writer.log_ = in;
   writer.commit("record the resume", Start::from_log, [&](H5File& f) {
     for (auto const& group : incomplete) f.remove(group);  // the caller measures these trials again
     auto resumed = in_log.resumed;
@@ -307,7 +362,7 @@ RunLogWriter RunLogWriter::resume(std::string const& path, RunHeader const& expe
 }
 
 RunLogWriter::RunLogWriter(RunLogWriter&& other) noexcept
-    : path_(std::move(other.path_)), run_id_(std::move(other.run_id_)), open_(other.open_) {
+    : path_(std::move(other.path_)), run_id_(std::move(other.run_id_)), open_(other.open_), log_(std::move(other.log_)) {
   other.open_ = false;
 }
 
@@ -316,6 +371,7 @@ RunLogWriter& RunLogWriter::operator=(RunLogWriter&& other) noexcept {
     path_ = std::move(other.path_);
     run_id_ = std::move(other.run_id_);
     open_ = other.open_;
+    log_ = std::move(other.log_);
     other.open_ = false;
   }
   return *this;

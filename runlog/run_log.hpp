@@ -16,7 +16,9 @@
 // Every problem (not HDF5, not a joule log, damaged, mismatching on resume) is a RunLogError whose
 // message names the file and what is wrong; HDF5's own error printing stays off.
 #include "runlog/trial.hpp"
+#include "core/io/input_file.hpp"
 
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -99,12 +101,17 @@ struct RunLogContents {
   TrialRecord const* trial(int index) const;
 };
 
-// Reads a whole log. Throws RunLogError (never an HDF5 error) for a missing file, a file that is
-// not HDF5, an HDF5 file that is not a joule run log, or a damaged one.
+// Reads a whole log. Throws RunLogError (never an HDF5 error) for a missing file, one that is not
+// a regular file or not HDF5, an HDF5 file that is not a joule run log, a damaged one, or one that
+// changed while it was read. The file is opened once and read through that descriptor, in a child
+// process first (io::read_in_child), then here.
 RunLogContents read_run_log(std::string const& path);
 
-// True when path is an HDF5 file whose root `format` is kRunLogFormat; never throws.
+// True when path is an HDF5 file whose root `format` is kRunLogFormat; never throws. The second
+// form reads a file already opened (io::InputFile): a command that goes on to read it otherwise
+// (a checkpoint given to --resume) reads that one file.
 bool is_run_log(std::string const& path);
+bool is_run_log(io::InputFile const& file);
 
 // Writes one run's log. Cheap to hold: files are open only inside the calls below, each of which
 // is one commit (see above). Moving is allowed; after close() (or a move) further writes throw.
@@ -138,7 +145,10 @@ class RunLogWriter {
   // Replace /profile (a log whose header says tuning "profile").
   void write_profile(ProfileRecord const& profile);
   // Ends writing; later calls throw. Safe to call at any time and more than once.
-  void close() { open_ = false; }
+  void close() {
+    open_ = false;
+    log_.reset();
+  }
 
   bool is_open() const { return open_; }
   std::string const& path() const { return path_; }
@@ -156,6 +166,10 @@ class RunLogWriter {
   std::string path_;
   std::string run_id_;  // the root `run_id`, checked by every commit: a log replaced by another run is noticed
   bool open_ = true;
+  // The log as this writer last read (resume) or wrote it, held open: the next commit copies this
+  // file, and only while the file at the path is still it, unchanged (a file renamed there, or
+  // written, by anyone else is refused before HDF5 reads it).
+  std::shared_ptr<io::InputFile const> log_;
 };
 
 namespace detail {

@@ -71,43 +71,58 @@ std::string without_path(std::string const& message, std::string const& path) {
 
 // ---- opening ------------------------------------------------------------------------------
 
-enum class FileKind { missing, not_regular, not_hdf5, hdf5 };
+enum class FileKind { not_hdf5, hdf5 };
 
 // Looks for the HDF5 signature ourselves (at 0 or after a user block of 512, 1024, ... bytes),
-// so "not HDF5" and "HDF5 but damaged" get different messages.
-FileKind probe(std::string const& path, long long* size = nullptr) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return FileKind::missing;
-  if (!S_ISREG(st.st_mode)) return FileKind::not_regular;
-  if (size) *size = st.st_size;
-  std::ifstream in(path, std::ios::binary);
+// so "not HDF5" and "HDF5 but damaged" get different messages. Read through the descriptor opened.
+FileKind probe(io::InputFile const& in) {
   static char const signature[8] = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
-  for (long long offset = 0; offset + 8 <= st.st_size; offset = offset ? offset * 2 : 512) {
+  long long const size = (long long)in.identity().size;
+  for (long long offset = 0; offset + 8 <= size; offset = offset ? offset * 2 : 512) {
     char bytes[8] = {};
-    in.seekg(offset);
-    if (!in.read(bytes, 8)) break;
+    ssize_t n;
+    do n = ::pread(in.fd(), bytes, 8, off_t(offset));
+    while (n < 0 && errno == EINTR);
+    if (n != 8) break;
     if (std::memcmp(bytes, signature, 8) == 0) return FileKind::hdf5;
   }
   return FileKind::not_hdf5;
 }
 
-void require_hdf5(std::string const& path) {
-  switch (probe(path)) {
-    case FileKind::missing: fail(path, "no such file");
-    case FileKind::not_regular: fail(path, "not a regular file");
-    case FileKind::not_hdf5: fail(path, "not an HDF5 file, so not a joule run log");
-    case FileKind::hdf5: return;
+io::InputFile open_log(std::string const& path) {
+  try {
+    return io::InputFile(path, io::kHdf5Files);
+  } catch (io::InputError const& e) {
+    if (e.system_error() == ENOENT) fail(path, "no such file");
+    throw RunLogError(e.what());
   }
 }
 
-H5File open_existing(std::string const& path) {
-  require_hdf5(path);
+void require_hdf5(io::InputFile const& in) {
+  if (probe(in) != FileKind::hdf5) fail(in.path(), "not an HDF5 file, so not a joule run log");
+}
+
+void require_log_unchanged(io::InputFile const& in) {
   try {
-    return H5File(path, H5File::Mode::read);
+    in.require_unchanged();
+  } catch (io::InputError const& e) {
+    throw RunLogError(e.what());
+  }
+}
+
+io::InputFile open_run_log(std::string const& path) {
+  io::InputFile in = open_log(path);
+  require_hdf5(in);
+  return in;
+}
+
+H5File open_existing(io::InputFile const& in) {
+  require_hdf5(in);
+  try {
+    return H5File(in);
   } catch (io::H5Error const&) {
-    long long size = 0;
-    probe(path, &size);
-    fail(path, fmt::format("HDF5 cannot open this file ({} bytes): it is damaged or truncated", size));
+    require_log_unchanged(in);  // a file changed meanwhile is said as that
+    fail(in.path(), fmt::format("HDF5 cannot open this file ({} bytes): it is damaged or truncated", in.identity().size));
   }
 }
 
@@ -405,9 +420,9 @@ TrialRecord const* RunLogContents::trial(int index) const {
 namespace detail {
 // Runs `read` in a child process first (io::read_in_child): a log that crashes the HDF5 library
 // is a RunLogError naming the file, not a crash of joule.
-void read_in_child_first(std::string const& path, std::function<void()> const& read) {
+void read_in_child_first(io::InputFile const& in, std::function<void()> const& read) {
   try {
-    io::read_in_child(path, read, io::read_timeout_for(path));
+    io::read_in_child(in, read, io::read_timeout_for(in));
   } catch (io::H5Error const& e) {
     throw RunLogError(e.what());
   }
@@ -415,18 +430,21 @@ void read_in_child_first(std::string const& path, std::function<void()> const& r
 }  // namespace detail
 
 namespace {
-RunLogContents read_run_log_here(std::string const& path);
+RunLogContents read_run_log_here(io::InputFile const& in);
 }  // namespace
 
 RunLogContents read_run_log(std::string const& path) {
-  require_hdf5(path);
-  read_in_child_first(path, [&] { read_run_log_here(path); });
-  return read_run_log_here(path);
+  io::InputFile const in = open_run_log(path);  // opened once: the child and this process read this file
+  read_in_child_first(in, [&] { read_run_log_here(in); });
+  RunLogContents log = read_run_log_here(in);
+  require_log_unchanged(in);
+  return log;
 }
 
 namespace {
-RunLogContents read_run_log_here(std::string const& path) {
-  H5File f = open_existing(path);
+RunLogContents read_run_log_here(io::InputFile const& in) {
+  std::string const& path = in.path();
+  H5File f = open_existing(in);
   require_format(f);
   RunLogContents log;
   log.path = path;
@@ -477,15 +495,27 @@ RunLogContents read_run_log_here(std::string const& path) {
 }  // namespace
 
 bool is_run_log(std::string const& path) {
-  if (probe(path) != FileKind::hdf5) return false;
+  try {
+    return is_run_log(io::InputFile(path, io::kHdf5Files));
+  } catch (io::InputError const&) {
+    return false;
+  }
+}
+
+bool is_run_log(io::InputFile const& in) {
+  if (probe(in) != FileKind::hdf5) return false;
   auto const has_format = [&] {
-    H5File f(path, H5File::Mode::read);
+    H5File f(in);
     return f.has_attribute("/", "format") && f.attribute_string("/", "format") == kRunLogFormat;
   };
   try {
-    io::read_in_child(path, [&] { has_format(); }, io::read_timeout_for(path));
-    return has_format();
+    io::read_in_child(in, [&] { has_format(); }, io::read_timeout_for(in));
+    bool const is = has_format();
+    in.require_unchanged();
+    return is;
   } catch (io::H5Error const&) {
+    return false;
+  } catch (io::InputError const&) {
     return false;
   }
 }

@@ -5,6 +5,7 @@
 #include "core/data/synth.hpp"
 #include "core/io/h5file.hpp"
 #include "core/config/config.hpp"
+#include "core/train/trainer.hpp"
 #include "fuzz/hostile_files.hpp"
 #include "support/test_support.hpp"
 #include "support/tiny_config.hpp"
@@ -18,6 +19,11 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <utility>
 
 using Catch::Matchers::Equals;
 using namespace joule;
@@ -231,7 +237,22 @@ TEST_CASE("config: text nested too deeply or too large is refused before any par
   std::string big = tiny_config_json("d.h5").dump();
   big.append(kConfigMaxBytes, ' ');
   REQUIRE_THROWS_WITH(parse_config(big, "big.json"), Contains("big.json: 16777") && Contains("more than the 16777216 bytes (16 MiB)"));
-  REQUIRE_THROWS_WITH(load_config("/dev/zero"), Contains("/dev/zero: larger than the 16777216 bytes (16 MiB)"));
+  // A file larger than that is refused after 16 MiB + 1 bytes are read (a sparse file of 1 GiB here);
+  // a device that never ends (/dev/zero) or a FIFO (whose reader waits for a writer) before any read.
+  TempFile large(".json");
+  {
+    std::FILE* f = std::fopen(large.path().c_str(), "w");
+    REQUIRE(f);
+    REQUIRE(::ftruncate(fileno(f), off_t(1) << 30) == 0);
+    std::fclose(f);
+  }
+  REQUIRE_THROWS_WITH(load_config(large.path()), Equals(large.path() + ": larger than the 16777216 bytes (16 MiB) a "
+                                                                       "configuration may have"));
+  REQUIRE_THROWS_WITH(load_config("/dev/zero"),
+                      Equals("/dev/zero: is a character device, not a regular file; joule reads configurations only "
+                             "from regular files (nothing of it was read)"));
+  REQUIRE_THROWS_WITH(load_config("/nonexistent/joule.json"),
+                      Equals("/nonexistent/joule.json: cannot open the configuration file (No such file or directory)"));
 }
 
 TEST_CASE("config: numbers beyond a field's range name the field, whatever their size", "[config][hostile]") {
@@ -417,14 +438,18 @@ TEST_CASE("data: a sparse or forged file cannot claim samples it does not store"
 
 TEST_CASE("io: reading a file that crashes the HDF5 library is an error naming the file", "[data][hostile]") {
   // The child process is where the library may crash; here it "crashes" on purpose.
-  REQUIRE_THROWS_WITH(io::read_in_child("f.h5", [] { std::raise(SIGSEGV); }, 60),
-                      Equals("f.h5: reading this file crashed the HDF5 library (signal 11, Segmentation fault): "
+  TempFile file(".h5");
+  std::fclose(std::fopen(file.path().c_str(), "w"));
+  io::InputFile const in = io::open_input(file.path());
+  std::string const& f = file.path();
+  REQUIRE_THROWS_WITH(io::read_in_child(in, [] { std::raise(SIGSEGV); }, 60),
+                      Equals(f + ": reading this file crashed the HDF5 library (signal 11, Segmentation fault): "
                              "the file is damaged or forged, and nothing of it was used"));
-  REQUIRE_THROWS_WITH(io::read_in_child("f.h5", [] { sleep(600); }, 0.2),
-                      StartsWith("f.h5: reading this file did not finish within 0.2 s (the HDF5 library hangs on it)"));
-  auto const threw = io::read_in_child("f.h5", [] { throw DatasetError("f.h5: bad"); }, 60);
+  REQUIRE_THROWS_WITH(io::read_in_child(in, [] { sleep(600); }, 0.2),
+                      StartsWith(f + ": reading this file did not finish within 0.2 s (the HDF5 library hangs on it)"));
+  auto const threw = io::read_in_child(in, [] { throw DatasetError("f.h5: bad"); }, 60);
   REQUIRE((threw.ran && threw.threw && threw.message == "f.h5: bad"));
-  auto const fine = io::read_in_child("f.h5", [] {}, 60);
+  auto const fine = io::read_in_child(in, [] {}, 60);
   REQUIRE((fine.ran && !fine.threw));
   // A file found by fuzzing: a variable-length string attribute whose global-heap object claims
   // 2^49 bytes; HDF5 1.10.8 copied that many (a segmentation fault in joule data info / train).
@@ -434,6 +459,203 @@ TEST_CASE("io: reading a file that crashes the HDF5 library is an error naming t
   REQUIRE_THROWS_WITH(Dataset::open(input),
                       StartsWith(input + ": reading this file crashed the HDF5 library") ||
                           StartsWith(input + ": cannot read attribute 'format' on /"));
+}
+
+namespace {
+// Issue 64, "checked in a child, then used by name": a file that crashes HDF5 1.10.8 (a variable-
+// length string attribute whose global-heap object claims 2^49 bytes; HDF5 2.x refuses it), put in
+// place by the file's owner after the guard's child checked the file and before joule reads it
+// itself (io::testing::after_guard_child, the parent's side of that moment).
+std::string crashing_file() { return joule::test::source_path("tests/fuzz/corpus/dataset/heap-object-size-overflow.h5"); }
+
+struct SwapAfterGuard {
+  static std::function<void()>& swap() {
+    static std::function<void()> f;
+    return f;
+  }
+  explicit SwapAfterGuard(std::function<void()> f) {
+    swap() = std::move(f);
+    io::testing::after_guard_child = [](io::InputFile const&) {
+      if (auto once = std::exchange(swap(), nullptr)) once();  // the first guarded read only
+    };
+  }
+  ~SwapAfterGuard() {
+    io::testing::after_guard_child = nullptr;
+    swap() = nullptr;
+  }
+};
+
+// A folder of its own under /tmp, removed at the end.
+struct TempFolder {
+  std::string path;
+  TempFolder() {
+    char name[] = "/tmp/joule-inputs-XXXXXX";
+    REQUIRE(::mkdtemp(name));
+    path = name;
+  }
+  ~TempFolder() { std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+void copy_file(std::string const& from, std::string const& to) {
+  std::ifstream in(from, std::ios::binary);
+  std::ofstream out(to, std::ios::binary);
+  out << in.rdbuf();
+  REQUIRE(out.good());
+}
+
+void write_small_dataset(std::string const& path, std::size_t count = 12) {
+  SynthOptions o;
+  o.count = count;
+  o.image_size = 8;
+  o.text_len = 36;
+  write_synthetic(path, o);
+}
+
+// Returns once the kernel's coarse clock, which stamps a file's status-change time, is past the
+// file's: any change made after this gets a later ctime (io::InputFile waits so too at its open).
+void wait_until_clock_passes(std::string const& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  for (int i = 0; i < 1000; ++i) {
+    timespec now{};
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    if (now.tv_sec > st.st_ctim.tv_sec || (now.tv_sec == st.st_ctim.tv_sec && now.tv_nsec > st.st_ctim.tv_nsec)) return;
+    usleep(1000);
+  }
+}
+}  // namespace
+
+TEST_CASE("inputs: a dataset whose folder is swapped after the guard's check is read from the file checked",
+          "[data][inputs]") {
+  // data/data.h5 is checked in the child; then data/ is renamed away and a new data/ holding the
+  // crashing file under the same name put in its place. The file joule checked is untouched (its
+  // inode, its ctime): joule reads it through its descriptor, never the crashing file by name.
+  TempFolder dir;
+  std::string const folder = dir.path + "/data", path = folder + "/data.h5";
+  REQUIRE(::mkdir(folder.c_str(), 0700) == 0);
+  write_small_dataset(path);
+  {
+    SwapAfterGuard const swap([&] {
+      REQUIRE(::rename(folder.c_str(), (folder + ".old").c_str()) == 0);
+      REQUIRE(::mkdir(folder.c_str(), 0700) == 0);
+      copy_file(crashing_file(), path);
+    });
+    Dataset const ds = Dataset::open(path);  // before issue 64: SIGSEGV here, in the test process
+    REQUIRE(ds.shape().count == 12);
+    REQUIRE(ds.shape().height == 8);
+    // Every batch read checks the name too: another file is there now (docs/outputs.md).
+    REQUIRE_THROWS_WITH(ds.read({0}), Contains(path + ": the dataset changed while this run was reading it (another "
+                                                      "file is now at this path)"));
+  }
+  // The same for the structure check a job makes before it writes anything.
+  std::string const other = dir.path + "/other", other_path = other + "/data.h5";
+  REQUIRE(::mkdir(other.c_str(), 0700) == 0);
+  write_small_dataset(other_path);
+  SwapAfterGuard const swap([&] {
+    REQUIRE(::rename(other.c_str(), (other + ".old").c_str()) == 0);
+    REQUIRE(::mkdir(other.c_str(), 0700) == 0);
+    copy_file(crashing_file(), other_path);
+  });
+  auto model = parse_config(tiny_config_json(other_path).dump()).model;
+  model.image_size = 8;
+  model.patch_size = 4;
+  model.frames = 1;
+  model.text_len = 36;
+  REQUIRE_NOTHROW(Dataset::check_shape(other_path, model));
+}
+
+TEST_CASE("inputs: a crashing file renamed over a dataset after the guard's check is refused, not read",
+          "[data][inputs]") {
+  TempFolder dir;
+  std::string const path = dir.path + "/data.h5", swapped = dir.path + "/swap.h5";
+  write_small_dataset(path);
+  copy_file(crashing_file(), swapped);
+  SwapAfterGuard const swap([&] { REQUIRE(::rename(swapped.c_str(), path.c_str()) == 0); });
+  // The file checked is still what joule reads (its descriptor); its status changed (unlinked by the
+  // rename), so nothing of it is used either. Either way: no crash, and nothing of the new file read.
+  try {
+    Dataset const ds = Dataset::open(path);
+    REQUIRE(ds.shape().count == 12);
+  } catch (DatasetError const& e) {
+    REQUIRE_THAT(e.what(), StartsWith(path + ": the file changed while joule read it (") &&
+                               Contains("nothing of it was used"));
+  }
+}
+
+TEST_CASE("inputs: a dataset rewritten in place with its size and modification time put back is refused",
+          "[data][inputs]") {
+  // The owner of a dataset writes into it under a running job and sets its modification time back
+  // (utimensat): size and mtime are as they were, but not its status-change time, which no owner
+  // can set.
+  TempFolder dir;
+  std::string const path = dir.path + "/data.h5";
+  write_small_dataset(path);
+  Dataset const ds = Dataset::open(path);
+  REQUIRE(ds.read({0, 1}).samples.size() == 2);
+  struct stat before {};
+  REQUIRE(::stat(path.c_str(), &before) == 0);
+  wait_until_clock_passes(path);
+  int const fd = ::open(path.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  unsigned char byte = 0;
+  REQUIRE(::pread(fd, &byte, 1, off_t(before.st_size - 1)) == 1);
+  REQUIRE(::pwrite(fd, &byte, 1, off_t(before.st_size - 1)) == 1);  // the same byte: any write counts
+  ::close(fd);
+  timespec const times[2] = {before.st_atim, before.st_mtim};
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+  struct stat after {};
+  REQUIRE(::stat(path.c_str(), &after) == 0);
+  REQUIRE(after.st_size == before.st_size);
+  REQUIRE(after.st_mtim.tv_sec == before.st_mtim.tv_sec);
+  REQUIRE(after.st_mtim.tv_nsec == before.st_mtim.tv_nsec);
+  REQUIRE(after.st_ino == before.st_ino);
+  REQUIRE_THROWS_WITH(ds.read({0}), StartsWith(path + ": the dataset changed while this run was reading it (it was "
+                                               "rewritten in place, or its status changed: its status-change time "
+                                               "(ctime) went from "));
+}
+
+TEST_CASE("inputs: a checkpoint swapped after the guard's check is read from the file checked, or refused",
+          "[data][inputs]") {
+  // checkpoint_config (joule caption): the configuration a checkpoint stores, in a file made here.
+  TempFolder dir;
+  std::string const folder = dir.path + "/run", path = folder + "/ck.h5";
+  REQUIRE(::mkdir(folder.c_str(), 0700) == 0);
+  {
+    io::H5File f(path, io::H5File::Mode::truncate);
+    f.set_attribute("/", "format", "joule-checkpoint-v1");
+    f.set_attribute("/", "config", tiny_config_json("d.h5").dump());
+    f.close();
+  }
+  {
+    SwapAfterGuard const swap([&] {
+      REQUIRE(::rename(folder.c_str(), (folder + ".old").c_str()) == 0);
+      REQUIRE(::mkdir(folder.c_str(), 0700) == 0);
+      copy_file(crashing_file(), path);
+    });
+    REQUIRE(checkpoint_config(path).model.layers == 3);  // before issue 64: SIGSEGV
+  }
+  // A crashing file renamed over the checkpoint itself.
+  REQUIRE(::rename((folder + ".old/ck.h5").c_str(), path.c_str()) == 0);
+  std::string const swapped = dir.path + "/swap.h5";
+  copy_file(crashing_file(), swapped);
+  SwapAfterGuard const swap([&] { REQUIRE(::rename(swapped.c_str(), path.c_str()) == 0); });
+  try {
+    int const layers = checkpoint_config(path).model.layers;
+    REQUIRE(layers == 3);
+  } catch (TrainingError const& e) {
+    REQUIRE_THAT(e.what(), Contains(path + ": the file changed while joule read it (") &&
+                               Contains("nothing of it was used"));
+  }
+}
+
+TEST_CASE("inputs: an HDF5 input that is not a regular file is refused at its open, naming what it is",
+          "[data][inputs]") {
+  TempFolder dir;
+  std::string const fifo = dir.path + "/pipe.h5";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  REQUIRE_THROWS_WITH(Dataset::open(fifo), Equals(fifo + ": is a FIFO (named pipe), not a regular file; joule reads "
+                                                         "HDF5 files only from regular files (nothing of it was read)"));
+  REQUIRE_THROWS_WITH(checkpoint_config(dir.path), Contains(dir.path + ": is a folder, not a regular file"));
 }
 
 // Not part of the suite (hidden tag): how long opening, i.e. validating, a 1 GB dataset takes.

@@ -26,6 +26,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <utility>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -1212,4 +1214,106 @@ TEST_CASE("knobs: one table; every row reads and writes its own field, by name",
   Knobs k;
   k.offload_cast = TrainConfig::OffloadCast::host;
   CHECK_THAT(k.describe(), Contains("cast on host"));
+}
+
+namespace {
+// Issue 64: a run log whose name is given another file after the guard's child checked it, before
+// joule reads it itself (io::testing::after_guard_child): a file that crashes HDF5 1.10.8 as its
+// 'format' attribute is read.
+std::string crashing_log() { return joule::test::source_path("tests/fuzz/corpus/run_log/heap-object-size-overflow.h5"); }
+
+struct SwapAfterGuard {
+  static std::function<void()>& swap() {
+    static std::function<void()> f;
+    return f;
+  }
+  explicit SwapAfterGuard(std::function<void()> f) {
+    swap() = std::move(f);
+    io::testing::after_guard_child = [](io::InputFile const&) {
+      if (auto once = std::exchange(swap(), nullptr)) once();  // the first guarded read only
+    };
+  }
+  ~SwapAfterGuard() {
+    io::testing::after_guard_child = nullptr;
+    swap() = nullptr;
+  }
+};
+
+void copy_to(std::string const& from, std::string const& to) {
+  std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing);
+}
+
+struct TempFolder {  // a folder of its own under /tmp, removed with what is in it
+  std::string folder;
+  TempFolder() {
+    char name[] = "/tmp/joule-inputs-XXXXXX";
+    REQUIRE(::mkdtemp(name));
+    folder = name;
+  }
+  ~TempFolder() {
+    std::error_code ignored;
+    std::filesystem::remove_all(folder, ignored);
+  }
+  std::string const& path() const { return folder; }
+};
+}  // namespace
+
+TEST_CASE("inputs: a run log whose name is swapped after the guard's check is read from the file checked",
+          "[run_log][inputs]") {
+  namespace fs = std::filesystem;
+  TempFolder const dir;
+  std::string const folder = dir.path() + "/runs", path = folder + "/log.h5";
+  fs::create_directories(folder);
+  auto const trials = write_small_log(path);
+  // The folder renamed away, a new one with the crashing file under the log's name: joule reads
+  // the log it checked, through its descriptor.
+  auto const swap_folder = [&] {
+    fs::rename(folder, folder + ".old");
+    fs::create_directories(folder);
+    copy_to(crashing_log(), path);
+  };
+  auto const restore = [&] {
+    fs::remove_all(folder);
+    fs::rename(folder + ".old", folder);
+  };
+  {
+    SwapAfterGuard const swap(swap_folder);
+    REQUIRE(read_run_log(path).trials.size() == trials.size());  // before issue 64: SIGSEGV
+  }
+  restore();
+  {
+    SwapAfterGuard const swap(swap_folder);
+    REQUIRE(is_run_log(path));
+  }
+  restore();
+  {
+    SwapAfterGuard const swap(swap_folder);
+    std::vector<TrialRecord> finished;
+    // The first commit after the resume copies the log read, only while its name still gives it:
+    // here another file is there, so it is refused before HDF5 reads that file.
+    REQUIRE_THROWS_WITH(RunLogWriter::resume(path, make_header(), &finished),
+                        Contains(path + ": cannot record the resume: the log was replaced by another run"));
+  }
+  restore();
+  // The crashing file renamed over the log itself: the log checked is unlinked (its status changes),
+  // so it is refused; never is the file now at the name read.
+  std::string const swapped = dir.path() + "/swap.h5";
+  copy_to(crashing_log(), swapped);
+  SwapAfterGuard const swap([&] { fs::rename(swapped, path); });
+  try {
+    auto const log = read_run_log(path);
+    REQUIRE(log.trials.size() == trials.size());
+  } catch (RunLogError const& e) {
+    REQUIRE_THAT(e.what(), Contains(path + ": the file changed while joule read it (") &&
+                               Contains("nothing of it was used"));
+  }
+}
+
+TEST_CASE("inputs: a run log that is not a regular file is refused at its open, naming what it is", "[run_log][inputs]") {
+  TempPath fifo(".h5");
+  REQUIRE(::mkfifo(fifo.path().c_str(), 0600) == 0);
+  REQUIRE_THROWS_WITH(read_run_log(fifo.path()),
+                      Equals(fifo.path() + ": is a FIFO (named pipe), not a regular file; joule reads HDF5 files only "
+                                           "from regular files (nothing of it was read)"));
+  REQUIRE_FALSE(is_run_log(fifo.path()));
 }

@@ -1,4 +1,5 @@
 #include "core/config/config.hpp"
+#include "core/io/input_file.hpp"
 #include "core/model/limits.hpp"  // generated from core/model/limits.json
 
 #include <nlohmann/json.hpp>
@@ -608,18 +609,21 @@ char const* offload_cast_name(TrainConfig::OffloadCast c) {
   return kOffloadCastNames[static_cast<int>(c)];
 }
 
-Config load_config(std::string const& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw ConfigError(path + ": cannot open the configuration file");
-  // At most one byte more than the limit is read, so /dev/zero or a huge file cannot exhaust memory.
-  std::string text(kConfigMaxBytes + 1, '\0');
-  f.read(text.data(), std::streamsize(text.size()));
-  if (f.bad()) throw ConfigError(path + ": cannot read the configuration file");
-  text.resize(std::size_t(f.gcount()));
-  if (text.size() > kConfigMaxBytes)
-    throw ConfigError(path + ": larger than the " + std::to_string(kConfigMaxBytes) +
-                      " bytes (16 MiB) a configuration may have");
-  return parse_config(text, path);
+std::string read_config_file(std::string const& path) {
+  try {
+    io::InputFile const in(path, "configurations");
+    std::string text = in.read_at_most(kConfigMaxBytes);
+    if (text.size() > kConfigMaxBytes)
+      throw ConfigError(path + ": larger than the " + std::to_string(kConfigMaxBytes) +
+                        " bytes (16 MiB) a configuration may have");
+    return text;
+  } catch (io::InputError const& e) {
+    if (e.system_error() != 0 && std::string(e.what()).find(": cannot open it") != std::string::npos)
+      throw ConfigError(path + ": cannot open the configuration file (" + std::strerror(e.system_error()) + ")");
+    throw ConfigError(e.what());
+  }
 }
+
+Config load_config(std::string const& path) { return parse_config(read_config_file(path), path); }
 
 }  // namespace joule

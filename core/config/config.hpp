@@ -143,6 +143,12 @@ void check_config(Config const& cfg, std::string const& source = "config");
 // Checks the limits above, parses (a number beyond the range of a double, e.g. 1e999, is reported
 // with the field it was given for) and validates every field. Throws only ConfigError.
 Config parse_config(std::string const& json_text, std::string const& source = "config");
-Config load_config(std::string const& path);
+// The text of a configuration file, read once through one descriptor (io::InputFile): a FIFO, a
+// device or a folder is refused before any read, naming it ("PATH: is a FIFO (named pipe), not a
+// regular file; joule reads configurations only from regular files ..."), and at most
+// kConfigMaxBytes + 1 bytes are read: a larger file is refused naming the limit (a FIFO hung train
+// and data synth; /dev/zero never ends). Throws ConfigError.
+std::string read_config_file(std::string const& path);
+Config load_config(std::string const& path);  // read_config_file, then parse_config
 
 }  // namespace joule

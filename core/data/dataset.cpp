@@ -58,34 +58,59 @@ std::string caption_row_problem(std::int32_t const* row, std::size_t T) {
 }
 }  // namespace
 
+namespace {
+io::SharedInput open_input(std::string const& path) {
+  try {
+    return std::make_shared<io::InputFile const>(io::open_input(path));
+  } catch (io::H5Error const& e) {
+    throw DatasetError(e.what());
+  }
+}
+void require_dataset_unchanged(io::InputFile const& in) {
+  try {
+    io::require_unchanged(in);
+  } catch (io::H5Error const& e) {
+    throw DatasetError(e.what());
+  }
+}
+}  // namespace
+
 Dataset Dataset::open(std::string const& path, ModelConfig const* model) {
+  // Opened once: the child and this process read the same file, through its descriptor.
+  io::SharedInput const file = open_input(path);
   // Everything is read first in a child process, where a crash of the HDF5 library on a damaged
   // or forged file ends only that process (io::read_in_child).
   io::ChildRead child;
   try {
-    child = io::read_in_child(path, [&] { open_checked(path, model, true); }, io::read_timeout_for(path));
+    child = io::read_in_child(*file, [&] { open_checked(file, model, true); }, io::read_timeout_for(*file));
   } catch (io::H5Error const& e) {
     throw DatasetError(e.what());
   }
   // Completed there: the contents are known good, and only the structure is read again here.
   // Rejected there (or not run): the same checks here throw the same error.
-  return open_checked(path, model, /*check_contents=*/!child.ran || child.threw);
+  Dataset ds = open_checked(file, model, /*check_contents=*/!child.ran || child.threw);
+  require_dataset_unchanged(*file);  // what the child checked is what was read here
+  return ds;
 }
 
 void Dataset::check_shape(std::string const& path, ModelConfig const& model) {
+  io::SharedInput const file = open_input(path);
   try {  // in a child first, as open() does: a forged file cannot crash the job here
-    io::read_in_child(path, [&] { open_checked(path, &model, false); }, io::read_timeout_for(path));
+    io::read_in_child(*file, [&] { open_checked(file, &model, false); }, io::read_timeout_for(*file));
   } catch (io::H5Error const& e) {
     throw DatasetError(e.what());
   }
-  open_checked(path, &model, /*check_contents=*/false);
+  open_checked(file, &model, /*check_contents=*/false);
+  require_dataset_unchanged(*file);
 }
 
-Dataset Dataset::open_checked(std::string const& path, ModelConfig const* model, bool check_contents) {
+Dataset Dataset::open_checked(io::SharedInput const& file, ModelConfig const* model, bool check_contents) {
+  std::string const& path = file->path();
   Dataset ds;
   ds.path_ = path;
+  ds.file_ = file;
   try {
-    io::H5File f(path, io::H5File::Mode::read);
+    io::H5File f(*file);
     for (char const* name : {"/images", "/tokens"})
       if (!f.exists(name)) fail(path, std::string("missing dataset ") + name + " (see docs/datasets.md)");
     if (f.dtype("/images") != "uint8") fail(path, "/images has element type " + f.dtype("/images") + ", expected uint8");
@@ -144,10 +169,6 @@ Dataset Dataset::open_checked(std::string const& path, ModelConfig const* model,
     mismatch("text length", s.text_len, model->text_len, "model.text_len");
   }
   if (check_contents) ds.check_contents();
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0)
-    ds.identity_ = {std::uint64_t(st.st_dev), std::uint64_t(st.st_ino), std::uint64_t(st.st_size),
-                    std::uint64_t(st.st_mtim.tv_sec) * 1000000000u + std::uint64_t(st.st_mtim.tv_nsec)};
   return ds;
 }
 
@@ -156,15 +177,24 @@ Dataset Dataset::open_checked(std::string const& path, ModelConfig const* model,
 // shapes opened, so that no read copies rows of another size into the batch (a larger swapped-in
 // file corrupted the heap; a smaller one was read silently).
 void Dataset::check_same_file() const {
+  if (!file_) return;
+  io::FileIdentity const& opened = file_->identity();
   struct stat st;
-  if (identity_.inode == 0) return;
-  if (::stat(path_.c_str(), &st) != 0 || std::uint64_t(st.st_dev) != identity_.device ||
-      std::uint64_t(st.st_ino) != identity_.inode)
+  if (::stat(path_.c_str(), &st) != 0 || std::uint64_t(st.st_dev) != opened.device ||
+      std::uint64_t(st.st_ino) != opened.inode)
     fail_changed(path_, "another file is now at this path");
   // Rewritten in place (the same inode): found before HDF5 reads a file that may be half written.
-  if (std::uint64_t(st.st_size) != identity_.size ||
-      std::uint64_t(st.st_mtim.tv_sec) * 1000000000u + std::uint64_t(st.st_mtim.tv_nsec) != identity_.modified_ns)
-    fail_changed(path_, "it was rewritten in place: its size or modification time is not what it was when the run opened it");
+  // Its status-change time (ctime) moves with any write, and no owner can set it back, even where
+  // they put the size and the modification time back as they were.
+  io::FileIdentity now;
+  try {
+    now = file_->current();
+  } catch (io::InputError const& e) {
+    throw DatasetError(e.what());
+  }
+  if (!now.unchanged(opened))
+    fail_changed(path_, "it was rewritten in place, or its status changed: " + io::InputFile::change_text(opened, now) +
+                            " since the run opened it");
 }
 
 void Dataset::check_unchanged(io::H5File const& f) const {
@@ -184,7 +214,7 @@ void Dataset::check_contents() const {
   std::size_t const rows = std::max<std::size_t>(1, kCheckChunkBytes / sample_bytes);
   std::size_t const T = shape_.text_len;
   try {
-    io::H5File f(path_, io::H5File::Mode::read);
+    io::H5File f(*file_);
     for (std::size_t first = 0; first < shape_.count; first += rows) {
       std::size_t const n = std::min(rows, shape_.count - first);
       auto const tokens = f.read_rows<std::int32_t>("/tokens", first, n);
@@ -219,7 +249,7 @@ void Dataset::read(std::vector<std::size_t> const& samples, HostBatch& b) const 
   b.tokens.resize(samples.size() * tl);
   try {
     check_same_file();
-    io::H5File f(path_, io::H5File::Mode::read);
+    io::H5File f(*file_);
     check_unchanged(f);
     for (std::size_t i = 0; i < samples.size();) {
       if (samples[i] >= shape_.count) fail(path_, "sample " + std::to_string(samples[i]) + " out of range");

@@ -8,6 +8,7 @@
 // DatasetError naming the file, the object and what was expected.
 #include "core/data/host_batch.hpp"
 #include "core/config/config.hpp"
+#include "core/io/input_file.hpp"
 
 #include <cstdint>
 #include <random>
@@ -19,7 +20,7 @@ namespace joule {
 
 namespace io {
 class H5File;
-}
+}  // namespace io
 
 class DatasetError : public std::runtime_error {
  public:
@@ -44,8 +45,10 @@ class Dataset {
   // Opens and validates the file, contents included (every token id of every sample in range,
   // every pixel readable), so a bad sample stops the run before its first step rather than at
   // the batch that reads it; if `model` is given, also checks that its image and text shapes
-  // match the model's. The file is read in a child process first (io::read_in_child), so a
-  // file that crashes the HDF5 library is an error here, not a crash.
+  // match the model's. The file is opened once (io::InputFile) and read through that descriptor
+  // from then on: first in a child process (io::read_in_child), so a file that crashes the HDF5
+  // library is an error here, not a crash, then here, and every batch after; a file renamed over the
+  // path meanwhile is never read, and one changed in place (its ctime) is refused.
   static Dataset open(std::string const& path, ModelConfig const* model = nullptr);
   // The structure alone (datasets, types, shapes, the model's image and text shapes), not every
   // sample: a job checks it before it writes anything (a run log), and opens the file later.
@@ -60,15 +63,15 @@ class Dataset {
   void read(std::vector<std::size_t> const& samples, HostBatch& into) const;
 
  private:
-  static Dataset open_checked(std::string const& path, ModelConfig const* model, bool check_contents);
+  static Dataset open_checked(io::SharedInput const& file, ModelConfig const* model, bool check_contents);
   void check_contents() const;  // every sample, kCheckChunkBytes at a time
-  void check_same_file() const;                     // before every read: the file opened, unchanged
+  // Before and after every read: the file opened is still at the path (device and inode) and
+  // unchanged (size, modification and status-change times, io::FileIdentity::unchanged).
+  void check_same_file() const;
   void check_unchanged(io::H5File const& f) const;  // ... and its datasets' shapes
   std::string path_;
   DatasetShape shape_;
-  struct Identity {
-    std::uint64_t device = 0, inode = 0, size = 0, modified_ns = 0;
-  } identity_;  // of the file when it was opened (stat)
+  io::SharedInput file_;  // opened once; its identity() is the file's when it was opened
 };
 
 // How many samples of n form the held-out set (the last ones): round(n * fraction), at least 1 and,

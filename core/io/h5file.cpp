@@ -208,14 +208,8 @@ namespace {
 void require_regular_input(std::string const& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return;  // missing: HDF5's open says so
-  char const* what = S_ISFIFO(st.st_mode)  ? "a FIFO (named pipe)"
-                     : S_ISCHR(st.st_mode) ? "a character device"
-                     : S_ISBLK(st.st_mode) ? "a block device"
-                     : S_ISDIR(st.st_mode) ? "a folder"
-                     : S_ISSOCK(st.st_mode) ? "a socket"
-                                            : "not a regular file";
-  throw H5Error(path + ": is " + what + ", not a regular file; joule reads HDF5 files only from regular files "
-                "(nothing of it was read)");
+  throw H5Error(path + ": is " + file_kind_text(unsigned(st.st_mode)) + ", not a regular file; joule reads " +
+                kHdf5Files + " only from regular files (nothing of it was read)");
 }
 }  // namespace
 
@@ -240,6 +234,51 @@ int probe_writable(std::string const& path) {
   return error;
 }
 }  // namespace
+
+InputFile open_input(std::string const& path) {
+  try {
+    return InputFile(path, kHdf5Files);
+  } catch (InputError const& e) {
+    throw H5Error(e.what());
+  }
+}
+
+void require_unchanged(InputFile const& in) {
+  try {
+    in.require_unchanged();
+  } catch (InputError const& e) {
+    throw H5Error(e.what());
+  }
+}
+
+H5File::H5File(InputFile const& in) : path_(in.path()), writable_(false) {
+  start_library();
+  id_ = H5Fopen(in.proc_path().c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (id_ < 0) {
+    // A file changed meanwhile is said as that, not as what HDF5 made of it. (HDF5 also resolves
+    // the name it is given to a real path: once the file is unlinked, /proc/self/fd/N resolves to
+    // "PATH (deleted)", and the open fails.)
+    require_unchanged(in);
+    fail("cannot open: missing, unreadable, or not an HDF5 file");
+  }
+  // The file HDF5 holds must be the one `in` opened: through /proc it is, by the kernel; through the
+  // path (no /proc) another file may have been renamed there since. Asked of the sec2 driver (the
+  // default), whose handle is its descriptor.
+  if (in.through_proc()) return;
+  hid_t const access = H5Fget_access_plist(id_);
+  void* handle = nullptr;
+  struct stat st {};
+  bool const other = access >= 0 && H5Pget_driver(access) == H5FD_SEC2 &&
+                     H5Fget_vfd_handle(id_, access, &handle) >= 0 && handle &&
+                     ::fstat(*static_cast<int*>(handle), &st) == 0 &&
+                     (std::uint64_t(st.st_dev) != in.identity().device || std::uint64_t(st.st_ino) != in.identity().inode);
+  if (access >= 0) H5Pclose(access);
+  if (other) {
+    close_quietly();
+    throw H5Error(path_ + ": the file changed while joule read it (another file is now at this path); nothing of "
+                  "it was used");
+  }
+}
 
 H5File::H5File(std::string const& path, Mode mode) : path_(path), writable_(mode != Mode::read) {
   start_library();
@@ -690,15 +729,16 @@ namespace {
 void child_died() { ::_exit(86); }
 }  // namespace
 
-double read_timeout_for(std::string const& path) {
-  struct stat st {};
-  double const bytes = ::stat(path.c_str(), &st) == 0 ? double(st.st_size) : 0.0;
+void (*testing::after_guard_child)(InputFile const& in) = nullptr;
+
+double read_timeout_for(InputFile const& in) {
+  double const bytes = double(in.identity().size);
   double const base = core_environment::kReadTimeout.value();  // JOULE_READ_TIMEOUT, 60 s unset
   return base + bytes / 20e6;
 }
 
-ChildRead read_in_child(std::string const& path, std::function<void()> const& work, double timeout_s) {
-  require_regular_input(path);  // a FIFO would only ever time out, and be called damaged
+ChildRead read_in_child(InputFile const& in, std::function<void()> const& work, double timeout_s) {
+  std::string const& path = in.path();
   if (!core_environment::kReadGuard.value()) return {};  // JOULE_READ_GUARD=off
   int fds[2];
   if (::pipe(fds) != 0) return {};
@@ -774,6 +814,7 @@ ChildRead read_in_child(std::string const& path, std::function<void()> const& wo
   result.ran = true;
   result.threw = WEXITSTATUS(status) == 3;
   result.message = std::move(message);
+  if (testing::after_guard_child) testing::after_guard_child(in);
   return result;
 }
 

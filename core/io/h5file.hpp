@@ -3,6 +3,8 @@
 // Datasets, checkpoints and (later) the tuning log go through it. Every failure throws H5Error
 // naming the file and the object, and reading checks the stored element type, so a malformed
 // file gives a message instead of garbage.
+#include "core/io/input_file.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -23,6 +25,10 @@ class H5File {
  public:
   enum class Mode { read, read_write, truncate };
   H5File(std::string const& path, Mode mode);
+  // Reads a file opened once (io::InputFile, open_input): HDF5 opens its proc_path(), the inode the
+  // descriptor holds, and where that is the path (no /proc) the file HDF5 opened is checked to be
+  // that inode. Messages name in.path().
+  explicit H5File(InputFile const& in);
   ~H5File();
   H5File(H5File&& other) noexcept;
   H5File& operator=(H5File&& other) noexcept;
@@ -96,24 +102,45 @@ class H5File {
 // dataset in it reads back in full. Throws H5Error naming the object.
 void verify_h5(std::string const& path);
 
+// What InputFile says after "joule reads ... only from regular files".
+inline constexpr char const* kHdf5Files = "HDF5 files";
+// An HDF5 input opened once (io::InputFile), its refusals thrown as H5Error: "PATH: is a FIFO (named
+// pipe), not a regular file; joule reads HDF5 files only from regular files (nothing of it was read)".
+InputFile open_input(std::string const& path);
+// InputFile::require_unchanged, thrown as H5Error: "PATH: the file changed while joule read it (...);
+// nothing of it was used".
+void require_unchanged(InputFile const& in);
+
 // libhdf5 itself (1.10.8 on Debian 12) can crash on a damaged or forged file: e.g. a global-heap
 // object whose stored size exceeds its collection makes H5HG_read copy far past its buffer when a
 // variable-length string is read (found by tests/fuzz). joule cannot fix the library, so its
-// readers of files they did not just write (Dataset::open, Trainer::resume, the run-log readers)
-// first do their reading in a child process: `work` runs there (fork). If the library crashes
-// (a signal, or a sanitizer's abnormal exit) or hangs (no end within `timeout_s`), only the child
-// dies, and this throws H5Error "PATH: reading this file crashed the HDF5 library (...)". Else it
-// says whether `work` completed there or threw (its what(): the file's ordinary rejection); the
-// caller then reads the file itself, safely. Without fork (it failed, or JOULE_READ_GUARD=off)
-// `work` is not run (ran = false).
+// readers of files they did not just write (Dataset::open, Trainer::resume, checkpoint_config, the
+// run-log readers) first do their reading in a child process: `work` runs there (fork). If the
+// library crashes (a signal, or a sanitizer's abnormal exit) or hangs (no end within `timeout_s`),
+// only the child dies, and this throws H5Error "PATH: reading this file crashed the HDF5 library
+// (...)". Else it says whether `work` completed there or threw (its what(): the file's ordinary
+// rejection); the caller then reads the file itself, safely. Without fork (it failed, or
+// JOULE_READ_GUARD=off) `work` is not run (ran = false).
+//
+// The child and the caller must read the same file: `work` and the caller's own reads open `in`
+// (H5File(in): /proc/self/fd/N of the one descriptor, which the child inherits), never the path,
+// so a file renamed over the path after the child's check is not what the caller reads; and the
+// caller ends with require_unchanged(in), which refuses a file written (or otherwise changed) in
+// place meanwhile, by its status-change time.
 struct ChildRead {
   bool ran = false;     // the child ran `work` to its end
   bool threw = false;   // ... and it threw
   std::string message;  // what() it threw
 };
-ChildRead read_in_child(std::string const& path, std::function<void()> const& work, double timeout_s);
+ChildRead read_in_child(InputFile const& in, std::function<void()> const& work, double timeout_s);
 // A time limit for reading a file of this size in read_in_child: 60 s (JOULE_READ_TIMEOUT=S
 // seconds instead) + 1 s per 20 MB.
-double read_timeout_for(std::string const& path);
+double read_timeout_for(InputFile const& in);
+
+namespace testing {
+// Called in the parent after the child of read_in_child ended and before the caller reads the file
+// itself: the moment an attacker who owns the file would swap it (tests only; null otherwise).
+extern void (*after_guard_child)(InputFile const& in);
+}  // namespace testing
 
 }  // namespace joule::io

@@ -66,14 +66,32 @@ std::uint64_t checkpoint_bytes(Config const& cfg) {
 }
 
 std::map<std::string, std::string> Trainer::checkpoint_notes(std::string const& path) {
-  io::H5File f(path, io::H5File::Mode::read);
-  std::map<std::string, std::string> notes;
-  if (!f.exists("/notes")) return notes;
-  auto const keys = f.read_strings("/notes/keys"), values = f.read_strings("/notes/values");
-  if (keys.size() != values.size())
-    throw TrainingError(path + ": /notes/keys and /notes/values differ in length (a damaged checkpoint)");
-  for (std::size_t i = 0; i < keys.size(); ++i) notes[keys[i]] = values[i];
-  return notes;
+  try {
+    return checkpoint_notes(io::open_input(path));
+  } catch (io::H5Error const& e) {
+    throw TrainingError(std::string("cannot read checkpoint: ") + e.what());
+  }
+}
+
+std::map<std::string, std::string> Trainer::checkpoint_notes(io::InputFile const& in) {
+  auto const read = [&] {
+    io::H5File f(in);
+    std::map<std::string, std::string> notes;
+    if (!f.exists("/notes")) return notes;
+    auto const keys = f.read_strings("/notes/keys"), values = f.read_strings("/notes/values");
+    if (keys.size() != values.size())
+      throw TrainingError(in.path() + ": /notes/keys and /notes/values differ in length (a damaged checkpoint)");
+    for (std::size_t i = 0; i < keys.size(); ++i) notes[keys[i]] = values[i];
+    return notes;
+  };
+  try {
+    io::read_in_child(in, [&] { read(); }, io::read_timeout_for(in));
+    auto notes = read();
+    io::require_unchanged(in);
+    return notes;
+  } catch (io::H5Error const& e) {
+    throw TrainingError(std::string("cannot read checkpoint: ") + e.what());
+  }
 }
 
 void Trainer::save_checkpoint_once(std::string const& path) {
@@ -207,6 +225,15 @@ nlohmann::json saved_config(io::H5File const& f) {
 }  // namespace
 
 void Trainer::resume(std::string const& path) {
+  try {
+    resume(io::open_input(path));
+  } catch (io::H5Error const& e) {
+    throw TrainingError(std::string("cannot resume: ") + e.what());
+  }
+}
+
+void Trainer::resume(io::InputFile const& in) {
+  std::string const& path = in.path();
   optimizer_->wait_all();
   // Everything is read and checked before anything changes, so a damaged checkpoint leaves the
   // trainer as it was and its message names the file and the object at fault.
@@ -214,10 +241,11 @@ void Trainer::resume(std::string const& path) {
     int step = 0;
     long long epoch = 0, cursor = 0;
     std::vector<std::vector<float>> params;  // per group
+    Optimizer::Moments moments;              // per group, in the same order
   };
   auto const read_state = [&]() -> State {
     State state;
-    io::H5File f(path, io::H5File::Mode::read);
+    io::H5File f(in);
     nlohmann::json const saved = saved_config(f);
     auto const current = nlohmann::json::parse(cfg_.json);
     if (saved.at("model") != current.at("model"))
@@ -236,19 +264,22 @@ void Trainer::resume(std::string const& path) {
     TensorLayout const layout = tensor_layout(model_->params);
     std::size_t g = 0;
     model_->params.for_each_group([&](std::string const& name, auto const&) {
-      // Optimizer::load reads them again once they passed
-      for (char const* kind : {"adam_m", "adam_v"}) read_checked(f, layout, kind, name, state.params[g].size());
+      // The optimizer's groups are the model's, in this order (Optimizer's constructor).
+      state.moments.m.push_back(read_checked(f, layout, "adam_m", name, state.params[g].size()));
+      state.moments.v.push_back(read_checked(f, layout, "adam_v", name, state.params[g].size()));
       ++g;
     });
     return state;
   };
   try {
-    // First in a child process, where a crash of the HDF5 library on a forged file ends only it.
-    io::read_in_child(path, [&] { read_state(); }, io::read_timeout_for(path));
+    // First in a child process, where a crash of the HDF5 library on a forged file ends only it;
+    // then here, from the same descriptor, and nothing is used if the file changed meanwhile.
+    io::read_in_child(in, [&] { read_state(); }, io::read_timeout_for(in));
     State const state = read_state();
+    io::require_unchanged(in);
     store_parameters(state.params, model_->params);
     optimizer_->sync_master_weights();
-    optimizer_->load(io::H5File(path, io::H5File::Mode::read));
+    optimizer_->set_moments(state.moments);
     step_ = state.step;
     sampler_.restore(state.epoch, state.cursor);
   } catch (io::H5Error const& e) {
@@ -259,22 +290,42 @@ void Trainer::resume(std::string const& path) {
 
 Config checkpoint_config(std::string const& path) {
   try {
-    io::read_in_child(path, [&] { saved_config(io::H5File(path, io::H5File::Mode::read)); }, io::read_timeout_for(path));
-    return parse_config(saved_config(io::H5File(path, io::H5File::Mode::read)).dump(), path + " (its stored configuration)");
+    return checkpoint_config(io::open_input(path));
+  } catch (io::H5Error const& e) {
+    throw TrainingError(std::string("cannot read checkpoint: ") + e.what());
+  }
+}
+
+Config checkpoint_config(io::InputFile const& in) {
+  try {
+    io::read_in_child(in, [&] { saved_config(io::H5File(in)); }, io::read_timeout_for(in));
+    std::string const text = saved_config(io::H5File(in)).dump();
+    io::require_unchanged(in);
+    return parse_config(text, in.path() + " (its stored configuration)");
   } catch (io::H5Error const& e) {
     throw TrainingError(std::string("cannot read checkpoint: ") + e.what());
   }
 }
 
 void load_checkpoint_parameters(std::string const& path, Model& model) {
+  try {
+    load_checkpoint_parameters(io::open_input(path), model);
+  } catch (io::H5Error const& e) {
+    throw TrainingError(std::string("cannot read checkpoint: ") + e.what());
+  }
+}
+
+void load_checkpoint_parameters(io::InputFile const& in, Model& model) {
   auto const read = [&] {
-    io::H5File f(path, io::H5File::Mode::read);
+    io::H5File f(in);
     saved_config(f);  // a joule checkpoint; each tensor's size is checked against the model
     return read_checked_parameters(f, model.params);
   };
   try {
-    io::read_in_child(path, [&] { read(); }, io::read_timeout_for(path));
-    store_parameters(read(), model.params);
+    io::read_in_child(in, [&] { read(); }, io::read_timeout_for(in));
+    auto const groups = read();
+    io::require_unchanged(in);
+    store_parameters(groups, model.params);
     ExecSpace const space;
     model.update_kernel_weights(space);  // a bf16 model's kernels read their copy
     space.fence();

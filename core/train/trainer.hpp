@@ -106,8 +106,11 @@ class Trainer {
   // share of every sequence; `shards` are the collectives over its sequence group.
   Trainer(Config const& config, std::ostream* log, DataParallel data_parallel = {}, SequenceShards shards = {});
 
-  // Continues from a checkpoint written by save_checkpoint (same model configuration).
+  // Continues from a checkpoint written by save_checkpoint (same model configuration). The file is
+  // opened once (io::InputFile) and read through that descriptor: in a child process first
+  // (io::read_in_child), then here; one changed meanwhile is refused before anything is used.
   void resume(std::string const& checkpoint_path);
+  void resume(io::InputFile const& checkpoint);
   // Writes a checkpoint from this process alone (io::commit_file: to a temporary, synced, read back,
   // renamed over path); throws io::WriteError, the previous checkpoint unchanged.
   void save_checkpoint(std::string const& path);
@@ -117,7 +120,9 @@ class Trainer {
   // Text the checkpoints of this run carry for whoever drives it (e.g. the tuning log the run
   // writes to), in /notes/keys and /notes/values; read back with checkpoint_notes().
   void set_checkpoint_note(std::string const& key, std::string const& value) { notes_[key] = value; }
+  // (Read as resume() reads: in a child process first, then here from the same descriptor.)
   static std::map<std::string, std::string> checkpoint_notes(std::string const& checkpoint_path);
+  static std::map<std::string, std::string> checkpoint_notes(io::InputFile const& checkpoint);
 
   // Between steps (e.g. from TrainObserver::before_step): goes on with the settings `next`
   // (core/config/reconfigurable.hpp): offload ratio, cast placement, recompute depth and host
@@ -208,9 +213,12 @@ std::uint64_t checkpoint_bytes(Config const& cfg);
 
 // A checkpoint read for inference (`joule caption`): the configuration it was trained with, and
 // its parameters loaded into a model built for that configuration (every tensor checked first,
-// the file read in a child process first, as Trainer::resume does).
+// the file read in a child process first, as Trainer::resume does). Given one io::InputFile, both
+// read the one file opened, whatever is renamed over its path in between.
 Config checkpoint_config(std::string const& path);
+Config checkpoint_config(io::InputFile const& checkpoint);
 void load_checkpoint_parameters(std::string const& path, Model& model);
+void load_checkpoint_parameters(io::InputFile const& checkpoint, Model& model);
 
 // One line per evaluation / summary, shared by `joule train` and tests.
 std::string format_eval(EvalResult const& e);

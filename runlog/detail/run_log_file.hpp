@@ -22,12 +22,16 @@ std::string join(std::vector<std::string> const& parts, char const* separator);
 [[noreturn]] void damaged(H5File const& f, std::string const& what);
 std::string without_path(std::string const& message, std::string const& path);  // "PATH: " taken off
 
-void require_hdf5(std::string const& path);  // RunLogError: missing, not a regular file, not HDF5
-H5File open_existing(std::string const& path);  // RunLogError where HDF5 cannot open it
+// The log opened once (io::InputFile): RunLogError where it is missing ("no such file"), not a
+// regular file (naming what it is), or not HDF5. Every read of it goes through this descriptor.
+io::InputFile open_run_log(std::string const& path);
+H5File open_existing(io::InputFile const& in);  // RunLogError where HDF5 cannot open it
 void require_format(H5File const& f);           // RunLogError unless its 'format' is kRunLogFormat
 // Runs `read` in a child process first (io::read_in_child): a log that crashes the HDF5 library
-// is a RunLogError naming the file, not a crash of joule.
-void read_in_child_first(std::string const& path, std::function<void()> const& read);
+// is a RunLogError naming the file, not a crash of joule. `read` opens `in`, as the caller's own
+// reads after it do, and the caller ends with require_log_unchanged(in).
+void read_in_child_first(io::InputFile const& in, std::function<void()> const& read);
+void require_log_unchanged(io::InputFile const& in);  // RunLogError "PATH: the file changed while joule read it ..."
 
 RunHeader read_header(H5File const& f);
 // The complete trials, in index order; the groups of incomplete ones in `incomplete`.
