@@ -65,6 +65,7 @@ as it was, and the script exits 1 with one line naming OUT, the error and the fr
 """
 import argparse
 import errno
+import io
 import json
 import math
 import os
@@ -105,6 +106,9 @@ def import_libraries():
     # Never decode a truncated file as an image with its missing rows filled in (the default, set
     # here in case anything imported before changed it): PIL raises instead, and the file is named.
     ImageFile.LOAD_TRUNCATED_IMAGES = False
+    # The declared size is bounded here (--max-image-pixels, in joule's words), before anything is
+    # decoded; PIL's own check (a warning, an error at twice its 89 Mpixel) would only pre-empt it.
+    image_module.MAX_IMAGE_PIXELS = None
     h5py, np, Image = h5py_module, numpy_module, image_module
 
 
@@ -128,9 +132,12 @@ def load_limits():
             model[name] = (lo, hi)
         ef = doc["data"]["eval_fraction"]
         fraction = (float(ef["min"]), float(ef["max"]), bool(ef.get("min_open", False)))
+        max_pixels = doc["images"]["max_pixels_default"]
+        if not (isinstance(max_pixels, int) and max_pixels >= 1):
+            raise ValueError("images.max_pixels_default must be a whole number >= 1")
     except (OSError, ValueError, KeyError, TypeError) as e:
         fail(f"cannot read joule's limits from {LIMITS_FILE} ({e})")
-    return model, fraction
+    return model, fraction, max_pixels
 
 
 def in_range(option, key, lo, hi):
@@ -216,6 +223,20 @@ def eval_fraction_type(lo, hi, lo_open):
             raise argparse.ArgumentTypeError(f"{text} is outside {'(' if lo_open else '['}{lo:g}, {hi:g}], "
                                              f"the range of data.eval_fraction ({LIMITS_FILE})")
         return f
+    return parse
+
+
+def at_least_one(option):
+    """An argparse type: a whole number >= 1."""
+    def parse(text):
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{value} is less than 1")
+        return value
+    parse.__name__ = option
     return parse
 
 
@@ -413,10 +434,35 @@ def to_8_bits(img, path, where):
     return img
 
 
-def load_image(path, mode, size, resize, where):
-    """One frame as uint8 [C, H, W]."""
+def declared_size(data):
+    """(width, height) as an image's header declares them, nothing decoded; None when it cannot tell
+    (PIL then refuses the file below in its own words). A PNG's IHDR is read directly, as joule does."""
+    if data.startswith(PNG_SIGNATURE) and len(data) >= 24 and data[12:16] == b"IHDR":
+        return struct.unpack(">II", data[16:24])
+    try:
+        with Image.open(io.BytesIO(data)) as img:  # the header only: decoding waits for load()
+            return img.size
+    except Exception:
+        return None
+
+
+def load_image(path, mode, size, resize, where, max_pixels):
+    """One frame as uint8 [C, H, W]. What an image may cost is bounded as joule caption --images
+    bounds it (apps/image_files.hpp, ImageLimits): at most 8 bytes for each pixel allowed + 16 MiB of
+    the file are read, and a declared size above max_pixels is refused before anything is decoded."""
+    max_bytes = min(2**31 - 1, max_pixels * 8 + (16 << 20))
     with open_image_file(path, where) as f:
-        data = f.read()
+        data = f.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            fail(f"{where}: cannot read image {path}: more than the {max_bytes} bytes joule reads of an image file "
+                 f"(8 bytes for each of the {max_pixels} pixels it decodes at most (--max-image-pixels {max_pixels}), "
+                 f"+ 16 MiB, and never 2 GiB); nothing of it was decoded")
+        declared = declared_size(data)
+        if declared is not None and declared[0] * declared[1] > max_pixels:
+            width, height = declared
+            fail(f"{where}: cannot read image {path}: declares {width} x {height} pixels ({width * height}), more than "
+                 f"the {max_pixels} pixels joule decodes (--max-image-pixels {max_pixels}); nothing of it was decoded")
+        f = io.BytesIO(data)  # what was read and bounded is what PIL decodes
         if data.startswith(PNG_SIGNATURE):
             problem = png_problem(data)
             if problem:
@@ -669,7 +715,7 @@ def write_atomically(out, folder, images, tokens, attrs):
 
 
 def main():
-    model_limits, fraction_limits = load_limits()
+    model_limits, fraction_limits, max_pixels_default = load_limits()
     channel_lo, channel_hi = model_limits["channels"]
     channel_choices = [c for c in sorted(MODES) if channel_lo <= c <= channel_hi]
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -689,6 +735,10 @@ def main():
     ap.add_argument("--eval-fraction", type=eval_fraction_type(*fraction_limits), metavar="F",
                     help="your configuration's data.eval_fraction, for the held-out report "
                          "(default: the default configuration's)")
+    ap.add_argument("--max-image-pixels", type=at_least_one("--max-image-pixels"), metavar="N",
+                    default=max_pixels_default,
+                    help=f"the most pixels (width x height) an image may declare; a larger one is refused before it "
+                         f"is decoded (default {max_pixels_default}, 8192 x 8192; joule caption --max-image-pixels)")
     args = ap.parse_args()
     if args.eval_fraction is None:
         fraction, fraction_source = default_eval_fraction(), "data.eval_fraction of the default configuration,"
@@ -746,7 +796,8 @@ def main():
     for row, i in enumerate(order):
         where, paths, _ = samples[i]
         for frame, path in enumerate(paths):
-            images[row, frame] = load_image(path, MODES[args.channels], args.image_size, args.resize, where)
+            images[row, frame] = load_image(path, MODES[args.channels], args.image_size, args.resize, where,
+                                            args.max_image_pixels)
     tokens = tokens[order]
     attrs = dict(count=n, frames=args.frames, channels=args.channels, height=args.image_size,
                  width=args.image_size, text_len=args.text_len)

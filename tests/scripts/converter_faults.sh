@@ -19,7 +19,9 @@
 #                                and one with a wrong CRC in IEND, each in joule's reader's words;
 #                                a caption holding NUL or ESC is refused naming its line; a listed
 #                                FIFO (under a 60 s timeout: it used to hang), a symlink to
-#                                /dev/zero and a folder are refused as not regular files;
+#                                /dev/zero and a folder are refused as not regular files; a PNG
+#                                declaring 20,000 x 20,000 pixels is refused from its header, and
+#                                --max-image-pixels moves the limit (issue 64);
 #   failing writes               a full disk (ENOSPC), an exceeded quota (EDQUOT) and an I/O error
 #                                (EIO) injected (tests/support/fault_writes.c) at the first byte, a
 #                                few KiB in and at the last byte of the write, over an existing good
@@ -252,6 +254,32 @@ while IFS=$'\t' read -r name reason; do
     "$img" "$work/$name.tsv" "$work/x.h5" "${opts[@]}"
 done <"$work/png_cases.txt"
 [ "$(wc -l <"$work/png_cases.txt")" = 6 ] || fail "expected 6 damaged PNG cases"
+# A valid 49 KB PNG that declares 20,000 x 20,000 pixels (it used to cost GBs and minutes to decode):
+# refused from its header, before anything is decoded, in joule caption's words; a limit raised by
+# --max-image-pixels lets a small image through that a lower one refuses. Under a memory limit, so
+# that a regression that decodes it fails rather than swaps.
+$py - "$img/huge.png" <<'PY'
+import struct, sys, zlib
+def chunk(kind, body):
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+z = zlib.compressobj(9)
+row = bytes(1 + 20000 // 8)
+data = b"".join(z.compress(row * 1000) for _ in range(20)) + z.flush()
+with open(sys.argv[1], "wb") as f:
+    f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 20000, 20000, 1, 0, 0, 0, 0)) +
+            chunk(b"IDAT", data) + chunk(b"IEND", b""))
+PY
+printf 'huge.png\thuge\n' >"$work/huge.tsv"
+(ulimit -v 2000000; expect_refusal "$work/huge.tsv:1: cannot read image $img/huge.png: declares 20000 x 20000 pixels (400000000), more than the 67108864 pixels joule decodes (--max-image-pixels 67108864); nothing of it was decoded" \
+  "$img" "$work/huge.tsv" "$work/x.h5" "${opts[@]}")
+head -1 "$work/whole.tsv" >"$work/one.tsv"
+one=$(cut -f1 "$work/one.tsv")
+pixels=$($py -c 'import sys; from PIL import Image; w, h = Image.open(sys.argv[1]).size; print(w * h)' "$img/$one")
+expect_refusal "more than the $((pixels - 1)) pixels joule decodes (--max-image-pixels $((pixels - 1)))" \
+  "$img" "$work/one.tsv" "$work/x.h5" "${opts[@]}" --max-image-pixels $((pixels - 1))
+$py "$conv" "$img" "$work/one.tsv" "$work/x.h5" "${opts[@]}" --max-image-pixels "$pixels" >/dev/null ||
+  fail "--max-image-pixels $pixels refused an image of $pixels pixels"
+rm -f "$work/x.h5"
 # Control characters in a caption: refused naming the line (a NUL byte would end the caption in C).
 expect_refusal "$work/nul.tsv:2: the caption 'nul\\x00byte' holds the control character U+0000 (NUL byte) at character 4" \
   "$img" "$work/nul.tsv" "$work/x.h5" "${opts[@]}"
