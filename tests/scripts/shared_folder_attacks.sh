@@ -23,6 +23,8 @@
 #   lock-hardlink    the lock's name a hard link to a root-only file: refused, the file untouched
 #   others-file      the output's name made first by another user: refused; accepted, root's file
 #   bench-json       bench --json at a link another user planted: refused or the link replaced
+#   data-swap        a dataset's owner renames a file that crashes HDF5 over it after a reader closes
+#                    it (tests/scripts/swap_after_close.py): the reader never crashes
 # usage: shared_folder_attacks.sh JOULE SOURCE_DIR [CASE...]
 set -euo pipefail
 joule="$1" src="$2"
@@ -310,6 +312,31 @@ case_bench_json() {
   [ -f "$sticky/b.json" ] && [ ! -L "$sticky/b.json" ] || fail "bench-json: the link in the sticky folder is still there"
   echo "ok: bench-json: refused in the other user's folder; in the sticky folder the link replaced; root's file unchanged"
 }
+# data-swap: the victim reads a dataset of the attacker's; the attacker renames a file that crashes
+# HDF5 (the fuzz corpus's) over it the moment a reader closes it (after the guard's child checked it).
+# The victim must never crash: it reads the file it checked, or refuses the changed one.
+case_data_swap() {
+  local folder="$base/adata" crash="$src/tests/fuzz/corpus/dataset/heap-object-size-overflow.h5" k rc crashes=0 ok=0 refused=0
+  [ -f "$crash" ] || fail "data-swap: no crashing file at $crash"
+  mkdir -m 0755 "$folder" && chown $attacker_uid:$attacker_uid "$folder"
+  cp "$src/tests/scripts/swap_after_close.py" "$base/swap_after_close.py"
+  for k in 1 1 2 2 3 3; do
+    as $attacker_uid "$joule" data synth --count 4 --image-size 8 --text-len 32 --out "$folder/data.h5" >/dev/null 2>&1 </dev/null ||
+      fail "data-swap: the attacker's dataset could not be made"
+    as $attacker_uid cp "$crash" "$folder/next.h5"
+    rm -f "$folder/.watching"
+    as $attacker_uid $python "$base/swap_after_close.py" "$folder" data.h5 next.h5 $k 60 >"$base/swapper.txt" 2>&1 </dev/null &
+    for _ in $(seq 600); do [ -e "$folder/.watching" ] && break; sleep 0.1; done
+    rc=0; as $victim_uid "$joule" data info "$folder/data.h5" >out.txt 2>&1 </dev/null || rc=$?
+    wait
+    if [ $rc -ge 128 ]; then crashes=$((crashes + 1)); echo "  crash: close $k: exit $rc: $(tail -1 out.txt)" >&2
+    elif [ $rc = 0 ]; then ok=$((ok + 1))
+    elif grep -q "changed while joule read it\|crashed the HDF5 library\|damaged or forged" out.txt; then refused=$((refused + 1))
+    else fail "data-swap: exit $rc without a clear reason: $(tail -3 out.txt)"; fi
+  done
+  [ $crashes = 0 ] || fail "data-swap: the victim's joule crashed $crashes of 6 times"
+  echo "ok: data-swap: 6 swaps after the n-th close: $ok read the file checked, $refused refused it, none crashed"
+}
 # others-file: another user makes the output's name first, writable by all.
 case_others_file() {
   as $attacker_uid bash -c 'umask 0; echo "mine now" >"$1/o.h5"' _ "$sticky"
@@ -326,7 +353,7 @@ case_others_file() {
 # not hold inside `( ... ) ||`: every step that matters is checked by its own `|| fail`.)
 failed=()
 cases=(probe dir_link refused swap renamed locks mode library_cwd path_one_level sticky_others mid_run lock_hardlink
-       others_file bench_json plot_probe plot_chmod converter_link describe_link)
+       others_file bench_json data_swap plot_probe plot_chmod converter_link describe_link)
 [ $# -gt 2 ] && cases=("${@:3}")  # some cases only, by name
 for name in "${cases[@]}"; do
   ( case_$name ) || failed+=("$name")
