@@ -101,6 +101,11 @@ std::string FilePlan::probe() const {
   for (auto const& out : outputs_) {
     std::error_code ec;
     fs::path const path(out.path);
+    // "out/c.h5/", "out/." or "out/..": a folder by its spelling, refused before lock() would make
+    // "out/c.h5" as the folder to hold it.
+    if (std::string const name = io::name_of(out.path); name.empty() || name == "." || name == "..")
+      return fmt::format("{} {}: names a folder (it ends in '{}'); give the path of a file to write", out.role,
+                         out.path, name.empty() ? "/" : name);
     if (fs::is_directory(path, ec))
       return fmt::format("{} {}: is a folder; give the path of a file to write", out.role, out.path);
     if (auto const why = io::output_target_problem(out.path); !why.empty())

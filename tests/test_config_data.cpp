@@ -417,6 +417,17 @@ TEST_CASE("data: a sparse or forged file cannot claim samples it does not store"
                         Contains("dataset /tokens keeps its data in external files; joule reads only data stored "
                                  "in the file itself"));
   }
+  SECTION("a link that leads out of the file (issue 64: HDF5 would open its target by name)") {
+    std::string const fifo = file.path() + ".fifo";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    hostile::external_link(file.path(), "/extra", fifo, "/images");
+    REQUIRE_THROWS_WITH(Dataset::open(file.path()),
+                        Equals(file.path() + ": /extra is an external link (to an object of another file); joule "
+                                             "reads only objects stored in the file itself, and nothing of it was "
+                                             "used"));
+    REQUIRE_THROWS_WITH(io::H5File(file.path(), io::H5File::Mode::read), Contains("/extra is an external link"));
+    std::remove(fifo.c_str());
+  }
   SECTION("per-sample shapes no configuration allows") {
     std::vector<std::uint8_t> pixels(4 * 300);
     {

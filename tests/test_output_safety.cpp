@@ -11,8 +11,10 @@
 #include "support/catch.hpp"
 
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -276,8 +278,32 @@ TEST_CASE("output folders: every folder on the way must be one no other user can
   CHECK_THAT(io::folder_trust_problem(040755, 0, other), Contains("belongs to user " + std::to_string(other)));
   CHECK_THAT(io::folder_trust_problem(041777, 0, other), Contains("belongs to user"));  // sticky, but theirs
   CHECK_THAT(io::folder_trust_problem(040777, 0, 0), Contains("no sticky bit"));
+  // With an access ACL, the group bits are its mask: a write bit there is others' write, whatever the
+  // group (the user's private group included).
+  CHECK_THAT(io::folder_trust_problem(040775, 0, me, true), Contains("writable by other users through its access ACL"));
+  CHECK(io::folder_trust_problem(041775, 0, me, true).empty());
+  CHECK(io::folder_trust_problem(040755, 0, me, true).empty());
   if (me != 0) return;  // the rest makes another user's folder
   Folder d;
+  {  // A folder of root's, 0775 with an ACL letting user 65534 write (root's group is its private one).
+    fs::create_directories(d.path / "acl");
+    REQUIRE(::chmod((d.path / "acl").c_str(), 0755) == 0);
+    struct Entry {
+      std::uint16_t tag, perm;
+      std::uint32_t id;
+    };
+    std::uint32_t const version = 2;
+    Entry const entries[] = {{0x01, 7, ~0u}, {0x02, 7, 65534}, {0x04, 5, ~0u}, {0x10, 7, ~0u}, {0x20, 5, ~0u}};
+    std::string acl(reinterpret_cast<char const*>(&version), sizeof version);
+    acl.append(reinterpret_cast<char const*>(entries), sizeof entries);
+    if (::setxattr((d.path / "acl").c_str(), "system.posix_acl_access", acl.data(), acl.size(), 0) == 0) {
+      ::unsetenv("JOULE_ACCEPT_SHARED_FOLDER");
+      CHECK_THROWS_WITH(write_text(d / "acl/data.csv", "x"), Contains("writable by other users through its access ACL"));
+      CHECK_FALSE(fs::exists(d / "acl/data.csv"));
+    } else {
+      WARN("no POSIX ACLs on " << d.path.string() << ": the ACL case is not run");
+    }
+  }
   // /tmp/run1/sub/data.csv where run1 is another user's (0755) and sub a folder in it: that user
   // can put a link to a folder of the victim's at sub whenever they like. Refused, naming run1.
   fs::create_directories(d.path / "run1/sub");
@@ -291,6 +317,13 @@ TEST_CASE("output folders: every folder on the way must be one no other user can
   plan.output("--out", d / "run1/sub/data.csv");
   CHECK_THAT(plan.check(), Contains("belongs to user " + std::to_string(other)));
   CHECK_FALSE(fs::exists(d / "run1/sub/data.csv"));
+  // A path that names a folder by its spelling is refused before any folder is made for it.
+  for (std::string const spelled : {"new/c.h5/", "new/.", "new/.."}) {
+    joule::apps::FilePlan folder_plan;
+    folder_plan.output("--out", d / spelled, {true});
+    CHECK_THAT(folder_plan.check(), Contains("names a folder"));
+    CHECK_FALSE(fs::exists(d / "new"));
+  }
   // The working directory counts too: a relative path is walked from it.
   fs::path const here = fs::current_path();
   fs::current_path(d.path / "run1");

@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -190,6 +191,13 @@ int open_root(bool absolute) {
   return ::open(absolute ? "/" : ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 }
 
+// Whether the folder open at `fd` (O_PATH) has a POSIX access ACL (the xattr is read through
+// /proc, as an O_PATH descriptor takes no fgetxattr).
+bool has_access_acl(int fd) {
+  std::string const through = "/proc/self/fd/" + std::to_string(fd);
+  return ::getxattr(through.c_str(), "system.posix_acl_access", nullptr, 0) >= 0;
+}
+
 // Walks `folder` from "/" or ".", one component at a time; `create`: makes missing ones. Every
 // folder on the way, the start and the end included, must be one that no other user can change
 // (folder_trust_problem): a folder is opened by its name in the one before, so that name means the
@@ -206,7 +214,7 @@ int walk(std::string const& folder, bool create) {
       ::close(fd);
       fail("cannot inspect " + escaped_text(here) + " (" + std::strerror(error) + ")");
     }
-    std::string const problem = folder_trust_problem(st.st_mode, st.st_gid, st.st_uid);
+    std::string const problem = folder_trust_problem(st.st_mode, st.st_gid, st.st_uid, has_access_acl(fd));
     if (problem.empty()) return;
     std::string const shown = here.empty() ? "the working directory" : "the folder " + escaped_text(here);
     if (!shared_folders_accepted()) {
@@ -317,19 +325,25 @@ bool private_group(gid_t group) {
 }
 }  // namespace
 
-std::string shared_folder_problem(unsigned mode, unsigned group) {
+std::string shared_folder_problem(unsigned mode, unsigned group, bool access_acl) {
   if ((mode & (S_IWGRP | S_IWOTH)) == 0 || (mode & S_ISVTX) != 0) return "";
+  // With an access ACL the group bits are its mask: a write bit there lets the ACL's named users
+  // and groups write, whoever the owning group is.
+  if (access_acl && (mode & S_IWOTH) == 0)
+    return "is writable by other users through its access ACL (mode " + octal_mode(mode) +
+           "+, the mask lets its entries write) and has no sticky bit, so another user may rename or remove what is "
+           "in it, joule's files included";
   if ((mode & S_IWOTH) == 0 && private_group(gid_t(group))) return "";
   return std::string("is writable by ") + ((mode & S_IWOTH) ? "every user" : "its group") + " (mode " +
          octal_mode(mode) +
          ") and has no sticky bit, so another user may rename or remove what is in it, joule's files included";
 }
 
-std::string folder_trust_problem(unsigned mode, unsigned group, unsigned owner) {
+std::string folder_trust_problem(unsigned mode, unsigned group, unsigned owner, bool access_acl) {
   if (owner != 0 && owner != ::geteuid())
     return "belongs to " + user_text(uid_t(owner)) +
            ", who may rename, remove or replace what is in it (a link in place of a folder, joule's files included)";
-  return shared_folder_problem(mode, group);
+  return shared_folder_problem(mode, group, access_acl);
 }
 
 FolderHandle FolderHandle::open(std::string const& folder) {

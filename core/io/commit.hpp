@@ -80,12 +80,14 @@ class FolderHandle {
 // without the sticky bit, so another user may rename or remove what is in it. The world write bit
 // counts always; the group write bit unless the group is this user's own private group (named as
 // the user, no other member: the umask 002 convention of many distributions). As from stat.
-std::string shared_folder_problem(unsigned mode, unsigned group);
+// With `access_acl` (the folder has a POSIX access ACL), the group bits are the ACL's mask: a write
+// bit there makes it shared whatever its group.
+std::string shared_folder_problem(unsigned mode, unsigned group, bool access_acl = false);
 // Why no output may be written through a folder with this mode, group and owner, or "": it belongs
 // to a user other than root and this one (who may rename what is in it: "/tmp/run1" of another
 // user, holding a link where a folder of this user's is expected), or shared_folder_problem. A
 // sticky folder is safe only when root or this user owns it. As from stat.
-std::string folder_trust_problem(unsigned mode, unsigned group, unsigned owner);
+std::string folder_trust_problem(unsigned mode, unsigned group, unsigned owner, bool access_acl = false);
 
 // A random token for this process (128 bits, hex), written into the lock files it holds and into
 // the marker of each temporary it makes: a later run removes only temporaries whose token a stale

@@ -251,8 +251,51 @@ void require_unchanged(InputFile const& in) {
   }
 }
 
+namespace {
+// A link that leaves the file (an external link, a user-defined one) makes HDF5 open another file
+// by its name when an object is reached through it: a file the guard's child checked could then
+// send joule's own read to a FIFO, a device or a crashing file its owner put at that name after
+// the check. joule writes hard links only; any other kind is refused on opening a file to read,
+// before any object in it is touched (H5Lvisit lists links without following them). Soft links
+// stay inside the file and are left to HDF5's own limit on their chains.
+struct LinkProblem {
+  std::string name, kind;
+};
+herr_t find_link_out_of_file(hid_t, char const* name, H5L_info_t const* info, void* data) {
+  if (info->type == H5L_TYPE_HARD || info->type == H5L_TYPE_SOFT) return 0;
+  auto* problem = static_cast<LinkProblem*>(data);
+  problem->name = name;
+  problem->kind = info->type == H5L_TYPE_EXTERNAL ? "an external link (to an object of another file)"
+                                                  : "a user-defined link";
+  return 1;  // stops the walk
+}
+}  // namespace
+
+void H5File::refuse_links_out_of_file() {
+  LinkProblem problem;
+  herr_t const walked = H5Lvisit(id_, H5_INDEX_NAME, H5_ITER_INC, find_link_out_of_file, &problem);
+  if (walked < 0) {
+    close_quietly();
+    throw H5Error(path_ + ": cannot list the links in this file: it is damaged or forged, and nothing of it was used");
+  }
+  if (!problem.kind.empty()) {
+    close_quietly();
+    throw H5Error(path_ + ": /" + problem.name + " is " + problem.kind +
+                  "; joule reads only objects stored in the file itself, and nothing of it was used");
+  }
+}
+
 H5File::H5File(InputFile const& in) : path_(in.path()), writable_(false) {
   start_library();
+  // Written since it was opened (its owner rewriting it in place after the guard's child checked
+  // it): refused before HDF5 parses it here. What changes while HDF5 parses it is found by the
+  // reader's require_unchanged() afterwards, too late to contain a crash: a file of another user
+  // that its owner rewrites in place in that instant is the limit of this check (docs/outputs.md).
+  try {
+    in.require_unchanged();
+  } catch (InputError const& e) {
+    throw H5Error(e.what());
+  }
   id_ = H5Fopen(in.proc_path().c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (id_ < 0) {
     // A file changed meanwhile is said as that, not as what HDF5 made of it. (HDF5 also resolves
@@ -264,7 +307,10 @@ H5File::H5File(InputFile const& in) : path_(in.path()), writable_(false) {
   // The file HDF5 holds must be the one `in` opened: through /proc it is, by the kernel; through the
   // path (no /proc) another file may have been renamed there since. Asked of the sec2 driver (the
   // default), whose handle is its descriptor.
-  if (in.through_proc()) return;
+  if (in.through_proc()) {
+    refuse_links_out_of_file();
+    return;
+  }
   hid_t const access = H5Fget_access_plist(id_);
   void* handle = nullptr;
   struct stat st {};
@@ -278,6 +324,7 @@ H5File::H5File(InputFile const& in) : path_(in.path()), writable_(false) {
     throw H5Error(path_ + ": the file changed while joule read it (another file is now at this path); nothing of "
                   "it was used");
   }
+  refuse_links_out_of_file();
 }
 
 H5File::H5File(std::string const& path, Mode mode) : path_(path), writable_(mode != Mode::read) {
@@ -291,6 +338,7 @@ H5File::H5File(std::string const& path, Mode mode) : path_(path), writable_(mode
   } else {
     id_ = H5Fopen(path.c_str(), mode == Mode::read ? H5F_ACC_RDONLY : H5F_ACC_RDWR, H5P_DEFAULT);
     if (id_ < 0) fail("cannot open: missing, unreadable, or not an HDF5 file");
+    refuse_links_out_of_file();
   }
 }
 

@@ -89,6 +89,9 @@ class H5File {
   void close();
 
  private:
+  // Throws H5Error (the file closed) when a link in the file leads out of it (external or
+  // user-defined): called on every open of an existing file, before anything in it is read.
+  void refuse_links_out_of_file();
   friend void verify_h5(std::string const& path);
   [[noreturn]] void fail(std::string const& what) const;
   long long id_ = -1;

@@ -99,14 +99,34 @@ char const* file_kind_text(unsigned mode) {
 }
 
 InputFile::InputFile(std::string path, std::string const& kind) : path_(std::move(path)) {
-  // O_NONBLOCK: a FIFO with no writer (or a device that blocks in open) returns at once, and is
-  // refused below; regular files ignore the flag, which is cleared all the same.
-  do fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  while (fd_ < 0 && errno == EINTR);
-  if (fd_ < 0) {
+  // First an O_PATH descriptor, which opens nothing (a device's driver is not called, a FIFO does
+  // not wait): the file is looked at through it and only a regular file is opened for reading,
+  // through /proc/self/fd/N, the same inode. Without /proc: opened by the path with O_NONBLOCK (a
+  // FIFO with no writer, or a device that blocks in open, returns at once) and O_NOCTTY, and
+  // refused below; a regular file ignores the flag, which is cleared all the same.
+  int looked = -1;
+  do looked = ::open(path_.c_str(), O_PATH | O_CLOEXEC);
+  while (looked < 0 && errno == EINTR);
+  if (looked < 0) {
     int const error = errno;
     throw InputError(path_ + ": cannot open it (" + std::strerror(error) + ")", error);
   }
+  struct stat first {};
+  if (::fstat(looked, &first) == 0 && !S_ISREG(first.st_mode)) {
+    ::close(looked);
+    throw InputError(path_ + ": is " + file_kind_text(unsigned(first.st_mode)) + ", not a regular file; joule reads " +
+                     kind + " only from regular files (nothing of it was read)");
+  }
+  std::string const looked_through = "/proc/self/fd/" + std::to_string(looked);
+  do fd_ = ::open(looked_through.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  while (fd_ < 0 && errno == EINTR);
+  if (fd_ < 0 && errno == ENOENT) {  // no /proc
+    do fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    while (fd_ < 0 && errno == EINTR);
+  }
+  int const open_error = errno;
+  ::close(looked);
+  if (fd_ < 0) throw InputError(path_ + ": cannot open it (" + std::strerror(open_error) + ")", open_error);
   struct stat st {};
   if (::fstat(fd_, &st) != 0) {
     int const error = errno;

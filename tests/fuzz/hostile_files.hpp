@@ -70,6 +70,16 @@ inline void external_dataset(std::string const& path, std::string const& name, h
   H5Sclose(space);
 }
 
+// A link `name` to `object` in another file (`other`), which HDF5 opens by that name when the link
+// is followed (a FIFO there blocks the open; a file swapped in after a check is read unchecked).
+inline void external_link(std::string const& path, std::string const& name, std::string const& other,
+                          std::string const& object) {
+  detail::File f(path);
+  detail::replace(f.id, name);
+  if (H5Lcreate_external(other.c_str(), object.c_str(), f.id, name.c_str(), H5P_DEFAULT, H5P_DEFAULT) < 0)
+    throw std::runtime_error("hostile: cannot create the external link " + name);
+}
+
 // An attribute holding `values` (variable-length strings) where a single one is expected.
 inline void string_array_attribute(std::string const& path, std::string const& object, std::string const& name,
                                    std::vector<std::string> const& values) {

@@ -331,7 +331,7 @@ case_data_swap() {
     wait
     if [ $rc -ge 128 ]; then crashes=$((crashes + 1)); echo "  crash: close $k: exit $rc: $(tail -1 out.txt)" >&2
     elif [ $rc = 0 ]; then ok=$((ok + 1))
-    elif grep -q "changed while joule read it\|crashed the HDF5 library\|damaged or forged" out.txt; then refused=$((refused + 1))
+    elif grep -q "changed while joule read it\|changed while this run was reading it\|crashed the HDF5 library\|damaged or forged" out.txt; then refused=$((refused + 1))
     else fail "data-swap: exit $rc without a clear reason: $(tail -3 out.txt)"; fi
   done
   [ $crashes = 0 ] || fail "data-swap: the victim's joule crashed $crashes of 6 times"
