@@ -7,7 +7,8 @@ another user plants where the scripts write can turn a write against their user:
 
 The folder is opened a component at a time (O_NOFOLLOW; a link followed only where the kernel's
 protected_symlinks rule would); every folder on the way must be root's or this user's and not
-writable by others without the sticky bit, unless JOULE_ACCEPT_SHARED_FOLDER=1 (then a warning).
+writable by others without the sticky bit (by its mode, or by its access ACL: a mask that lets
+write), unless JOULE_ACCEPT_SHARED_FOLDER=1 (then a warning).
 The file is written in a private folder beside it (.NAME.joule-XXXXXXXXXXXX, 0700, checked once
 made) through that folder's descriptor, synced, given the old file's mode by descriptor and renamed
 over NAME relative to the folders' descriptors: a link at NAME is replaced, never followed; a
@@ -106,11 +107,27 @@ def target_problem(fd, name):
     return others_file_problem(st.st_uid) if st is not None and stat.S_ISREG(st.st_mode) else ""
 
 
-def shared_folder_problem(mode, gid):
+def has_access_acl(fd):
+    """Whether the folder open at `fd` (O_PATH) has a POSIX access ACL: its xattr, read through /proc
+    (an O_PATH descriptor takes no fgetxattr); the C++ has_access_acl()."""
+    try:
+        os.getxattr(f"/proc/self/fd/{fd}", "system.posix_acl_access")
+    except OSError:  # ENODATA: none; ENOTSUP: a file system without ACLs
+        return False
+    return True
+
+
+def shared_folder_problem(mode, gid, access_acl=False):
     """Why a folder of this mode and group is unsafe (others may rename in it), or "": group write counts
-    unless the group is this user's private one (named as the user, nobody else in it: umask 002)."""
+    unless the group is this user's private one (named as the user, nobody else in it: umask 002). With
+    an access ACL the group bits are its mask: a write bit there lets the ACL's named users and groups
+    write, whoever the owning group is."""
     if not mode & (stat.S_IWGRP | stat.S_IWOTH) or mode & stat.S_ISVTX:
         return ""
+    if access_acl and not mode & stat.S_IWOTH:
+        return (f"is writable by other users through its access ACL (mode {stat.S_IMODE(mode):04o}+, the mask lets its "
+                "entries write) and has no sticky bit, so another user may rename or remove what is in it, joule's "
+                "files included")
     if not mode & stat.S_IWOTH:
         with contextlib.suppress(KeyError):
             user, group = pwd.getpwuid(os.geteuid()), grp.getgrgid(gid)
@@ -120,13 +137,14 @@ def shared_folder_problem(mode, gid):
             "and has no sticky bit, so another user may rename or remove what is in it, joule's files included")
 
 
-def folder_trust_problem(st):
-    """Why nothing may be written through this folder, or "": a folder is reached by its name in the
-    one before, which means the same folder only while nobody else can rename entries there."""
+def folder_trust_problem(st, fd=None):
+    """Why nothing may be written through this folder (stat `st`, open at `fd`: its ACL), or "": a folder
+    is reached by its name in the one before, which means the same folder only while nobody else can
+    rename entries there."""
     if st.st_uid not in (0, os.geteuid()):
         return (f"belongs to {user_text(st.st_uid)}, who may rename, remove or replace what is in it (a link in place "
                 "of a folder, joule's files included)")
-    return shared_folder_problem(st.st_mode, st.st_gid)
+    return shared_folder_problem(st.st_mode, st.st_gid, fd is not None and has_access_acl(fd))
 
 
 def open_folder(folder, create=False):
@@ -140,7 +158,7 @@ def open_folder(folder, create=False):
         raise WriteError(f"cannot open the folder {escaped(folder)}: {why}")
 
     def trusted(fd, here):
-        problem = folder_trust_problem(os.fstat(fd))
+        problem = folder_trust_problem(os.fstat(fd), fd)
         if problem and os.environ.get("JOULE_ACCEPT_SHARED_FOLDER") != "1":
             os.close(fd)
             raise WriteError((f"the folder {escaped(here)}" if here else "the working directory") +

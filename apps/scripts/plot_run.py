@@ -43,10 +43,17 @@ joule writes its files (joule_write.py, docs/outputs.md): into a private folder 
 renamed over NAME (a symbolic link there is replaced, not followed): a failed write (a full disk,
 an exceeded quota, an I/O error, Ctrl-C) removes the temporary and leaves the previous PNG as it
 was, with one line naming the file, the error and the free space; the other plots are still written.
-Exit status: 0 when every plot that had data was written; 1 when a plot failed on malformed data or
-could not be written; 2 when the file is not a joule
-run log (root attribute format != "joule-run-log-v1"), none of the plots has data, or an output
-path is refused.
+The log may be another user's, forged against whoever plots it (plot_run_log.py): it is read only
+from a regular file (a FIFO is refused, not waited on), through the descriptor that was checked;
+a link out of the file (external, user-defined; soft links too, which joule never writes) or a
+dataset kept outside it (external storage, virtual) refuses the whole file before anything is read;
+a dataset that claims more values than the file stores (sparse, or compressed beyond what any
+compression reaches, as joule's reader rules) is not read: its plot is skipped. matplotlib draws
+with its own defaults: no matplotlibrc (the working folder's, the user's, the system's) is used.
+Exit status: 0 when every plot that had data was written; 1 when a plot failed on malformed data
+(a dataset refused so included) or could not be written; 2 when the file is not a regular file, not
+a joule run log (root attribute format != "joule-run-log-v1"), holds a link out of the file or data
+kept outside it, none of the plots has data, or an output path is refused.
 Needs Debian's python3-h5py, python3-matplotlib and python3-numpy.
 
 Reads the layout of runlog/run_log.cpp (docs/run-log.md): root attributes
@@ -61,17 +68,39 @@ seconds, energy_j; regions, and kernels in the same schema, and power as in a tr
 (being written, or left by a run that died) are ignored.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
 import sys
 import textwrap
-import time
 
 import h5py
-import matplotlib
 
-matplotlib.use("Agg")
+
+def import_matplotlib():
+    """matplotlib, drawing with its own defaults. At import it reads a matplotlibrc from the working
+    folder first: one that another user put in theirs could set text.usetex (latex run on the run
+    log's texts) or be a FIFO (the import blocks). So it is imported from "/" (root's) and the
+    working folder kept by descriptor; rcdefaults() then sets aside the user's and the system's
+    matplotlibrc too: the plots read the same wherever, and by whoever, they are made."""
+    here = None
+    with contextlib.suppress(OSError):
+        here = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if here is not None:
+            os.chdir("/")
+        import matplotlib
+    finally:
+        if here is not None:
+            os.fchdir(here)  # the folder the command ran in, even if renamed meanwhile
+            os.close(here)
+    matplotlib.rcdefaults()
+    matplotlib.use("Agg")
+    return matplotlib
+
+
+matplotlib = import_matplotlib()
 import matplotlib.text  # noqa: E402
 import matplotlib.patches  # noqa: E402
 import matplotlib.ticker  # noqa: E402
@@ -99,6 +128,8 @@ from plot_run_log import (  # noqa: E402
     pareto_indices,
     read_trace,
     read_regions,
+    open_log,
+    Refused,
     FORMAT,
     PROG)
 from plot_run_layout import WriteFailed, save, place_labels, marker_box  # noqa: E402
@@ -718,31 +749,19 @@ def main():
     args = ap.parse_args()
     plot_run_layout.DESCRIBE = [] if args.describe else None
 
-    if not os.path.isfile(args.log):
-        print(f"{PROG}: {args.log}: no such file", file=sys.stderr)
-        return 2
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.log)),
                                    os.path.splitext(os.path.basename(args.log))[0] + "-plots")
     out_role = "--out" if args.out else "the default output folder"
-    problem = output_clash(args.log, out, out_role)
-    if problem:
-        print(f"{PROG}: {problem}", file=sys.stderr)
+    try:  # opened once (a regular file), every link and dataset checked before anything is read
+        f = open_log(args.log)
+    except Refused as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
         return 2
-    if not h5py.is_hdf5(args.log):
-        print(f"{PROG}: {args.log}: not an HDF5 file, so not a joule run log", file=sys.stderr)
-        return 2
-    f = None
-    give_up = time.monotonic() + 2.0
-    while f is None:  # `joule tune` holds the file (locked) for a moment while it writes a trial
-        try:
-            f = h5py.File(args.log, "r")
-        except OSError as e:
-            if time.monotonic() >= give_up:
-                print(f"{PROG}: {args.log}: HDF5 cannot open this file: it is damaged or truncated, "
-                      f"or another process holds it open for writing ({e})", file=sys.stderr)
-                return 2
-            time.sleep(0.05)
     with f:
+        problem = output_clash(args.log, out, out_role)
+        if problem:
+            print(f"{PROG}: {problem}", file=sys.stderr)
+            return 2
         fmt = text(attr(f, "format", ""))
         if fmt != FORMAT:
             got = f"'{fmt}'" if fmt else "missing"
@@ -759,7 +778,8 @@ def main():
             trials, incomplete = read_trials(f)
             best, best_how = find_best(f, trials)
         except Exception as e:  # malformed /trials or /best: the trial plots go, /train may remain
-            note(f"cannot read the trials of {args.log}: {type(e).__name__}: {e}")
+            note(f"cannot read the trials of {args.log}: " + (str(e) if isinstance(e, Refused) else
+                                                              f"{type(e).__name__}: {e}"))
             trials, incomplete, best, best_how, failed = [], [], None, None, 1
         jobs = [("pareto.png", lambda p, w: plot_pareto(f, trials, incomplete, best, best_how, p, w)),
                 ("power_trace.png", lambda p, w: plot_power(f, best, best_how, p, w)),
@@ -772,6 +792,10 @@ def main():
                 note(f"skipped {name}: {e}")
             except WriteFailed as e:  # the others may still fit (a smaller plot, a freed disk)
                 note(str(e))
+                failed += 1
+            except Refused as e:  # a dataset the file does not hold as it claims: the others may still be drawn
+                plt.close("all")
+                note(f"skipped {name}: {e}")
                 failed += 1
             except Exception as e:  # malformed data: report it, still write the other plots
                 plt.close("all")

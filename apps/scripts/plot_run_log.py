@@ -1,20 +1,223 @@
 """The run log as plot_run.py reads it: HDF5 strings and numbers, the knob table, trials, the
 choice, the Pareto front, power traces and region tables (the layout of runlog/run_log.cpp,
-docs/run-log.md). Groups without complete = 1 are ignored, as joule's reader does."""
+docs/run-log.md). Groups without complete = 1 are ignored, as joule's reader does.
+
+The log may be another user's file, forged to harm whoever plots it (root too): it is opened once,
+as joule opens its inputs (a regular file only: a FIFO would block forever), and HDF5 reads that
+descriptor; before anything in it is read, a link that leaves the file or a dataset kept outside it
+refuses the whole file (HDF5 would open another file by its name: a FIFO there blocks, a device
+reads forever); every dataset read first shows that the file holds what it claims (a 7 KB file can
+claim gigabytes of values it never stored, which HDF5 makes up as zeros in memory)."""
+import errno
+import fcntl
 import json
 import math
+import os
+import stat
 import sys
 import textwrap
+import time
 
 import h5py
 import numpy as np
+import joule_write
 
 FORMAT = "joule-run-log-v1"
 PROG = "plot_run.py"
+# The most one dataset may make in memory (as doubles, what the plots make of its values). The
+# largest a run log of joule's holds is a long run's power trace ([samples, domains] doubles: a day
+# at 20 samples a second over 8 domains is 110 MiB); a claim of more is a forged file, refused
+# before HDF5 allocates it.
+MAX_READ = 1 << 30
+# The most the strings of one dataset or attribute may make. Each is stored once, elsewhere in the
+# file, and any number of elements may name the same one (a 1 MB file read as 2 GB): a run log's
+# strings are names (regions, power domains) and a configuration, a few KiB.
+MAX_STRINGS = 64 << 20
+# Compressed data expands at most this many times (+ COMPRESSION_SLACK): the cap of joule's reader
+# (core/io/h5file.cpp, require_stored); gzip's own limit is about 1032 times.
+COMPRESSION_RATIO, COMPRESSION_SLACK = 4096, 64 << 20
+SIGNATURE = b"\x89HDF\r\n\x1a\n"  # at 0, 512, 1024, 2048, ... (HDF5's superblock may follow a user block)
 
 
 class Skip(Exception):
     """A plot lacks the data it needs: skipped with a note, the others are still written."""
+
+
+class Refused(ValueError):
+    """The run log, or an object in it, is not read: a forged or foreign file. The message names the
+    file and the object."""
+
+
+_log = {"path": "", "size": 0}  # the run log open_log() opened: its path for messages, its size
+
+
+def bytes_text(n):
+    """A byte count as joule prints it: "512 bytes", "1.5 GiB" (core/detail/bytes_text.hpp)."""
+    units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    u = 0
+    while n >= 1024 and u < len(units) - 1:
+        n /= 1024
+        u += 1
+    return f"{n:.1f} {units[u]}" if u else f"{n:.0f} {units[u]}"
+
+
+def shown(name):
+    """An object's name in a message: the forged file's owner chose it (control characters escaped)."""
+    return joule_write.escaped(name.decode("utf-8", "replace") if isinstance(name, bytes) else name)
+
+
+def open_log(path):
+    """The run log at `path` as an open read-only h5py.File, read through the one descriptor checked
+    here (what was checked is what HDF5 reads); Refused (a one-line message naming the file) when it
+    is missing, not a regular file, not HDF5, held by a writer for over 2 s, or holds a link out of
+    the file or a dataset stored outside it."""
+    _log.update(path=path, size=0)
+    try:  # O_NONBLOCK: a FIFO without a writer opens at once (and is refused), instead of blocking
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise Refused(f"{path}: no such file") from None
+    except OSError as e:
+        raise Refused(f"{path}: cannot open it ({joule_write.reason(e)})") from None
+    fobj = None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(f"{path}: is {joule_write.kind_of(st.st_mode)}, not a regular file; joule reads run logs "
+                          "only from regular files (nothing of it was read)")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        _log["size"] = st.st_size
+        if not any(os.pread(fd, len(SIGNATURE), at) == SIGNATURE
+                   for at in [0] + [512 << k for k in range(64) if 512 << k < st.st_size]):
+            raise Refused(f"{path}: not an HDF5 file, so not a joule run log")
+        fobj = os.fdopen(fd, "rb")
+        fd = -1
+        f = None
+        give_up = time.monotonic() + 2.0
+        while f is None:  # `joule tune` holds the file (locked) for a moment while it writes a trial
+            try:
+                shared_lock(fobj.fileno())  # HDF5's own lock (it takes none on a file object)
+                f = h5py.File(fobj, "r")
+            except OSError as e:
+                if time.monotonic() >= give_up:
+                    raise Refused(f"{path}: HDF5 cannot open this file: it is damaged or truncated, or another "
+                                  f"process holds it open for writing ({e})") from None
+                time.sleep(0.05)
+        try:
+            refuse_outside_data(f)
+        except BaseException:
+            f.close()
+            raise
+        return f
+    except BaseException:
+        if fobj is not None:
+            fobj.close()
+        elif fd >= 0:
+            os.close(fd)
+        raise
+
+
+def shared_lock(fd):
+    """The lock HDF5 takes to read (flock, shared; a writer holds it exclusive): BlockingIOError while
+    a writer has the file; none where HDF5 takes none (HDF5_USE_FILE_LOCKING=FALSE, or a file system
+    without locks, as HDF5 1.10.7+ ignores)."""
+    if os.environ.get("HDF5_USE_FILE_LOCKING", "").upper() == "FALSE":
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+
+
+def refuse_outside_data(f):
+    """Refused when an object of the file is reached through anything but a hard link (an external or
+    user-defined link makes HDF5 open another file by its name; joule writes no soft link either), or
+    a dataset keeps its data outside the file (external storage, a virtual dataset's sources): the
+    list of links is read without following any, and the datasets checked before any is read."""
+    def link(name, info):
+        return None if info.type == h5py.h5l.TYPE_HARD else (name, info.type)
+    found = f.id.links.visit(link, info=True)
+    if found:
+        name, kind = found
+        target = f.get(name, getlink=True)  # the link itself, not followed
+        if kind == h5py.h5l.TYPE_EXTERNAL:
+            what = f"an external link (to {shown(target.path)} in the file {shown(target.filename)})"
+        elif kind == h5py.h5l.TYPE_SOFT:
+            what = f"a soft link (to {shown(target.path)}), which joule never writes"
+        else:
+            what = "a user-defined link"
+        raise Refused(f"{_log['path']}: /{shown(name)} is {what}; joule reads only objects stored in the file itself, "
+                      "and nothing of it was used")
+
+    def dataset(name, obj):
+        if not isinstance(obj, h5py.Dataset):
+            return None
+        if obj.is_virtual:
+            why = "is a virtual dataset (its data is in other files)"
+        elif obj.id.get_create_plist().get_external_count() > 0:
+            why = "keeps its data in external files"
+        else:
+            return None
+        raise Refused(f"{_log['path']}: dataset /{shown(name)} {why}; joule reads only data stored in the file itself, "
+                      "and nothing of it was used")
+    f.visititems(dataset)
+
+
+def stored_problem(dset):
+    """Why the file cannot hold what `dset` claims, or "" (joule's reader's rules, core/io/h5file.cpp
+    require_stored): data without compression is stored whole, a compressed dataset stores every chunk
+    and expands at most COMPRESSION_RATIO times + COMPRESSION_SLACK, no read makes over MAX_READ."""
+    if dset.shape is None:  # no dataspace (h5py.Empty): nothing to read
+        return ""
+    count = math.prod(dset.shape)
+    logical = count * dset.id.get_type().get_size()
+    if not logical:
+        return ""
+    claims = f"claims {list(dset.shape)} values ({bytes_text(logical)})"
+    plist = dset.id.get_create_plist()
+    stored = min(dset.id.get_storage_size(), _log["size"])  # a forged layout may claim more than the file
+    if plist.get_nfilters() > 0:
+        chunks = math.prod(-(-n // c) for n, c in zip(dset.shape, dset.chunks or dset.shape))
+        have = dset.id.get_num_chunks() if hasattr(dset.id, "get_num_chunks") else chunks
+        if not have or not stored:
+            return f"{claims} but stores none of them (a sparse or forged file)"
+        if have < chunks:
+            return f"{claims} but stores only {have} of its {chunks} chunks (a sparse or forged file)"
+        if logical > COMPRESSION_RATIO * stored + COMPRESSION_SLACK:
+            return f"{claims} from {bytes_text(stored)} of compressed data, more than any compression expands to"
+    elif stored < logical:
+        return f"{claims} but stores " + (f"only {bytes_text(stored)} of them" if stored else "none of them") + \
+            " (a sparse or forged file)"
+    if max(logical, 8 * count) > MAX_READ:
+        return (f"{claims}, more than plot_run.py reads of one dataset ({bytes_text(MAX_READ)} as doubles): no run "
+                "log of joule's holds that much")
+    return ""
+
+
+def read(dset):
+    """dset[()], once the file shows it holds what it claims (stored_problem; else Refused naming the
+    file and the dataset). Strings and other variable-length values are kept elsewhere in the file,
+    each up to the file's size, and one stored copy can be named by every element (a 1 MB file read as
+    2 GB): those are read a slice at a time, MAX_STRINGS in all at most."""
+    problem = stored_problem(dset)
+    if problem:
+        raise Refused(f"{_log['path']}: dataset {shown(dset.name)} {problem}")
+    if not dset.dtype.hasobject or dset.shape is None or len(dset.shape) == 0:
+        return dset[()]
+    if len(dset.shape) != 1 or dset.dtype.kind != "O":
+        raise Refused(f"{_log['path']}: dataset {shown(dset.name)} holds strings or variable-length values "
+                      + (f"in {len(dset.shape)} dimensions" if len(dset.shape) != 1 else "in records")
+                      + "; a run log's are 1-d tables of them")
+    step, parts, total = max(1, MAX_STRINGS // max(_log["size"], 1)), [], 0
+    for at in range(0, dset.shape[0], step):
+        part = dset[at:at + step]
+        total += sum(len(v) if isinstance(v, (bytes, str)) else getattr(v, "nbytes", 16) for v in part)
+        if total > MAX_STRINGS:
+            raise Refused(f"{_log['path']}: dataset {shown(dset.name)} holds over {bytes_text(MAX_STRINGS)} of "
+                          f"strings or variable-length values in its first {at + len(part)} elements; no run log of "
+                          "joule's holds that much")
+        parts.append(part)
+    return np.concatenate(parts) if parts else dset[()]
 
 
 def note(msg):
@@ -35,7 +238,7 @@ def text(value):
 def strings(value):
     """An HDF5 string array (vlen or fixed, dataset or attribute) or one string as a list of str."""
     if isinstance(value, h5py.Dataset):
-        value = value[()]
+        value = read(value)
     arr = np.atleast_1d(np.asarray(value, dtype=object))
     return [text(v) for v in arr.ravel()]
 
@@ -51,14 +254,24 @@ def number(value, default=math.nan):
 
 
 def attr(obj, name, default=None):
-    return obj.attrs[name] if obj is not None and name in obj.attrs else default
+    """Attribute `name` of `obj`, or `default`. Strings (and other variable-length values) are kept
+    elsewhere in the file, each up to the file's size: an attribute of them is read whole, so only
+    while that many could not make over MAX_STRINGS (joule writes one string per attribute)."""
+    if obj is None or name not in obj.attrs:
+        return default
+    a = obj.attrs.get_id(name)
+    if a.dtype.hasobject and a.shape and math.prod(a.shape) > max(1, MAX_STRINGS // max(_log["size"], 1)):
+        raise Refused(f"{_log['path']}: attribute {shown(name)} of {shown(obj.name)} holds {math.prod(a.shape)} "
+                      "strings or variable-length values, each up to the file's size: more than plot_run.py reads "
+                      f"({bytes_text(MAX_STRINGS)}); joule writes one string per attribute")
+    return obj.attrs[name]
 
 
 def floats(group, name):
     """Dataset `name` of `group` as a 1-d float array (empty when absent)."""
     if group is None or name not in group or not isinstance(group[name], h5py.Dataset):
         return np.zeros(0)
-    return np.asarray(group[name][()], dtype=float).reshape(-1)
+    return np.asarray(read(group[name]), dtype=float).reshape(-1)
 
 
 # Student's t, two-sided 95%, for 1..30 degrees of freedom (1.96 beyond): runlog/statistics.cpp's.
@@ -210,7 +423,7 @@ def find_best(f, trials):
     if best is not None:
         idx = attr(best, "trial")
         if idx is None and isinstance(best, h5py.Dataset):
-            idx = best[()]
+            idx = read(best)
         if idx is not None:
             idx = int(number(idx, default=-1))
             for t in trials:
@@ -227,7 +440,7 @@ def pareto_indices(f, trials):
     """(indices, source): /pareto/trials, else the front computed from the ok trials."""
     p = group(f, "pareto")
     if p is not None and isinstance(p.get("trials"), h5py.Dataset):
-        return [int(i) for i in np.asarray(p["trials"][()]).reshape(-1)], "/pareto"
+        return [int(i) for i in np.asarray(read(p["trials"])).reshape(-1)], "/pareto"
     pts = sorted((t for t in trials if t.plottable), key=lambda t: (t.time, t.energy))
     front, lowest = [], math.inf
     for t in pts:
@@ -249,7 +462,7 @@ def read_trace(g):
     if wname not in src or not isinstance(src[wname], h5py.Dataset):
         return t[:0], np.zeros((0, 0)), []
     wds = src[wname]
-    w = np.asarray(wds[()], dtype=float)
+    w = np.asarray(read(wds), dtype=float)
     if w.ndim == 1:
         w = w.reshape(-1, 1)
     elif w.ndim != 2:
@@ -259,7 +472,7 @@ def read_trace(g):
     domains = []
     for holder, name in ((wds, "domains"), (src, "power_domains"), (src, "domains")):
         if name in holder.attrs:
-            domains = strings(holder.attrs[name])
+            domains = strings(attr(holder, name))
             break
         if holder is src and name in src and isinstance(src[name], h5py.Dataset):
             domains = strings(src[name])
@@ -285,8 +498,8 @@ def read_regions(g, table="regions"):
 
     def column(name):
         if name in r and isinstance(r[name], h5py.Dataset):
-            return r[name][()]
-        return r.attrs.get(name)
+            return read(r[name])
+        return attr(r, name)
 
     names = column("name")
     if names is None:

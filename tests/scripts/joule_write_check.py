@@ -4,7 +4,9 @@
 a link at the target replaced, not followed; a folder, a FIFO and a link to a FIFO refused; the
 replaced file's mode kept (set on the new file's descriptor); the private temporary's name, mode and
 marker; nothing left after an exception or Ctrl-C, the old file unchanged; a folder others can
-write refused, and accepted with JOULE_ACCEPT_SHARED_FOLDER=1 with one warning. As root (else
+write refused, and accepted with JOULE_ACCEPT_SHARED_FOLDER=1 with one warning; so too a folder
+that another user may write through its POSIX access ACL (else SKIP, where the file system has no
+ACLs), the sticky bit or a mask without write making it safe again. As root (else
 SKIP), with os.chown giving things to another user: that user's link in a world-writable folder
 not followed, that user's folder on the way refused, that user's file at the target refused and
 replaced with JOULE_REPLACE_OTHERS_FILES=1 by a file that stays root's.
@@ -16,6 +18,7 @@ import re
 import shutil
 import signal
 import stat
+import struct
 import sys
 import tempfile
 
@@ -139,6 +142,49 @@ err = io.StringIO()
 with contextlib.redirect_stderr(err):
     joule_write.write_text("sticky/x", "x")
 check(read("sticky/x") == "x" and not err.getvalue(), "a sticky folder is written without a warning")
+
+# A folder that another user may write through its access ACL (a named user's entry, a mask that
+# lets it write): refused, even where its group alone would be this user's private one; accepted
+# with JOULE_ACCEPT_SHARED_FOLDER=1, or with the sticky bit. The ACL is written as its xattr (no
+# setfacl needed): version 2, then (tag, permissions, id) entries sorted by tag.
+os.mkdir("acl")
+os.chmod("acl", 0o755)
+ACL_USER_OBJ, ACL_USER, ACL_GROUP_OBJ, ACL_MASK, ACL_OTHER, NO_ID = 1, 2, 4, 0x10, 0x20, 0xFFFFFFFF
+
+
+def set_acl(path, mask):
+    entries = [(ACL_USER_OBJ, 7, NO_ID), (ACL_USER, 7, ACL_UID), (ACL_GROUP_OBJ, 5, NO_ID), (ACL_MASK, mask, NO_ID),
+               (ACL_OTHER, 5, NO_ID)]
+    os.setxattr(path, "system.posix_acl_access",
+                struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries))
+
+
+ACL_UID = 5151
+try:
+    set_acl("acl", 7)
+except OSError as e:
+    print(f"SKIP: a folder writable through its access ACL (this file system takes no POSIX ACL xattr: {e.strerror})")
+else:
+    check(stat.S_IMODE(os.stat("acl").st_mode) == 0o775, "the ACL's mask rwx is the folder's group bits: mode 0775")
+    why = refused(lambda: joule_write.write_text("acl/x", "x"), "the folder acl is writable by other users through its "
+                  "access ACL (mode 0775+, the mask lets its entries write) and has no sticky bit, so another user may "
+                  "rename or remove what is in it, joule's files included", "JOULE_ACCEPT_SHARED_FOLDER=1")
+    check(why is not None and "lacks" not in why and only("acl"), f"a folder writable through its ACL refused: {why}")
+    os.environ["JOULE_ACCEPT_SHARED_FOLDER"] = "1"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        joule_write.write_text("acl/x", "x")
+    del os.environ["JOULE_ACCEPT_SHARED_FOLDER"]
+    check(read("acl/x") == "x" and err.getvalue().count("\n") == 1 and "through its access ACL" in err.getvalue(),
+          f"accepted with JOULE_ACCEPT_SHARED_FOLDER=1, one warning: {err.getvalue().strip()}")
+    os.chmod("acl", 0o1775)
+    joule_write.write_text("acl/y", "y")
+    check(read("acl/y") == "y", "with the sticky bit it is written")
+    os.mkdir("acl-read")
+    set_acl("acl-read", 5)  # the named user's rwx masked to r-x: nobody else writes (mode 0755)
+    joule_write.write_text("acl-read/x", "x")
+    check(stat.S_IMODE(os.stat("acl-read").st_mode) == 0o755 and read("acl-read/x") == "x",
+          "an ACL whose mask lets nobody write (mode 0755+) is written in")
 
 # Folders made on the way: never writable by others; the probe leaves nothing.
 joule_write.write_text("new/deeper/x", "x", create_folder=True)
