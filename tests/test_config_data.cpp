@@ -428,6 +428,12 @@ TEST_CASE("data: a sparse or forged file cannot claim samples it does not store"
     REQUIRE_THROWS_WITH(io::H5File(file.path(), io::H5File::Mode::read), Contains("/extra is an external link"));
     std::remove(fifo.c_str());
   }
+  SECTION("strings that all name one large stored string (issue 64: a small file asking for GBs)") {
+    hostile::repeated_string_dataset(file.path(), "/names", 400, std::size_t(1) << 20);  // 400 MiB asked
+    io::H5File f(file.path(), io::H5File::Mode::read);
+    REQUIRE_THROWS_WITH(f.read_strings("/names"), Contains("dataset /names of 400 strings holds more than 256.0 MiB "
+                                                           "of text"));
+  }
   SECTION("per-sample shapes no configuration allows") {
     std::vector<std::uint8_t> pixels(4 * 300);
     {

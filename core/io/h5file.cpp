@@ -562,12 +562,34 @@ std::vector<std::string> H5File::read_strings(std::string const& dataset) const 
     Handle mem{H5Tcopy(H5T_C_S1), H5Tclose};
     H5Tset_size(mem.id, H5T_VARIABLE);
     H5Tset_cset(mem.id, H5Tget_cset(type.id));
-    std::vector<char*> pointers = allocate<char*>(*this, n, dataset);
-    if (H5Dread(d.id, mem.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()) < 0)
-      fail("cannot read dataset " + dataset);
-    for (char* p : pointers) {  // HDF5 allocated each string: copy it, then give it back
-      values.emplace_back(p ? p : "");
-      if (p) H5free_memory(p);
+    // Read a few at a time, the total bounded: every element of a forged file can name the same
+    // large string in the global heap, which HDF5 would copy once per element (a 1 MB file of
+    // 2,000 names of one 1 MiB string asks for 2 GB).
+    constexpr std::size_t kSlice = 16;
+    constexpr std::size_t kMaxTotal = std::size_t(256) << 20;
+    std::vector<char*> pointers = allocate<char*>(*this, std::min(n, kSlice), dataset);
+    values.reserve(n);
+    std::size_t total = 0;
+    Handle file_space{H5Dget_space(d.id), H5Sclose};
+    for (std::size_t start = 0; start < n; start += kSlice) {
+      hsize_t const first = start, count = std::min(kSlice, n - start);
+      Handle slice{H5Screate_simple(1, &count, nullptr), H5Sclose};
+      if (file_space.id < 0 || slice.id < 0 ||
+          H5Sselect_hyperslab(file_space.id, H5S_SELECT_SET, &first, nullptr, &count, nullptr) < 0 ||
+          H5Dread(d.id, mem.id, slice.id, file_space.id, H5P_DEFAULT, pointers.data()) < 0)
+        fail("cannot read dataset " + dataset);
+      bool too_much = false;
+      for (std::size_t k = 0; k < count; ++k) {  // HDF5 allocated each string: copy it, then give it back
+        char* p = pointers[k];
+        std::size_t const length = p ? std::strlen(p) : 0;
+        total += length;
+        too_much = too_much || total > kMaxTotal;
+        if (!too_much) values.emplace_back(p ? p : "", length);
+        if (p) H5free_memory(p);
+      }
+      if (too_much)
+        fail("dataset " + dataset + " of " + std::to_string(n) + " strings holds more than " +
+             bytes_text(double(kMaxTotal)) + " of text (a forged file: its strings may all name one stored string)");
     }
     return values;
   }

@@ -5,6 +5,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -78,6 +79,41 @@ inline void external_link(std::string const& path, std::string const& name, std:
   detail::replace(f.id, name);
   if (H5Lcreate_external(other.c_str(), object.c_str(), f.id, name.c_str(), H5P_DEFAULT, H5P_DEFAULT) < 0)
     throw std::runtime_error("hostile: cannot create the external link " + name);
+}
+
+// A dataset `name` of `n` variable-length strings that all name one stored string of `bytes` bytes:
+// written as one long string and n - 1 short ones, then every element's heap descriptor (length,
+// collection address, index: 16 bytes in a contiguous layout) overwritten with the first one's.
+inline void repeated_string_dataset(std::string const& path, std::string const& name, std::size_t n,
+                                    std::size_t bytes) {
+  haddr_t offset = HADDR_UNDEF;
+  {
+    detail::File f(path);
+    detail::replace(f.id, name);
+    hid_t const type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    hsize_t const dims = n;
+    hid_t const space = H5Screate_simple(1, &dims, nullptr);
+    hid_t const d = H5Dcreate2(f.id, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (d < 0) throw std::runtime_error("hostile: cannot create " + name);
+    std::string const big(bytes, 'x');
+    std::vector<char const*> values(n, "y");
+    values[0] = big.c_str();
+    H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+    offset = H5Dget_offset(d);
+    H5Dclose(d);
+    H5Sclose(space);
+    H5Tclose(type);
+  }
+  if (offset == HADDR_UNDEF) throw std::runtime_error("hostile: no contiguous storage for " + name);
+  std::FILE* f = std::fopen(path.c_str(), "r+b");
+  if (!f) throw std::runtime_error("hostile: cannot patch " + path);
+  char first[16];
+  bool ok = std::fseek(f, long(offset), SEEK_SET) == 0 && std::fread(first, 1, 16, f) == 16;
+  for (std::size_t i = 1; ok && i < n; ++i)
+    ok = std::fseek(f, long(offset + 16 * i), SEEK_SET) == 0 && std::fwrite(first, 1, 16, f) == 16;
+  std::fclose(f);
+  if (!ok) throw std::runtime_error("hostile: cannot patch " + path);
 }
 
 // An attribute holding `values` (variable-length strings) where a single one is expected.
