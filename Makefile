@@ -205,8 +205,9 @@ gpu-audit: configure
 	  JOULE_GPU_AUDIT_WAVE_GATE=1 bash cmake/compile-check/compile_check.sh
 	./$(BUILD)/apps/joule bench --suite roofline --config $(GPU_AUDIT_CONFIG) --json $(GPU_AUDIT_DIR)/roofline.json
 
-# The device check's bundle (docs/gh200.md#the-device-check-one-command-on-a-gpu-machine), in an
-# ignored folder so that the device tool can carry it: `device_check.sh --bundle` runs it there.
+# The device check's bundle (docs/gh200.md#the-device-check-one-command-on-a-gpu-node), built on this
+# machine into an ignored folder (never committed); copy it to a GPU node, where
+# `device_check.sh --bundle` runs it.
 DEVICE_BUNDLE ?= .device/joule-device.tar.gz
 device-bundle:
 	@test -n "$(KOKKOS_SRC)" -a -n "$(KOKKOS_KERNELS_SRC)" || \

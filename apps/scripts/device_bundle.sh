@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Builds here, where the network, nvcc and the time are, everything the device check runs on a GPU
-# machine, which has neither network nor time to spare (15 minutes of device time in all), and packs
-# it as one archive for `apps/scripts/device_check.sh --bundle`. On the device: no configure, no
-# compile; unpack and run.
+# Builds on a build machine (a login node or a workstation with network and nvcc; no GPU needed)
+# everything the device check runs on a GPU node, and packs it as one archive for
+# `apps/scripts/device_check.sh --bundle`. On the GPU node: no network, no compiler, no configure;
+# unpack and run, so the check spends its job's minutes on the GPU.
 #   joule-device/bin/joule, lib/libjoule_energy_tool.so   the CUDA (sm_90) + OpenMP build
 #   joule-device/tests/   the test executables of the check's step 1 (device_tests.sh), and with
 #                         JOULE_BUNDLE_MORE_TESTS=1 those of tests_more
-#   joule-device/lib/     every shared library they load that a GPU machine's image may lack (the
-#                         image has glibc, the GCC runtime's libstdc++ and libgcc_s, the CUDA 13
-#                         toolkit's libraries with cuBLAS and NCCL, and the driver's libcuda; it has
-#                         no HDF5, Kokkos, OpenMPI or fmt): ldd of every binary decides
+#   joule-device/lib/     every shared library they load that a GPU node may lack (the bundle
+#                         expects of the node only glibc, the GCC runtime's libstdc++ and libgcc_s,
+#                         the CUDA 13 toolkit's libraries (cudart, cuBLAS, NCCL) and the driver's
+#                         libcuda and NVML; it carries HDF5, Kokkos and fmt itself): ldd of every
+#                         binary decides
 #   joule-device/fixtures/run-log.h5   a small run log, written by this checkout's CPU build
 #                         (make build; JOULE_CPU_JOULE): the starts step inspects it with the GPU hidden
 #   joule-deps/MANIFEST   what was built from what, the libraries and the sizes
@@ -19,7 +20,8 @@
 #   13 the 4.6.01 tags are built from a copy patched with cmake/patches/kokkos-4.6.01-cuda13.patch);
 #   HDF5, static, no filters, from Debian's hdf5 source package; Catch2, nlohmann-json, CLI11, fmt
 #   and stb from Debian's binary packages (dpkg -x). No MPI: one process per job on the device.
-# The archive must be at most 48 MiB (the device takes 64 MiB with the checkout): it fails otherwise.
+# The archive must be at most 48 MiB, a guard (it is about 13 MiB): past it something unplanned was
+# packed (a debug build, a static toolkit library), and the script fails.
 #   KOKKOS_SRC=... KOKKOS_KERNELS_SRC=... apps/scripts/device_bundle.sh OUT.tar.gz   (make device-bundle)
 # Then, here, the rehearsal: apps/scripts/device_check.sh --rehearse --bundle OUT.tar.gz
 set -euo pipefail
@@ -164,4 +166,4 @@ tar -C "$stage" -czf "$out" joule-device
 size="$(stat -c %s "$out")"
 log "wrote $out: $(awk -v s="$size" 'BEGIN { printf "%.1f MiB", s / 1048576 }') (limit 48 MiB) in $((SECONDS - t_start)) s; ${times[*]}"
 sed 's/^/  /' "$root/MANIFEST" >&2
-[ "$size" -le "$max_bytes" ] || die "the bundle is $size bytes, over the 48 MiB a device machine takes with the checkout"
+[ "$size" -le "$max_bytes" ] || die "the bundle is $size bytes, over the 48 MiB guard: something unplanned was packed (see MANIFEST)"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The check to run on a machine with an NVIDIA GPU (an H100/H200 or a GH200 node), as one command,
 # network or not. The most important results come first, and every step has its own time limit;
-# the limits add up to the budget (docs/gh200.md, "The device check", has the table), so nothing
+# together they fit in the budget (docs/gh200.md, "The device check", has the table), so nothing
 # late is starved by something early. Two ways to get the binaries:
-#   --bundle B  prebuilt here by apps/scripts/device_bundle.sh (make device-bundle): unpacked, its
-#               libraries checked (ldd), nothing configured or compiled on the device; budget 300 s,
-#               so that a failed try and a fixed one both fit in a lent machine's 15 minutes
+#   --bundle B  prebuilt on a build machine by apps/scripts/device_bundle.sh (make device-bundle)
+#               and copied to the GPU node: unpacked, its libraries checked (ldd), nothing
+#               configured or compiled on the node; budget 300 s (a job or salloc of 10 minutes
+#               holds the check and a rerun)
 #   Kokkos_ROOT your own CUDA Kokkos (a GH200 node): configure, then build joule and only the test
 #               executables that step 1 runs (ninja if there is one, on all cores, in WORK/build);
 #               budget 540 s
@@ -29,6 +30,9 @@
 #   apps/scripts/device_check.sh --bundle BUNDLE.tar.gz [--budget SECONDS] [--work DIR]
 #                                [--only STEP,STEP...] [--rehearse] [OUT_DIR]
 #   Kokkos_ROOT=/path/to/cuda-kokkos apps/scripts/device_check.sh [OUT_DIR]
+# Under Slurm, on one GPU of a compute node (the checkout and the bundle on a shared file system, or
+# copied there; add the site's partition and account):
+#   srun -N 1 -n 1 --gpus=1 --time=10 apps/scripts/device_check.sh --bundle BUNDLE.tar.gz OUT_DIR
 # --rehearse: everything up to the first command that needs the GPU (unpack and the libraries, or
 #   configure and build), for a machine without a GPU; the GPU steps say "not run (rehearsal)".
 # --only: run just these of the numbered steps (e.g. --only tests_gpu,tune on a warm machine, whose
@@ -84,6 +88,7 @@ jobs="$(nproc)"
 preset="${JOULE_DEVICE_PRESET:-gh200}"
 start=$SECONDS
 reserve=5          # kept back for the last summary and log archive
+machine_limit=15   # the machine's facts: the longest of them, whether python3 has torch with CUDA
 results=()
 current="" step_pid=""
 
@@ -162,9 +167,9 @@ trap 'on_signal TERM' TERM
 
 # --- The machine ------------------------------------------------------------------------------------
 command -v nvcc >/dev/null || export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
-# OpenMPI refuses to start as root (a lent GPU machine runs commands as root) unless told.
+# OpenMPI refuses to start as root (containers and some node images run jobs as root) unless told.
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-torch_cuda="$(timeout 15 python3 -c 'import torch; print(torch.__version__, "cuda" if torch.cuda.is_available() else "no-cuda")' 2>&1 | tail -1)"
+torch_cuda="$(timeout "$machine_limit" python3 -c 'import torch; print(torch.__version__, "cuda" if torch.cuda.is_available() else "no-cuda")' 2>&1 | tail -1)"
 {
   gpu="$(nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv,noheader 2>/dev/null | head -1)"
   echo "gpu: ${gpu:-none found (nvidia-smi did not answer)}"

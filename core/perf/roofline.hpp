@@ -14,7 +14,7 @@
 //
 // and the step's predicted time and MFU, by kind of work. Every figure of a target has its source
 // in targets(); none of them is measured on this machine, and nothing here is a measurement:
-// printed and stored, it says MODEL. Only CUDA-event times on a lent GPU can correct it
+// printed and stored, it says MODEL. Only CUDA-event times on a GPU can correct it
 // (docs/roofline.md says what it leaves out).
 #include "core/detail/launch_log.hpp"
 
