@@ -74,13 +74,13 @@ done
 budget="${budget:-$([ -n "$bundle" ] && echo 300 || echo 540)}"
 [[ "$budget" =~ ^[0-9]+$ ]] || { echo "device_check.sh: --budget $budget: a number of seconds" >&2; exit 2; }
 if [ -n "$bundle" ]; then
-  [ -f "$bundle" ] || { echo "device_check.sh: --bundle $bundle: no such file (make it here with apps/scripts/device_bundle.sh)" >&2; exit 2; }
+  [ -f "$bundle" ] || { echo "device_check.sh: --bundle $bundle: no such file (make it on a build machine with make device-bundle, apps/scripts/device_bundle.sh)" >&2; exit 2; }
   bundle="$(cd "$(dirname "$bundle")" && pwd)/$(basename "$bundle")"
 fi
 out="${out:-$repo/device-check}"
 work="${work:-$repo/build-device}"
 mkdir -p "$out" "$work" && out="$(cd "$out" && pwd)" && work="$(cd "$work" && pwd)"
-case "$work/" in "$out"/*) echo "device_check.sh: the work folder $work must not be inside OUT_DIR $out (only results go back)" >&2; exit 2 ;; esac
+case "$work/" in "$out"/*) echo "device_check.sh: the work folder $work must not be inside OUT_DIR $out (OUT_DIR holds only results)" >&2; exit 2 ;; esac
 build="$work/build" logs="$work/logs"
 rm -rf "$logs" && mkdir -p "$logs"
 rm -f "$out/summary.txt" "$out/logs.tar.gz" "$out/machine.txt" "$out/bench.json" "$out/step.json" "$out/step_bf16.json"
