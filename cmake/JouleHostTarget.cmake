@@ -149,3 +149,11 @@ if(_target STREQUAL "grace" AND JOULE_HOST_TARGET_FLAGS)
   endif()
 endif()
 message(STATUS "joule: host target ${JOULE_HOST_TARGET_TEXT}")
+# The flags the host code gets, for `make vec-report` (apps/scripts/vec_report.sh): joule's, or
+# those Kokkos_ARCH_ARMV9_GRACE adds (Kokkos 4.4 to 5.x: cmake/kokkos_arch.cmake).
+set(_vec_flags "${JOULE_HOST_TARGET_FLAGS}")
+if(_target MATCHES "^(grace|kokkos)$" AND _joule_kokkos_host_arch STREQUAL "ARMV9_GRACE")
+  set(_vec_flags -mcpu=neoverse-n2 -msve-vector-bits=128)
+endif()
+string(REPLACE ";" " " _vec_flags "${_vec_flags}")
+file(WRITE "${CMAKE_BINARY_DIR}/joule_host_target_flags.txt" "${_vec_flags}\n")
