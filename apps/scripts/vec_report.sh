@@ -35,6 +35,7 @@ done
 # build's C++ standard (JOULE_CXX_STANDARD; Kokkos 5 needs 20).
 flags=(-O3 -DNDEBUG -fno-math-errno -ffp-contract=off -fopenmp -std=c++"${JOULE_CXX_STANDARD:-17}" -I"$repo" -I"$generated"
        "${kokkos_includes[@]}" -c "$source_file" -fopt-info-vec-all)
+report_flags=("${flags[@]}")
 object="$(mktemp --suffix=.o)"
 trap 'rm -f "$object"' EXIT
 status=0
@@ -57,8 +58,12 @@ report() {  # report LABEL COMPILER FLAGS...
     fi
   done
   # SVE: what the compiler enabled for these flags, and what the object holds.
-  local macros
-  macros="$("$compiler" "$@" -dM -E -x c++ /dev/null 2>/dev/null || true)"
+  # Asked of the host compiler itself (through nvcc_wrapper: its NVCC_WRAPPER_DEFAULT_COMPILER),
+  # with the target flags (-m...) only.
+  local macros probe="$compiler" target_flags=() a
+  [ "$(basename "$compiler")" = nvcc_wrapper ] && probe="${NVCC_WRAPPER_DEFAULT_COMPILER:-g++}"
+  for a in "$@"; do [[ "$a" == -m* ]] && target_flags+=("$a"); done
+  macros="$("$probe" "${target_flags[@]}" -dM -E -x c++ /dev/null 2>/dev/null || true)"
   if grep -q '__ARM_FEATURE_SVE ' <<<"$macros"; then
     local objdump="" asm count
     for objdump in "${compiler%g++}objdump" aarch64-linux-gnu-objdump objdump; do
@@ -80,9 +85,39 @@ report() {  # report LABEL COMPILER FLAGS...
     fi
   fi
 }
-host_flags=(-march=native)
-[ -n "${JOULE_VEC_REPORT_HOST_FLAGS+set}" ] && read -r -a host_flags <<<"$JOULE_VEC_REPORT_HOST_FLAGS"
-report "host ($(uname -m), ${host_flags[*]:-no target flag})" "${CXX:-c++}" "${host_flags[@]}"
+# The build's own compilation of the file (its compile_commands.json): its compiler (nvcc_wrapper
+# on a CUDA build, which hands -fopt-info-vec-all to its host compiler), host target and Kokkos flags.
+build_command() {  # prints the build's command for $source_file, one argument a line, -o dropped
+  python3 - "$1/compile_commands.json" "$source_file" <<'PY'
+import json, shlex, sys, os
+entries = [e for e in json.load(open(sys.argv[1])) if os.path.realpath(e["file"]) == os.path.realpath(sys.argv[2])]
+if not entries:
+    sys.exit("vec_report: %s has no command for %s" % (sys.argv[1], sys.argv[2]))
+args = entries[0].get("arguments") or shlex.split(entries[0]["command"])
+out, skip = [], False
+for a in args:
+    if skip: skip = False; continue
+    if a == "-o": skip = True; continue
+    if a == "-c" or a == entries[0]["file"] or os.path.realpath(a) == os.path.realpath(sys.argv[2]): continue
+    out.append(a)
+print(entries[0]["directory"])
+print("\n".join(out))
+PY
+}
+if [ -n "${JOULE_VEC_REPORT_BUILD_DIR:-}" ]; then
+  mapfile -t command < <(build_command "$JOULE_VEC_REPORT_BUILD_DIR")
+  [ "${#command[@]}" -ge 2 ] || { echo "vec_report: no build command for $source_file in $JOULE_VEC_REPORT_BUILD_DIR" >&2; exit 1; }
+  build_flags="$(cat "$JOULE_VEC_REPORT_BUILD_DIR/joule_host_target_flags.txt" 2>/dev/null || true)"
+  # The build's command, its own flags, and only the report's: -fopt-info-vec-all and the file.
+  flags=(-c "$source_file" -fopt-info-vec-all)
+  (cd "${command[0]}" && report "build ($(uname -m), ${build_flags:-no target flag from joule}; $(basename "${command[1]}"))" \
+     "${command[1]}" "${command[@]:2}" && exit "$status") || status=1
+else
+  host_flags=(-march=native)
+  [ -n "${JOULE_VEC_REPORT_HOST_FLAGS+set}" ] && read -r -a host_flags <<<"$JOULE_VEC_REPORT_HOST_FLAGS"
+  report "host ($(uname -m), ${host_flags[*]:-no target flag})" "${CXX:-c++}" "${host_flags[@]}"
+fi
+flags=("${report_flags[@]}")
 if [ "${JOULE_VEC_REPORT_HOST_ONLY:-0}" = 1 ]; then
   :
 elif command -v aarch64-linux-gnu-g++ >/dev/null; then
