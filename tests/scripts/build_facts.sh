@@ -58,7 +58,7 @@ hdf5="$(fact HDF5)"
 
 mpi="$(fact MPI)"
 if [ "$with_mpi" = 1 ]; then
-  [[ "$mpi" =~ ^(Open\ MPI|MPICH|Intel\ MPI|an\ MPI).*,\ MPI\ [34]\.[0-9]\ \(loaded:\ .+\)$ ]] || fail "MPI line '$mpi'"
+  [[ "$mpi" =~ ^(Open\ MPI|MPICH|Intel\ MPI|an\ MPI).*,\ MPI\ [3-9]\.[0-9]\ \(loaded:\ .+\)$ ]] || fail "MPI line '$mpi'"
   [[ "$mpi" != *"loaded: not told"* ]] || fail "MPI: the library did not say its version: '$mpi'"
 else
   [[ "$mpi" == none* ]] || fail "MPI line '$mpi' in a build without MPI"
