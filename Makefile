@@ -11,8 +11,10 @@
 #   make device-bundle KOKKOS_SRC=... KOKKOS_KERNELS_SRC=...   the device check's bundle: joule and the
 #                      check's tests built here for CUDA sm_90 with the libraries a GPU machine may
 #                      lack (<= 48 MiB, never committed), then rehearsed here up to the first GPU call
-#   make vec-report    GCC's vectorisation report for the host AdamW loop, here and (with Debian's
-#                      g++-aarch64-linux-gnu) for Grace's SVE and NEON; fails if it stays scalar
+#   make vec-report    GCC's vectorisation report for the host AdamW loop, compiled by the build's own
+#                      command (its compiler, JOULE_HOST_TARGET, Kokkos' flags; nvcc_wrapper on a GH200)
+#                      and (with Debian's g++-aarch64-linux-gnu) for Grace (SVE instructions counted)
+#                      and NEON; fails if it stays scalar
 #   make test-kokkos45 the suite but its long and mpirun tests inside a Debian sid root (debootstrap, cached
 #                      in ~/.cache/joule/sid) against trilinos 16.1's Kokkos 4.5.1 + Kokkos-Kernels 4.5
 #                      with g++ 16 and cmake 4 (apps/scripts/sid_root.sh; needs root for chroot and bind mounts)
@@ -37,7 +39,8 @@
 # each backend and version gets its own cache prefix and build folder:
 #   make test KOKKOS_SRC=~/src/kokkos KOKKOS_KERNELS_SRC=~/src/kokkos-kernels [JOULE_KOKKOS_BACKEND=cuda]
 BUILD_DEFAULT := build
-JOBS ?= $(shell nproc)
+# Parallel jobs: the CPUs this process may use, at most 16 (a shared login node); JOBS=N overrides.
+JOBS ?= $(shell n=$$(nproc); [ "$$n" -gt 16 ] && n=16; echo $$n)
 CMAKE_ARGS ?=
 JOULE_KOKKOS_BACKEND ?= openmp
 
@@ -191,7 +194,7 @@ compile-check:
 	JOULE_GPU_AUDIT_DIR=$(GPU_AUDIT_DIR) bash cmake/compile-check/compile_check.sh
 
 vec-report: configure
-	bash apps/scripts/vec_report.sh $(CURDIR) $(KOKKOS)/include $(BUILD)/core/generated
+	JOULE_VEC_REPORT_BUILD_DIR=$(abspath $(BUILD)) bash apps/scripts/vec_report.sh $(CURDIR) $(KOKKOS)/include $(BUILD)/core/generated
 
 # The whole GPU audit (docs/gh200.md#the-gpu-audit): one training step of medium.json recorded on the
 # CPU (~30 s on 2 cores), then the compile check with its ptxas figures and the gates.

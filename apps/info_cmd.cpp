@@ -1,5 +1,8 @@
-// `joule info`: versions and the build's settings; with --no-device without starting Kokkos.
+// `joule info`: the build's facts (the table `joule --version` prints too: build_facts.cpp), then
+// what this run would use; with --no-device without starting Kokkos.
 #include "commands.hpp"
+
+#include "build_facts.hpp"
 
 #include "core/compat.hpp"
 #include "core/environment.hpp"
@@ -13,36 +16,6 @@
 #include <string>
 
 namespace joule::apps {
-namespace {
-// The execution spaces this build's Kokkos has (its devices), fastest first.
-std::string kokkos_devices() {
-  std::string list;
-  auto const add = [&list](char const* name) { list += (list.empty() ? "" : ", ") + std::string(name); };
-#if defined(KOKKOS_ENABLE_CUDA)
-  add("Cuda");
-#endif
-#if defined(KOKKOS_ENABLE_HIP)
-  add("HIP");
-#endif
-#if defined(KOKKOS_ENABLE_SYCL)
-  add("SYCL");
-#endif
-#if defined(KOKKOS_ENABLE_OPENMP)
-  add("OpenMP");
-#endif
-#if defined(KOKKOS_ENABLE_THREADS)
-  add("Threads");
-#endif
-#if defined(KOKKOS_ENABLE_HPX)
-  add("HPX");
-#endif
-#if defined(KOKKOS_ENABLE_SERIAL)
-  add("Serial");
-#endif
-  return list;
-}
-}  // namespace
-
 std::function<int()> add_info_command(CLI::App& app, bool& no_device) {
   auto* cmd = app.add_subcommand("info", "print versions and the execution space");
   cmd->add_flag("--no-device", no_device,
@@ -50,9 +23,9 @@ std::function<int()> add_info_command(CLI::App& app, bool& no_device) {
   return [cmd]() -> int {
     if (!*cmd) return -1;
     bool const started = Kokkos::is_initialized();  // false for --no-device
-    fmt::print("joule {}\n", JOULE_VERSION);
-    fmt::print("Kokkos {}.{}.{} (devices: {}), default execution space {} ({})\n", KOKKOS_VERSION / 10000,
-               KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100, kokkos_devices(), Kokkos::DefaultExecutionSpace::name(),
+    fmt::print("{}\n", build_facts_text());
+    fmt::print("Kokkos {}.{}.{}: default execution space {} ({})\n", KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100,
+               KOKKOS_VERSION % 100, Kokkos::DefaultExecutionSpace::name(),
                started ? std::to_string(Kokkos::DefaultExecutionSpace().concurrency()) + " threads/concurrency"
                        : std::string("not started: --no-device"));
     fmt::print("GEMMs (train.precision): fp32: {}; bf16: {}\n", gemm_path(Precision::fp32), gemm_path(Precision::bf16));

@@ -1,5 +1,6 @@
 // The joule command. Subcommands live in their own files; this file parses and dispatches.
 #include "stop_signals.hpp"
+#include "build_facts.hpp"
 #include "commands.hpp"
 #include "core/compat.hpp"
 #include "core/environment.hpp"
@@ -194,7 +195,8 @@ int main(int argc, char** argv) {
   CLI::App app{"joule: energy-aware training of multimodal transformers on Kokkos", "joule"};
   app.formatter(std::make_shared<UsageFirst>());  // before the subcommands, which copy it
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("joule ") + JOULE_VERSION);
+  // The build's facts, the same table `joule info` starts with (build_facts.cpp).
+  app.set_version_flag("--version", [] { return joule::apps::build_facts_text(); });
 
   bool info_no_device = false;
   auto const run_bench = joule::apps::add_bench_command(app);

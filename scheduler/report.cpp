@@ -104,8 +104,13 @@ void header_section(std::string& out, RunLogContents const& log) {
   for (auto const& when : h.resumed) out += fmt::format("  resumed {}\n", when);
   out += fmt::format("  strategy {}, objective {}; {} trials: {} ok, {} infeasible, {} failed\n", h.strategy,
                      h.objective, log.trials.size(), ok, infeasible, failed);
-  if (h.device_memory_budget_bytes > 0)
-    out += fmt::format("  device memory budget {:.3g} GiB\n", h.device_memory_budget_bytes / double(1ull << 30));
+  if (h.device_memory_budget_bytes > 0) {  // on a host execution space the budget is host memory
+    bool const on_device = h.execution_space == "Cuda" || h.execution_space == "HIP" || h.execution_space == "SYCL" ||
+                           h.execution_space == "OpenMPTarget" || h.execution_space == "OpenACC";
+    out += fmt::format("  {} budget {:.3g} GiB{}\n", on_device ? "device memory" : "memory",
+                       h.device_memory_budget_bytes / double(1ull << 30),
+                       on_device ? "" : fmt::format(" (host memory: {} runs on the CPU)", h.execution_space));
+  }
   if (h.energy_is_model())
     out += fmt::format("Energy: MODEL ESTIMATE. The energy figures come from a model, not a measurement ({}).\n",
                        h.energy_source);

@@ -834,6 +834,23 @@ RunLogContents report_log(std::string const& energy_kind) {
 }
 }  // namespace
 
+// The tuner's memory budget is the device's on a GPU execution space and host memory on a host
+// one: an OpenMP build's report must not call it device memory.
+TEST_CASE("run report: the memory budget is named for the execution space", "[run_log][report]") {
+  auto log = report_log("measured");
+  log.header.device_memory_budget_bytes = 8.0 * (1ull << 30);
+  log.header.execution_space = "OpenMP";
+  std::string report = format_run_report(log);
+  INFO(report);
+  CHECK_THAT(report, Contains("  memory budget 8 GiB (host memory: OpenMP runs on the CPU)\n"));
+  CHECK_THAT(report, !Contains("device memory"));
+  log.header.execution_space = "Cuda";
+  report = format_run_report(log);
+  CHECK_THAT(report, Contains("  device memory budget 8 GiB\n"));
+  log.header.device_memory_budget_bytes = 0;  // none recorded: no line
+  CHECK_THAT(format_run_report(log), !Contains("memory budget"));
+}
+
 TEST_CASE("run report: trials, Pareto front, the chosen configuration and the energy source", "[run_log][report]") {
   auto const log = report_log("measured");
   std::string const report = format_run_report(log);

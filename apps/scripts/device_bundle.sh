@@ -92,10 +92,12 @@ targets="$(device_test_targets "$device_tests_re")"
 [ "${JOULE_BUNDLE_MORE_TESTS:-0}" = 1 ] && targets="$(printf '%s %s' "$targets" "$(device_test_targets "$device_more_re")" | tr ' ' '\n' | sort -u | paste -sd' ')"
 [ -n "$targets" ] || die "no test executable has a test case matching /$device_tests_re/"
 generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
+# The preset builds host code for Grace (JOULE_HOST_TARGET=grace); the bundle is built on this x86-64
+# machine for a GPU machine of the same architecture: generic host code.
 configure() {
   Kokkos_ROOT="$kokkos_prefix" cmake --preset gh200 -S "$repo" -B "$build" "${generator[@]}" -DKokkos_ROOT="$kokkos_prefix" \
     -DCMAKE_PREFIX_PATH="$usr/usr;$hdf5_prefix" -DHDF5_ROOT="$hdf5_prefix" -DHDF5_USE_STATIC_LIBRARIES=ON \
-    -DJOULE_WITH_MPI=OFF -DJOULE_NATIVE_ARCH=OFF -DCMAKE_BUILD_TYPE=Release >"$stage/configure.log" 2>&1 ||
+    -DJOULE_WITH_MPI=OFF -DJOULE_HOST_TARGET=generic -DCMAKE_BUILD_TYPE=Release >"$stage/configure.log" 2>&1 ||
     { tail -40 "$stage/configure.log"; die "configuring joule for CUDA failed"; }
 }
 timed configure

@@ -127,8 +127,11 @@ work="$(mktemp -d)"; trap '[ -n "${KEEP:-}" ] && echo "kept $work" >&2 || rm -rf
 generate "$work/cuda5" "$k5" cuda_openmp.settings OPENMP SERIAL CUDA
 generate "$work/host5" "$k5" openmp.settings OPENMP SERIAL
 generate "$work/host45" "$k45" openmp.settings OPENMP SERIAL
-# The generated headers: `joule`'s apps/default_config.hpp (from CMake)
+# The generated headers: `joule`'s apps/default_config.hpp (from CMake), ...
 mkdir -p "$work/gen" && { echo '#pragma once'; echo 'namespace joule::apps { inline constexpr char const* kDefaultConfigJson = "{}"; }'; } > "$work/gen/default_config.hpp"
+# ... apps/build_facts_config.hpp (from CMake: the commit, the host target; MPI on, as below) ...
+sed -e 's/@JOULE_GIT_COMMIT@/check/' -e 's/@_joule_host_target_text@/check/' -e 's/@_joule_kk_text@/check/' \
+  -e 's/@_joule_with_mpi@/1/' "$repo/apps/build_facts_config.hpp.in" > "$work/gen/build_facts_config.hpp"
 # ... and core/model/limits.hpp, made from core/model/limits.json by the build's own generator.
 cmake -DJOULE_LIMITS_JSON="$repo/core/model/limits.json" -DJOULE_LIMITS_TEMPLATE="$repo/core/model/limits.hpp.in" \
   -DJOULE_LIMITS_HEADER="$work/gen/core/model/limits.hpp" -P "$repo/cmake/detail/generate_limits.cmake" ||

@@ -58,8 +58,8 @@ if [ -n "${JOULE_TEST_KOKKOS_VERSION:-}" ]; then
   IFS=. read -r major minor patch <<<"$JOULE_TEST_KOKKOS_VERSION"
   version="$((10#$major)).$((10#$minor)).$((10#$patch))"
   for out in info_no_device.out control.out; do
-    grep -q "^Kokkos $version (devices: " "$out" || fail "info does not name Kokkos $version and its devices: $(cat "$out")"
-    devices="$(sed -n "s/^Kokkos $version (devices: \([^)]*\)).*/\1/p" "$out")"
+    grep -q "^  Kokkos: $version (devices: " "$out" || fail "info does not name Kokkos $version and its devices: $(cat "$out")"
+    devices="$(sed -n "s/^  Kokkos: $version (devices: \([^);]*\)[);].*/\1/p" "$out")"
     for device in ${JOULE_TEST_KOKKOS_DEVICES//,/ }; do
       grep -qi "\b$device\b" <<<"$devices" || fail "info's devices ($devices) leave out $device"
     done
