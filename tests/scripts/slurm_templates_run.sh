@@ -12,9 +12,13 @@
 # joule keeps the log's finished trials, and the checkpoint and the log go on to the new step count.
 # The multi-rank templates run with 2 ranks under MPIEXEC where it is given (1 CPU each on a machine
 # with fewer than 4), else with 1 task; the script says which.
-# usage: slurm_templates_run.sh JOULE_BINARY REPO_DIR WORK_DIR [MPIEXEC]
+# usage: slurm_templates_run.sh JOULE_BINARY REPO_DIR WORK_DIR [MPIEXEC NUMPROC_FLAG [PREFLAGS...]]
+# (the launcher as CMake's FindMPI names it; OpenMPI's settings for oversubscription and root come
+# from the environment, as for the mpirun tests)
 set -euo pipefail
-joule="$(realpath "$1")" repo="$(realpath "$2")" work="$3" mpiexec="${4:-}"
+joule="$(realpath "$1")" repo="$(realpath "$2")" work="$(realpath -m "$3")"
+shift 3
+mpiexec=("$@")
 rm -rf "$work" && mkdir -p "$work/bin"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 py=/usr/bin/python3
@@ -43,9 +47,13 @@ if [[ $tasks == 1 ]]; then
   exec "$@"
 fi
 # Several: under the MPI launcher, each rank told its Slurm ids (as srun --mpi=pmix would start them).
-exec "$STANDIN_MPIEXEC" -np "$tasks" --oversubscribe bash -c \
-  'export SLURM_LOCALID=$OMPI_COMM_WORLD_LOCAL_RANK SLURM_PROCID=$OMPI_COMM_WORLD_RANK; exec "$@"' standin "$@"
+launcher=(@LAUNCHER@)
+exec "${launcher[0]}" "${launcher[1]}" "$tasks" "${launcher[@]:2}" bash -c \
+  'export SLURM_LOCALID=${OMPI_COMM_WORLD_LOCAL_RANK:-${MPI_LOCALRANKID:-${PMI_LOCAL_RANK:?no local rank from the MPI launcher}}}
+   export SLURM_PROCID=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:?no rank from the MPI launcher}}; exec "$@"' standin "$@"
 SRUN
+launcher_text=$(printf '%q ' "${mpiexec[@]}")
+sed -i "s|@LAUNCHER@|${launcher_text//|/\\|}|" "$work/bin/srun"
 chmod +x "$work/bin/srun"
 
 # A small model and a small search: 2 offload ratios x 2 recompute depths, short trials.
@@ -61,10 +69,13 @@ cfg["tune"] = {"offload_ratios": [0, 1], "recompute_depths": [0, 1], "warmup_ste
 json.dump(cfg, open(sys.argv[2], "w"), indent=1)
 PY
 
-# run_template NAME STEPS TASKS: the template run as sbatch would (the job named by its --job-name),
-# submitted from the checkout, with SCRATCH set and JOB_OUT and JOB_DATA left to their defaults
-# ($SCRATCH/joule-runs/JOB_NAME, $SCRATCH/joule-runs/data); its output in $work/NAME.N.out.
-scratch="$work/scratch"
+# run_template NAME STEPS TASKS [background]: the template run as sbatch would (the job named by its
+# --job-name), submitted from a checkout ($work/checkout: the repository's apps/, since this work
+# folder is itself inside the repository, where the templates refuse to write), with SCRATCH set and
+# JOB_OUT and JOB_DATA left to their defaults ($SCRATCH/joule-runs/JOB_NAME, $SCRATCH/joule-runs/data);
+# its output in $work/NAME.N.out.
+scratch="$work/scratch" checkout="$work/checkout"
+mkdir -p "$checkout" && ln -s "$repo/apps" "$checkout/apps"
 job_name() { sed -n 's/^#SBATCH --job-name=\([^ ]*\).*/\1/p' "$repo/apps/slurm/$1"; }
 runs=0
 run_template() {
@@ -74,25 +85,31 @@ run_template() {
   ((tasks == 1 || $(nproc) >= 2 * tasks)) || cpus=1
   rm -f "$work/task.pid"
   (
-    cd "$repo"
-    env PATH="$work/bin:$PATH" STANDIN_COMMANDS="$work/$name.commands" STANDIN_TASKS="$tasks" STANDIN_MPIEXEC="$mpiexec" STANDIN_PIDS="$work/task.pid" \
-      SLURM_JOB_ID=$((4200 + runs)) SLURM_JOB_NAME="$(job_name "$name")" SCRATCH="$scratch" SLURM_SUBMIT_DIR="$repo" SLURM_JOB_NUM_NODES=1 \
+    cd "$checkout"
+    env PATH="$work/bin:$PATH" STANDIN_COMMANDS="$work/$name.commands" STANDIN_TASKS="$tasks" STANDIN_PIDS="$work/task.pid" \
+      SLURM_JOB_ID=$((4200 + runs)) SLURM_JOB_NAME="$(job_name "$name")" SCRATCH="$scratch" SLURM_SUBMIT_DIR="$checkout" SLURM_JOB_NUM_NODES=1 \
       SLURM_NNODES=1 SLURM_CPUS_PER_TASK=$cpus SLURM_NTASKS=$tasks SLURM_NTASKS_PER_NODE=$tasks SLURM_JOB_NODELIST=standin1 \
       JOB_CONFIG="$config" JOB_STEPS="$steps" \
       JOB_SEQ_SHARDS=$tasks JOB_MICRO_BATCH=4 OMPI_MCA_rmaps_base_oversubscribe=1 \
-      bash "$repo/apps/slurm/$name"
+      bash "$checkout/apps/slurm/$name"
   ) >"$run_output" 2>&1 &
   run_pid=$!
   [[ -n $background ]] || { wait $run_pid || run_rc=$?; }
 }
 
 step_of() { "$py" -c 'import h5py, sys; print(int(h5py.File(sys.argv[1], "r").attrs["step"]))' "$1"; }
-status_before=$(git -C "$repo" status --porcelain --ignored 2>/dev/null | grep -v '^!! build' || true)
+
+# An output folder inside the checkout is refused before anything runs.
+JOB_OUT="$checkout/runs" run_template one-gh200.sbatch 20 1
+[[ $run_rc == 1 ]] || fail "JOB_OUT inside the checkout: status $run_rc, not 1: $(tail -5 "$run_output")"
+grep -q "is inside the checkout $checkout: give the job's outputs a folder of their own" "$run_output" ||
+  fail "JOB_OUT inside the checkout: no clear message: $(cat "$run_output")"
+[[ ! -e $checkout/runs && ! -e $work/one-gh200.sbatch.commands ]] || fail "JOB_OUT inside the checkout: the job made it or ran"
 for t in "$repo"/apps/slurm/${STANDIN_ONLY:-*}.sbatch; do
   name=$(basename "$t")
   tasks=1
   if grep -q -- '--ntasks-per-node=4' "$t"; then
-    if [[ -n $mpiexec ]]; then tasks=2; else echo "$name: no MPI launcher given: 1 task"; fi
+    if ((${#mpiexec[@]} >= 2)); then tasks=2; else echo "$name: no MPI launcher given: 1 task"; fi
   fi
   out="$scratch/joule-runs/$(job_name "$name")"
   [[ $out != "$scratch/joule-runs/" ]] || fail "$name: no #SBATCH --job-name"
@@ -156,6 +173,6 @@ PY
 echo "resubmitted one-gh200.sbatch: resumed from step $stopped_at to $steps, the log's $trials_before finished trial(s) kept"
 unset JOB_OUT
 
-status_after=$(git -C "$repo" status --porcelain --ignored 2>/dev/null | grep -v '^!! build' || true)
-[[ $status_before == "$status_after" ]] || fail "the jobs wrote into the checkout: $(diff <(echo "$status_before") <(echo "$status_after"))"
+left=$(cd "$checkout" && find . -mindepth 1 -maxdepth 1 ! -name apps)
+[[ -z $left ]] || fail "the jobs wrote into the checkout they were submitted from: $left"
 echo "PASS: every Slurm template ran joule's tuned job through the stand-in srun"
