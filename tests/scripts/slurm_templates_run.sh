@@ -7,7 +7,8 @@
 # them from the environment). For every template:
 #   1. the job ends with status 0 and writes its run log and checkpoint in JOB_OUT, nothing in the checkout;
 #   2. the job prints the `joule inspect` and plot commands for that log;
-#   3. `joule inspect LOG` reads the log (exit 0) and names its trials;
+#   3. `joule inspect LOG` reads the log (exit 0) and names its trials, and the log's /@gpu names
+#      each rank's GPU ("no GPU (OpenMP build)" here);
 # and for one-gh200.sbatch, a second submission with more steps resumes: the template says so,
 # joule keeps the log's finished trials, and the checkpoint and the log go on to the new step count.
 # The multi-rank templates run with 2 ranks under MPIEXEC where it is given (1 CPU each on a machine
@@ -123,6 +124,17 @@ for t in "$repo"/apps/slurm/${STANDIN_ONLY:-*}.sbatch; do
   grep -qF "apps/scripts/plot_run.py $log" "$output" || fail "$name: the job does not print the plot command for $log"
   inspect=$("$joule" inspect "$log" 2>&1) || fail "$name: joule inspect $log failed: $inspect"
   grep -qE "^ +0\*? " <<<"$inspect" || fail "$name: joule inspect names no trial 0: $inspect"
+  # The GPU each rank took: /@gpu, one line per rank under MPI (on this CPU build, "no GPU").
+  "$py" - "$log" "$tasks" <<'PY' || fail "$name: the run log's /@gpu does not name every rank's GPU"
+import h5py, sys
+gpu = h5py.File(sys.argv[1], "r").attrs["gpu"]
+gpu = gpu.decode() if isinstance(gpu, bytes) else gpu
+tasks = int(sys.argv[2])
+lines = gpu.split("\n")
+want = ["no GPU (OpenMP build)"] if tasks == 1 else [f"rank {r}: no GPU (OpenMP build)" for r in range(tasks)]
+assert lines == want, (lines, want)
+PY
+  grep -q "^  GPU: " <<<"$inspect" || fail "$name: joule inspect prints no GPU line"
   trials=$("$joule" inspect --csv "$log" | tail -n +2 | wc -l)
   ((trials >= 2)) || fail "$name: the log holds $trials trials"
   echo "$name: $tasks task(s): status 0, run log with $trials trials read by joule inspect, checkpoint at step $(step_of "$ckpt")"
