@@ -32,9 +32,10 @@ namespace {
 // Kokkos' device flags (every spelling apps/environment.cpp checks) and variables.
 constexpr std::string_view kDeviceFlags[] = {"--kokkos-device-id", "--kokkos-device",     "--device-id",
                                              "--device",           "--kokkos-num-devices", "--kokkos-ndevices",
-                                             "--ndevices",         "--kokkos-skip-device", "--kokkos-map-device-id-by"};
+                                             "--ndevices",         "--kokkos-skip-device", "--kokkos-map-device-id-by",
+                                             "--kokkos-visible-devices"};
 constexpr char const* kDeviceVariables[] = {"KOKKOS_DEVICE_ID", "KOKKOS_NUM_DEVICES", "KOKKOS_SKIP_DEVICE",
-                                            "KOKKOS_MAP_DEVICE_ID_BY"};
+                                            "KOKKOS_MAP_DEVICE_ID_BY", "KOKKOS_VISIBLE_DEVICES"};
 std::string& recorded() {
   static std::string text;
   return text;
