@@ -117,6 +117,11 @@ for t in "$repo"/apps/slurm/${STANDIN_ONLY:-*}.sbatch; do
   run_template "$name" 20 "$tasks"
   rc=$run_rc log="$out/run-log.h5" ckpt="$out/checkpoint.h5" output=$run_output
   [[ $rc == 0 ]] || fail "$name: the job ended with status $rc: $(tail -20 "$output")"
+  # The thread split joule accepts: 2 CPUs give 1 to the optimizer and 1 to Kokkos (was -2: refused).
+  if ((tasks == 1)) && (($(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) >= 2)); then
+    grep -q "^threads per task: 2 CPUs; JOULE_HOST_CORES=1 (the offloaded AdamW), OMP_NUM_THREADS=1 (Kokkos)" "$output" ||
+      fail "$name: not the thread split of 2 CPUs: $(grep '^threads' "$output")"
+  fi
   grep -q "joule train --tune" "$work/$name.commands" || fail "$name: srun did not run joule train --tune: $(cat "$work/$name.commands")"
   [[ -f $log ]] || fail "$name: no run log $log: $(tail -20 "$output")"
   [[ -f $ckpt ]] || fail "$name: no checkpoint $ckpt"
