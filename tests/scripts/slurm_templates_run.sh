@@ -9,8 +9,12 @@
 #   2. the job prints the `joule inspect` and plot commands for that log;
 #   3. `joule inspect LOG` reads the log (exit 0) and names its trials, and the log's /@gpu names
 #      each rank's GPU ("no GPU (OpenMP build)" here);
-# and for one-gh200.sbatch, a second submission with more steps resumes: the template says so,
-# joule keeps the log's finished trials, and the checkpoint and the log go on to the new step count.
+#   4. the thread split it chose is one joule accepts (SLURM_CPUS_PER_TASK=2: 1 CPU for the
+#      optimizer, 1 for Kokkos; it was JOULE_HOST_CORES=-2, which joule refused).
+# Then one-gh200.sbatch is stopped by SIGTERM (Slurm's --signal) once a trial is in its log: exit
+# 143, the checkpoint, and the line saying to submit again; submitted again, it says it resumes,
+# joule keeps the log's finished trials, the checkpoint reaches the full step count and the log's
+# /@resumed records the resumption. Before all this, an output folder inside the checkout is refused.
 # The multi-rank templates run with 2 ranks under MPIEXEC where it is given (1 CPU each on a machine
 # with fewer than 4), else with 1 task; the script says which.
 # usage: slurm_templates_run.sh JOULE_BINARY REPO_DIR WORK_DIR [MPIEXEC NUMPROC_FLAG [PREFLAGS...]]
