@@ -54,7 +54,8 @@ constexpr Integer kOmpThreadsPerLevel{kOmpNumThreadsName, "", 1, kMaxKokkosThrea
 constexpr Integer kKokkosVariables[] = {
     kKokkosNumThreads,
     {"KOKKOS_NUMA", "NUMA regions Kokkos uses (Kokkos 3.x)", 1, kMaxKokkosThreads, 1, "Kokkos' default"},
-    {"KOKKOS_DEVICE_ID", "the GPU Kokkos runs on (GPU builds)", 0, kMaxDevices - 1, 0, "by local rank (Kokkos' rule)"},
+    {"KOKKOS_DEVICE_ID", "the GPU Kokkos runs on (GPU builds)", 0, kMaxDevices - 1, 0,
+     "joule sets it: the local rank modulo the GPUs the process sees (joule info and the run log's /@gpu name it)"},
     {"KOKKOS_NUM_DEVICES", "GPUs on the node Kokkos deals to local ranks (GPU builds)", 1, kMaxDevices, 1, "all"},
     {"KOKKOS_SKIP_DEVICE", "a GPU Kokkos does not deal out (GPU builds)", 0, kMaxDevices - 1, 0, "none"},
 };

@@ -8,6 +8,7 @@
 #include "core/environment.hpp"
 #include "core/model/model.hpp"
 #include "core/train/host_cores.hpp"
+#include "device_choice.hpp"
 #include "environment.hpp"
 
 #include <fmt/format.h>
@@ -36,6 +37,7 @@ std::function<int()> add_info_command(CLI::App& app, bool& no_device) {
     if (started)  // where the threads run: this process's CPUs, and what joule placed where
       fmt::print("CPUs of Kokkos' host threads: {}{}\n", cpu_list_text(core_environment::process_cpus()),
                  host_cores_text().empty() ? "" : " (" + host_cores_text() + ")");
+    if (started) fmt::print("GPU of this process: {}\n", device_text());  // which GPU (by local rank), or none
     return 0;
   };
 }

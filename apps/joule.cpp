@@ -5,6 +5,7 @@
 #include "core/compat.hpp"
 #include "core/environment.hpp"
 #include "core/train/host_cores.hpp"
+#include "device_choice.hpp"
 #include "energy/source.hpp"
 #include "environment.hpp"
 #include "standard_output.hpp"
@@ -24,6 +25,10 @@
 #include <string_view>
 #include <string>
 #include <vector>
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime_api.h>
+#endif
 
 namespace {
 
@@ -63,10 +68,29 @@ class KokkosStart {
   // Starts Kokkos; returns 0, or the exit status after an error naming what is wrong.
   // command: the command's path ("train", "data synth"); a long job leaves busy CPUs to their work.
   int start(std::string const& command = "") {
+    [[maybe_unused]] joule::apps::DeviceChoice device;
     try {
       // Processes started unbound on one node: each its own share of the node's CPUs, before Kokkos
       // starts its threads and before JOULE_HOST_CORES sets some of them aside.
       auto const local = joule::energy::local_process_from_environment();
+#if defined(KOKKOS_ENABLE_CUDA)
+      // The GPU of this local rank among those it sees (every GPU of the node where the launcher
+      // shows them all, as NCCL wants), given to Kokkos explicitly unless the user chose
+      // (apps/device_choice.hpp). No GPU: Kokkos' first CUDA call says so.
+      int visible = 0;
+      if (cudaGetDeviceCount(&visible) != cudaSuccess) {
+        visible = 0;
+        (void)cudaGetLastError();
+      }
+      joule::apps::DeviceChoiceInput in;
+      in.local_rank = local.rank;
+      in.local_size = local.size;
+      in.visible = visible;
+      if (char const* shown = std::getenv("CUDA_VISIBLE_DEVICES")) in.cuda_visible_devices = shown;
+      in.user_setting = joule::apps::user_device_setting(static_cast<int>(args_.size()) - 1, args_.data());
+      device = joule::apps::choose_device(in);
+      if (device.device) ::setenv("KOKKOS_DEVICE_ID", std::to_string(*device.device).c_str(), 1);
+#endif
       if (auto const share = joule::take_local_rank_share(local.rank, local.size); !share.text.empty() && local.rank == 0)
         fmt::print(stderr, "joule: {}: {}\n", share.shared ? "warning" : "note", share.text);
       // JOULE_HOST_CORES: before Kokkos starts its threads.
@@ -108,6 +132,13 @@ class KokkosStart {
                  fmt::join(unknown, " "));
       return 1;
     }
+#if defined(KOKKOS_ENABLE_CUDA)
+    std::string const bus = joule::energy::kokkos_device_pci_bus_id();
+    joule::apps::record_device(fmt::format("GPU {}{}: {}", Kokkos::Cuda().cuda_device(),
+                                           bus.empty() ? std::string() : " (PCI " + bus + ")", device.how));
+#else
+    joule::apps::record_device(fmt::format("no GPU ({} build)", Kokkos::DefaultExecutionSpace::name()));
+#endif
     long const host_threads = Kokkos::DefaultHostExecutionSpace().concurrency();
     auto const cpus = joule::apps::usable_cpus();
     if (auto const warning = joule::apps::oversubscription_warning(host_threads, cpus); !warning.empty())

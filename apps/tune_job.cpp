@@ -9,6 +9,7 @@
 #include "stop_signals.hpp"
 
 #include "core/train/host_cores.hpp"
+#include "device_choice.hpp"
 #include "core/train/trainer.hpp"
 #include "energy/monitor.hpp"
 #include "energy/power_limit.hpp"
@@ -174,6 +175,14 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
   }
 
   auto header = run_header(runner, cfg, settings, job, energy::edges_description(*regions), procs.size());
+  // The GPU each rank took (every rank's line, gathered on rank 0, which writes the log).
+  if (auto* ranks = procs.world()) {
+    auto const lines = ranks->gather(device_text(), 0);
+    for (std::size_t r = 0; r < lines.size(); ++r)
+      header.gpu += fmt::format("{}rank {}: {}", r ? "\n" : "", r, lines[r]);
+  } else {
+    header.gpu = device_text();
+  }
 
   // The log: only rank 0 writes; on --resume every rank reads the finished trials (same search path).
   scheduler::TuneSession session(runner, settings, root ? &std::cout : nullptr);

@@ -133,6 +133,7 @@ void write_header(H5File& f, RunHeader const& h, std::string const& run_id) {
   f.set_attribute("/", "gemm_path", h.gemm_path);
   f.set_attribute("/", "attention_path", h.attention_path);
   f.set_attribute("/", "host_cores", h.host_cores);
+  f.set_attribute("/", "gpu", h.gpu);
   f.set_attribute("/", "created", h.created.empty() ? now_iso() : h.created);
   f.set_attribute("/", "device_memory_budget_bytes", h.device_memory_budget_bytes);
   f.set_attribute("/", "resumed", join(h.resumed, "\n"));

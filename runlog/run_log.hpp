@@ -59,6 +59,9 @@ struct RunHeader {
   // Where the host threads ran (core/train/host_cores.hpp: host_cores_text()): "" when no CPUs were
   // set aside for the host optimizer, and in logs before issue 42.
   std::string host_cores;
+  // The GPU each process took (apps/device_choice.hpp), one line per rank ("rank 1: GPU 1 (PCI
+  // ...): local rank 1 of 4, ..."; a single process's line alone); "" in logs older than /@gpu.
+  std::string gpu;
   std::string created;      // ISO 8601 UTC; filled in by RunLogWriter::create when empty
   int world_size = 1;
   double device_memory_budget_bytes = 0;  // 0: none given

@@ -319,6 +319,7 @@ RunHeader read_header(H5File const& f) {
   if (f.has_attribute("/", "gemm_path")) h.gemm_path = f.attribute_string("/", "gemm_path");
   if (f.has_attribute("/", "attention_path")) h.attention_path = f.attribute_string("/", "attention_path");
   if (f.has_attribute("/", "host_cores")) h.host_cores = f.attribute_string("/", "host_cores");
+  if (f.has_attribute("/", "gpu")) h.gpu = f.attribute_string("/", "gpu");  // absent before issue 65
   try {  // nothing may walk a configuration nested too deeply (see check_json_limits)
     check_json_limits(h.config_json, "attribute 'config' on /");
   } catch (ConfigError const& e) {

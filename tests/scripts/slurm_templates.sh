@@ -4,7 +4,11 @@
 #   2. it asks for the clean-stop signal (`#SBATCH --signal=`, docs/outputs.md "Signals");
 #   3. every option of every `joule SUBCOMMAND ...` invocation (also `--foo=bar`, `${X:+--foo ...}`,
 #      lines continued with `\`; comments skipped) appears in `JOULE SUBCOMMAND --help`;
-#   4. every JOULE_* variable it sets is in docs/configuration.md's table of environment variables.
+#   4. every JOULE_* variable it sets is in docs/configuration.md's table of environment variables;
+#   5. (issue 65) it runs joule's main job, `joule train --tune` with `--tune-log`; a template of
+#      several ranks per node gives them the node's GPUs (`#SBATCH --gpus-per-node=`) and nowhere
+#      only their own (`--gpus-per-task`, `--gpu-bind`, outside comments), so that NCCL can reach
+#      every GPU by CUDA IPC; no `module load cuda/12` (joule's GH200 build uses CUDA 13).
 # A failure names the template, the line and the option or variable.
 # usage: slurm_templates.sh JOULE_BINARY TEMPLATE_DIR
 set -euo pipefail
@@ -77,6 +81,21 @@ for t in "${templates[@]}"; do
   content=$(<"$t")
   [[ $content =~ (^|$'\n')#SBATCH[[:space:]]+--signal= ]] ||
     fail "$name: no '#SBATCH --signal=' line (the clean stop before the time limit)"
+
+  code_only=$(grep -v '^[[:space:]]*#[^S]' "$t" | grep -v '^[[:space:]]*##' || true)  # #SBATCH lines kept
+  [[ $content =~ joule[[:space:]]+train[[:space:]]+--tune[[:space:]] ]] || fail "$name: no 'joule train --tune' (joule's main job)"
+  [[ $content == *--tune-log* ]] || fail "$name: joule train --tune without --tune-log (the run log goes to runs/ in the working folder)"
+  [[ ! $content =~ module[[:space:]]+load[[:space:]]+cuda/12 ]] || fail "$name: 'module load cuda/12...': joule's GH200 build uses CUDA 13"
+  per_node=1
+  [[ ! $content =~ (^|$'\n')#SBATCH[[:space:]]+--ntasks-per-node=([0-9]+) ]] || per_node=${BASH_REMATCH[2]}
+  if ((per_node > 1)); then
+    [[ $content =~ (^|$'\n')#SBATCH[[:space:]]+--gpus-per-node= ]] ||
+      fail "$name: $per_node ranks per node but no '#SBATCH --gpus-per-node=': every rank should see the node's GPUs"
+    for only_own in --gpus-per-task --gpu-bind; do
+      [[ $code_only != *$only_own* ]] ||
+        fail "$name: $only_own gives each rank only its own GPU (NCCL's CUDA IPC between ranks fails where GPUs are isolated)"
+    done
+  fi
 
   invocations=0 checked=0 sub="" number=0 continues=0
   while IFS= read -r line || [[ -n $line ]]; do
