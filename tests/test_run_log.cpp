@@ -3,7 +3,9 @@
 #include "core/io/commit.hpp"
 #include "core/io/h5file.hpp"
 #include "runlog/profile.hpp"
+#include "scheduler/replay.hpp"
 #include "scheduler/report.hpp"
+#include "scheduler/significance.hpp"
 #include "runlog/run_log.hpp"
 #include "runlog/statistics.hpp"
 
@@ -995,6 +997,72 @@ TEST_CASE("run report: \"vs chosen\" agrees with the objective column beside it,
                               "against trial 0's, the geometric mean of the rounds' ratios, is +1.2% (noise ±0.4%: "
                               "significant)"));
     CHECK_THAT(text, Contains("the medians above differ the other way, -10.0%"));
+  }
+}
+
+TEST_CASE("replay: a regret against an optimum that ties says so, naming the tied trials", "[run_log][replay]") {
+  // An exhaustive log of 4 trials, objective edp (1 s steps: E x T is the energy). Trial 3 has the
+  // lowest median (10.0), trial 0 (the configuration's own settings) 10.02 with overlapping steps;
+  // the run's choice could not tell them apart and kept trial 0.
+  RunLogContents log;
+  log.path = "/runs/tie.h5";
+  log.header = make_header("model");
+  log.header.objective = "edp";
+  log.header.strategy = "exhaustive";
+  auto trial = [](int index, double ratio, int depth, std::vector<double> energies) {
+    TrialRecord t;
+    t.index = index;
+    t.knobs.offload_ratio = ratio;
+    t.knobs.recompute_depth = depth;
+    t.step_time_s.assign(energies.size(), 1.0);
+    t.step_energy_j = energies;
+    t.time_per_step_s = 1.0;
+    t.energy_per_step_j = median(energies);
+    t.objective = t.energy_per_step_j;
+    return t;
+  };
+  log.trials = {trial(0, 0.0, 0, {10.3, 9.8, 10.02, 10.2, 9.9}), trial(1, 0.5, 0, {14, 14.1, 13.9, 14, 14}),
+                trial(2, 0.0, 1, {13, 13.1, 12.9, 13, 13}), trial(3, 0.5, 1, {10.2, 9.7, 10.0, 10.3, 9.8})};
+  log.best = 0;
+  ChoiceRecord c;
+  c.best = 3;
+  c.baseline = 0;
+  c.chosen = 0;
+  c.confirm_ratios = {0.99, 1.01, 0.998};
+  c.best_vs_baseline = compare_ratios(c.confirm_ratios);
+  REQUIRE(!c.best_vs_baseline.significant);
+  log.choice = c;
+
+  auto const r = replay_search(log, StrategyKind::exhaustive);
+  CHECK(r.found == 3);
+  CHECK(r.optimum == 3);
+  REQUIRE(r.tied == std::vector<int>{3, 0});
+  REQUIRE(r.regret_against.size() == 2);
+  CHECK(r.regret_against[0] == 1.0);
+  CHECK(r.regret_against[1] == Approx(10.0 / 10.02));
+  std::string const text = format_replay(log, StrategyKind::exhaustive, r);
+  INFO(text);
+  CHECK_THAT(text, Contains("the log's optimum is a tie: trials 3 and 0 tie within this machine's noise"));
+  CHECK_THAT(text, Contains("the run kept trial 0: its choice could not tell trial 3 from it (3 alternating rounds"));
+  CHECK_THAT(text, Contains("regret 1.0000 against trial 3, 0.9980 against trial 0: the found trial is one of the "
+                            "tied optimum"));
+  CHECK_THAT(text, !Contains("the log's optimum is trial 3: regret"));
+
+  SECTION("no tie: the optimum is named alone, as before") {
+    auto distinct = log;
+    distinct.trials[0] = trial(0, 0.0, 0, {12, 12.1, 11.9, 12, 12});
+    distinct.choice->best_vs_baseline.significant = true;  // the run chose trial 3 beyond the noise
+    distinct.choice->chosen = 3;
+    distinct.best = 3;
+    auto const d = replay_search(distinct, StrategyKind::exhaustive);
+    CHECK(d.tied == std::vector<int>{3});
+    CHECK_THAT(format_replay(distinct, StrategyKind::exhaustive, d),
+               Contains("found trial 3, the log's optimum is trial 3: regret 1.0000; trials used 4 of 4"));
+  }
+  SECTION("another objective: the run's verdict (under edp) does not make a tie") {
+    auto const o = replay_search(log, StrategyKind::exhaustive, "ed2p");
+    CHECK(o.optimum == 3);
+    CHECK(o.tied == std::vector<int>{3});
   }
 }
 
