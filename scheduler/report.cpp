@@ -1,4 +1,5 @@
 #include "scheduler/report.hpp"
+#include "common/plural.hpp"
 
 #include "runlog/profile.hpp"
 #include "scheduler/significance.hpp"
@@ -102,8 +103,8 @@ void header_section(std::string& out, RunLogContents const& log) {
   if (!h.attention_path.empty()) out += fmt::format("  attention: {}\n", h.attention_path);
   if (!h.host_cores.empty()) out += fmt::format("  {}\n", h.host_cores);
   for (auto const& when : h.resumed) out += fmt::format("  resumed {}\n", when);
-  out += fmt::format("  strategy {}, objective {}; {} trials: {} ok, {} infeasible, {} failed\n", h.strategy,
-                     h.objective, log.trials.size(), ok, infeasible, failed);
+  out += fmt::format("  strategy {}, objective {}; {}: {} ok, {} infeasible, {} failed\n", h.strategy, h.objective,
+                     counted(static_cast<long long>(log.trials.size()), "trial", "trials"), ok, infeasible, failed);
   if (h.device_memory_budget_bytes > 0)
     out += fmt::format("  device memory budget {:.3g} GiB\n", h.device_memory_budget_bytes / double(1ull << 30));
   if (h.energy_is_model())
@@ -291,9 +292,11 @@ void in_flight_section(std::string& out, RunLogContents const& log) {
     if (i == 0 || t.steps[i].trial != t.steps[i - 1].trial)
       switches.push_back(fmt::format("{}:{}", t.steps[i].step, t.steps[i].trial));
   }
-  out += fmt::format("  search: steps {}-{} in {} configurations ({} steps measured; the others warm-up, drift checks "
-                     "or followed by an evaluation or checkpoint), {} switches taking {:.2f} s; steps {}-{} with the "
-                     "choice\n", t.steps.front().step, t.steps[search - 1].step, configs.size(), measured, t.switches,
+  out += fmt::format("  search: steps {}-{} in {} ({} measured; the others warm-up, drift checks "
+                     "or followed by an evaluation or checkpoint), {} taking {:.2f} s; steps {}-{} with the "
+                     "choice\n", t.steps.front().step, t.steps[search - 1].step,
+                     counted(static_cast<long long>(configs.size()), "configuration", "configurations"),
+                     counted(measured, "step", "steps"), counted(t.switches, "switch", "switches"),
                      t.switch_seconds, search < t.steps.size() ? t.steps[search].step : t.steps.back().step,
                      t.steps.back().step);
   std::size_t const shown = 24;
@@ -356,8 +359,8 @@ void train_section(std::string& out, RunLogContents const& log) {
   }
   if (!t.evals.empty()) {
     auto const& e = t.evals.back();
-    out += fmt::format("  last evaluation (step {}): held-out loss {:.4f}, exact caption accuracy {:.1f}% ({} samples)\n",
-                       e.step, e.loss, 100 * e.accuracy, e.samples);
+    out += fmt::format("  last evaluation (step {}): held-out loss {:.4f}, exact caption accuracy {:.1f}% ({})\n",
+                       e.step, e.loss, 100 * e.accuracy, counted(e.samples, "sample", "samples"));
   }
 }
 

@@ -974,6 +974,18 @@ TEST_CASE("run report: \"vs chosen\" agrees with the objective column beside it,
     if (line.rfind("   1", 0) == 0) CHECK_THAT(line, !Contains("% s"));
   }
   CHECK_THAT(report, Contains("vs chosen: the objective column's difference from the chosen trial's (both medians)"));
+  {  // one trial, one process, one sample: the singular (issue 65: "1 processes")
+    auto one = log;
+    one.trials.resize(1);
+    one.header.world_size = 1;
+    TrainRecord train;
+    train.steps = {{1, 2.0, 1e-3, 1.0, 0.1}};
+    train.evals = {{1, 1.5, 1.0, 1}};
+    one.train = train;
+    std::string const text = format_run_report(one);
+    CHECK_THAT(text, Contains(", 1 process\n") && Contains("; 1 trial: 1 ok") && Contains("(1 sample)"));
+    CHECK_THAT(text, !Contains("1 processes") && !Contains("1 trials") && !Contains("1 samples"));
+  }
 
   SECTION("the trial compared in alternating rounds: the medians in the column, the rounds' figure named below") {
     // The rounds found the search's best (trial 1) 1.2% worse than the baseline (trial 0), which
