@@ -53,8 +53,11 @@ with its own defaults: no matplotlibrc (the working folder's, the user's, the sy
 Exit status: 0 when every plot that had data was written; 1 when a plot failed on malformed data
 (a dataset refused so included) or could not be written; 2 when the file is not a regular file, not
 a joule run log (root attribute format != "joule-run-log-v1"), holds a link out of the file or data
-kept outside it, none of the plots has data, or an output path is refused.
-Needs Debian's python3-h5py, python3-matplotlib and python3-numpy.
+kept outside it, none of the plots has data, an output path is refused, or h5py, matplotlib or
+numpy is missing.
+Needs h5py, matplotlib and numpy (Debian's python3-h5py, python3-matplotlib and python3-numpy):
+a Python without one of them exits 2 with one line naming the missing ones, the Python
+(sys.executable) and how to install them (apt, or that Python's pip).
 
 Reads the layout of runlog/run_log.cpp (docs/run-log.md): root attributes
 format, energy_kind, energy_source, objective; /trials/NNNN (attributes status, reason,
@@ -69,13 +72,30 @@ seconds, energy_j; regions, and kernels in the same schema, and power as in a tr
 """
 import argparse
 import contextlib
+import importlib
 import json
 import math
 import os
 import sys
 import textwrap
 
-import h5py
+# Debian's package of each module this script needs, and pip's.
+NEEDED = (("h5py", "python3-h5py", "h5py"), ("matplotlib", "python3-matplotlib", "matplotlib"),
+          ("numpy", "python3-numpy", "numpy"))
+
+
+def missing_packages_message(missing):
+    """The one error a Python without h5py, matplotlib or numpy gets instead of a traceback: which
+    modules are missing (and why, as Python said it), which Python this is, and how to install them."""
+    names = [name for name, _ in missing]
+    why = "; ".join(f"{name}: {type(e).__name__}: {e}" for name, e in missing)
+    apt = " ".join(deb for name, deb, _ in NEEDED if name in names)
+    pip = " ".join(pypi for name, _, pypi in NEEDED if name in names)
+    python = sys.executable or "this Python"
+    return (f"plot_run.py: this Python ({python}, {sys.version.split()[0]}) lacks {', '.join(names)} ({why}); "
+            f"plot_run.py needs h5py, matplotlib and numpy. Install them for the system Python "
+            f"(/usr/bin/python3) on Debian or Ubuntu with: sudo apt install {apt}; or for this Python with: "
+            f"{python} -m pip install {pip}")
 
 
 def import_matplotlib():
@@ -100,7 +120,28 @@ def import_matplotlib():
     return matplotlib
 
 
-matplotlib = import_matplotlib()
+def import_needed():
+    """h5py, numpy and matplotlib (imported as import_matplotlib does), or exit 2 with one line
+    naming the missing ones, this Python and how to install them."""
+    missing = []
+    for name in ("h5py", "numpy"):
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            missing.append((name, e))
+    mpl = None
+    try:
+        mpl = import_matplotlib()
+    except ImportError as e:
+        missing.append(("matplotlib", e))
+    if missing:
+        print(missing_packages_message(sorted(missing, key=lambda m: m[0])), file=sys.stderr)
+        sys.exit(2)
+    return mpl
+
+
+matplotlib = import_needed()
+import h5py  # noqa: E402
 import matplotlib.text  # noqa: E402
 import matplotlib.patches  # noqa: E402
 import matplotlib.ticker  # noqa: E402
