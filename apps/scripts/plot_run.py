@@ -30,8 +30,10 @@ the trial in staggered rows above the plot) and the search (shaded) on the loss 
 power curves. The run's energy source is named once, in each figure's title.
 
 --describe FILE writes a JSON summary of each plot written (- : stdout, after the paths; a file is
-written as the PNGs are): its titles, each axes' title, labels, limits and legend entries, the
-texts that reach outside the figure and the pairs of texts that overlap
+written as the PNGs are): its titles, each axes' title, labels, limits and legend entries, its
+labelled lines (their points as drawn, NaN where broken, and their path on the page), labelled
+boxes (extent, zorder) and point labels (text, extent on the page), the texts that reach outside
+the figure and the pairs of texts that overlap
 (tests/scripts/plot_run_check.sh checks them).
 
 A plot whose data is missing (no /train group, no power samples...) is skipped with a one-line
@@ -885,8 +887,9 @@ def main():
     ap.add_argument("--out", help="output folder (default: <stem>-plots/ next to the log)")
     ap.add_argument("--describe", metavar="FILE",
                     help="also write a JSON summary of each plot written to FILE (- for stdout, after the "
-                         "paths): its titles, each axes' title, labels, limits and legend entries, the "
-                         "texts that reach outside the figure and the pairs of texts that overlap")
+                         "paths): its titles, each axes' title, labels, limits, legend entries, labelled "
+                         "lines, boxes and point labels, the texts that reach outside the figure and the "
+                         "pairs of texts that overlap")
     args = ap.parse_args()
     plot_run_layout.DESCRIBE = [] if args.describe else None
 
