@@ -2,6 +2,7 @@
 // training kernels), and for a dataset's samples compare with the references: for its held-out
 // set that is the list of the model's mistakes.
 #include "commands.hpp"
+#include "common/plural.hpp"
 #include "image_files.hpp"
 #include "output_paths.hpp"
 #include "run_config.hpp"
@@ -288,7 +289,7 @@ int run_caption(CaptionOptions const& o) {
     for (auto const& b : bad_images) fmt::print(stderr, "  {}: {}\n", b.path, b.reason);
   }
   if (data)
-    printed.line(fmt::format("captioned {} samples: {} exactly right ({:.1f}%)\n", n, correct,
+    printed.line(fmt::format("captioned {}: {} exactly right ({:.1f}%)\n", counted(n, "sample", "samples"), correct,
                              n ? 100.0 * correct / n : 0.0));
   printed.flush();  // all of it on standard output before --out is written
   if (!o.out.empty()) {

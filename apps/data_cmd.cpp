@@ -1,5 +1,6 @@
 // `joule data synth`: write the built-in synthetic captioning dataset.
 #include "commands.hpp"
+#include "common/plural.hpp"
 #include "output_paths.hpp"
 #include "run_config.hpp"
 
@@ -51,7 +52,8 @@ std::function<int()> add_data_command(CLI::App& app) {
       if (!config->empty()) cfg = load_config(*config);
       auto const ds = Dataset::open(*info_path, cfg ? &cfg->model : nullptr);
       auto const& s = ds.shape();
-      fmt::print("{}: {} samples, {} frame(s) of {}x{}x{}, text length {}{}\n", *info_path, s.count,
+      fmt::print("{}: {}, {} frame(s) of {}x{}x{}, text length {}{}\n", *info_path,
+                 counted(static_cast<long long>(s.count), "sample", "samples"),
                  s.frames, s.channels, s.height, s.width, s.text_len,
                  cfg ? ", matches the configuration" : "");
       std::vector<std::size_t> first;

@@ -2,6 +2,7 @@
 // power limits, the run log's header and writer, the TuneSession, and in flight the training run
 // itself with its checkpoints and SIGINT; both `joule tune` and `joule train --tune` run it.
 #include "tune_job.hpp"
+#include "common/plural.hpp"
 
 #include "energy_setup.hpp"
 #include "output_paths.hpp"
@@ -204,9 +205,10 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
                     "restored at exit)\n", fmt::join(settings.values_of("power_limit_w"), ", "), limiter->gpus(),
                     limiter->min_watts(), limiter->max_watts(), limiter->original_watts()));
   if (procs.size() > 1) say(procs.collectives() + "\n");
-  say(fmt::format("tuning {} ({} processes, {}): objective {}, strategy {}, {} candidates of which {} fit {:.0f} MiB ({})\n"
+  say(fmt::format("tuning {} ({}, {}): objective {}, strategy {}, {} candidates of which {} fit {:.0f} MiB ({})\n"
                   "energy: {}{}\nlog: {}{}\n",
-                  job.config_path.empty() ? "the embedded default configuration" : job.config_path, procs.size(),
+                  job.config_path.empty() ? "the embedded default configuration" : job.config_path,
+                  counted(procs.size(), "process", "processes"),
                   procs.backend(), settings.objective.name(), header.strategy, session.space().size(),
                   session.feasible().size(), runner.budget_bytes() / 1048576.0, runner.budget_source(),
                   header.energy_source, runner.energy_measured() ? " (measured)" : " -- a MODEL, not a measurement", out,
@@ -227,17 +229,17 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
   }
   auto interrupted = [&](char const* during) {
     if (!live) {
-      say(fmt::format("\ninterrupted by {}: {} trials are in {}; continue with joule tune --resume {}\n",
-                      stop_signal_text(), session.finished_trials(), out, out));
+      say(fmt::format("\ninterrupted by {}: {} in {}; continue with joule tune --resume {}\n", stop_signal_text(),
+                      counted(session.finished_trials(), "trial is", "trials are"), out, out));
     } else if (cfg.train.checkpoint.empty()) {
-      say(fmt::format("\ninterrupted by {} {} at step {}: {} trials are in {}; without train.checkpoint the "
+      say(fmt::format("\ninterrupted by {} {} at step {}: {} in {}; without train.checkpoint the "
                       "training state is not kept\n", stop_signal_text(), during, live->step(),
-                      session.finished_trials(), out));
+                      counted(session.finished_trials(), "trial is", "trials are"), out));
     } else {  // between steps on every rank: the state is whole, so it is kept
       live->save_checkpoint_once(cfg.train.checkpoint);
-      say(fmt::format("\ninterrupted by {} {} at step {}: {} trials are in {}, the training state in {}; continue "
+      say(fmt::format("\ninterrupted by {} {} at step {}: {} in {}, the training state in {}; continue "
                       "with joule train --tune --resume {}\n", stop_signal_text(), during, live->step(),
-                      session.finished_trials(), out, cfg.train.checkpoint, cfg.train.checkpoint));
+                      counted(session.finished_trials(), "trial is", "trials are"), out, cfg.train.checkpoint, cfg.train.checkpoint));
     }
     return interrupted_status();
   };
@@ -250,11 +252,13 @@ int run_tune_job(Processes& procs, Config const& cfg, scheduler::TuneSettings co
   }
   auto const& best = session.chosen();
   if (live)
-    say(fmt::format("\nsearch: {} trials measured on {} training steps in {:.1f} s; chosen: trial {} ({}); the run "
-                    "goes on with it to step {}\n", session.result().trials.size(), session.search_steps(),
+    say(fmt::format("\nsearch: {} measured on {} in {:.1f} s; chosen: trial {} ({}); the run "
+                    "goes on with it to step {}\n", counted(session.result().trials.size(), "trial", "trials"),
+                    counted(session.search_steps(), "training step", "training steps"),
                     session.search_seconds(), best.index, best.knobs.describe(), cfg.train.steps));
   else
-    say(fmt::format("\nsearch: {} trials measured in {:.1f} s; chosen: trial {} ({})\n", session.result().trials.size(),
+    say(fmt::format("\nsearch: {} measured in {:.1f} s; chosen: trial {} ({})\n",
+                    counted(session.result().trials.size(), "trial", "trials"),
                     session.search_seconds(), best.index, best.knobs.describe()));
 
   if (live) {

@@ -7,6 +7,7 @@
 #include "scheduler/strategy.hpp"
 
 #include <string>
+#include <vector>
 
 namespace joule::scheduler {
 
@@ -15,6 +16,14 @@ struct ReplayResult {
   int optimum = -1;      // the log's best by the objective over every trial
   double regret = kNaN;  // objective(found) / objective(optimum)
   int trials_used = 0, candidates = 0;
+  // The optimum is a tie when another trial cannot be told from it: the one the run kept because
+  // its choice found no candidate distinguishable from it (the log's own verdict, under the log's
+  // objective), and the found trial when Welch's test on the two trials' per-step objectives (95%)
+  // cannot tell it from the optimum. tied: the optimum first, then those; regret_against: the found
+  // trial's objective over each tied trial's; tie_why: how each was judged tied.
+  std::vector<int> tied;
+  std::vector<double> regret_against;
+  std::string tie_why;
 };
 
 // Throws RunLogError when the log's search was not exhaustive (its trials do not cover the space).

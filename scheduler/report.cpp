@@ -1,4 +1,5 @@
 #include "scheduler/report.hpp"
+#include "common/plural.hpp"
 
 #include "runlog/profile.hpp"
 #include "scheduler/significance.hpp"
@@ -107,8 +108,8 @@ void header_section(std::string& out, RunLogContents const& log) {
     out += fmt::format("  GPU: {}\n", gpu);
   }
   for (auto const& when : h.resumed) out += fmt::format("  resumed {}\n", when);
-  out += fmt::format("  strategy {}, objective {}; {} trials: {} ok, {} infeasible, {} failed\n", h.strategy,
-                     h.objective, log.trials.size(), ok, infeasible, failed);
+  out += fmt::format("  strategy {}, objective {}; {}: {} ok, {} infeasible, {} failed\n", h.strategy, h.objective,
+                     counted(static_cast<long long>(log.trials.size()), "trial", "trials"), ok, infeasible, failed);
   if (h.device_memory_budget_bytes > 0) {  // on a host execution space the budget is host memory
     bool const on_device = h.execution_space == "Cuda" || h.execution_space == "HIP" || h.execution_space == "SYCL" ||
                            h.execution_space == "OpenMPTarget" || h.execution_space == "OpenACC";
@@ -126,27 +127,54 @@ void header_section(std::string& out, RunLogContents const& log) {
                        log.incomplete.size() == 1 ? " was" : "s were", fmt::join(log.incomplete, ", "));
 }
 
-// "+12.3% s" against the chosen trial: the mean per-step objective's difference, "s" where it is
-// beyond the noise (Welch, 95%; significance.hpp); "-" where there is nothing to compare.
-// Where the choice was confirmed in alternating rounds, the trial compared there shows the
-// rounds' verdict instead ("r": the trials were measured at other times, so a drift of the
-// machine shows in their difference; the rounds cancel it).
+// "+12.3% s" against the chosen trial: the difference of the objective column beside it (both
+// medians: t.objective / chosen.objective - 1), so the two columns never disagree; "s" where the
+// trials' per-step objectives differ beyond the noise (Welch, 95%; significance.hpp) in the same
+// direction; "-" where there is nothing to compare. Where the choice was confirmed in alternating
+// rounds, the trial compared there is marked "r" and the rounds' own figure (a paired ratio, another
+// statistic) is given under the table (rounds_note): it is what decided, and it may differ.
 std::string versus_chosen(TrialRecord const& t, RunLogContents const& log, Objective const* objective) {
   TrialRecord const* chosen = log.trial(log.best);
   if (!chosen || t.index == log.best || !t.ok() || !chosen->ok()) return "-";
+  double const d = t.objective / chosen->objective - 1;
+  if (!std::isfinite(d) || !(chosen->objective > 0)) return "-";
+  std::string mark = "  ";
   if (auto const& c = log.choice; c && !c->confirm_ratios.empty()) {
-    auto const& rounds = c->best_vs_baseline;  // the search's best against the baseline
-    bool const best_row = t.index == c->best && log.best == c->baseline;
-    bool const baseline_row = t.index == c->baseline && log.best == c->best;
-    if ((best_row || baseline_row) && std::isfinite(rounds.difference)) {
-      double const d = best_row ? rounds.difference : 1 / (1 + rounds.difference) - 1;
-      return fmt::format("{:+.1f}%{}", 100 * d, rounds.significant ? "sr" : " r");
-    }
+    bool const compared = (t.index == c->best && log.best == c->baseline) ||
+                          (t.index == c->baseline && log.best == c->best);
+    if (compared && std::isfinite(c->best_vs_baseline.difference))
+      return fmt::format("{:+.1f}% r", 100 * d);
   }
-  if (!objective) return "-";
-  auto const c = compare_trials(t, *chosen, log.trials, *objective);
-  if (!std::isfinite(c.difference)) return "-";
-  return fmt::format("{:+.1f}%{}", 100 * c.difference, c.significant ? " s" : "  ");
+  if (objective) {
+    auto const c = compare_trials(t, *chosen, log.trials, *objective);
+    // The test is on the means: "s" only where they differ beyond the noise the same way as the
+    // medians (a skewed trial's mean and median may lie on either side of the chosen one's).
+    if (c.significant && std::isfinite(c.difference) && (c.difference > 0) == (d > 0)) mark = " s";
+  }
+  return fmt::format("{:+.1f}%{}", 100 * d, mark);
+}
+
+// The "r" row's figure: what the alternating rounds found, named as the statistic it is.
+std::string rounds_note(RunLogContents const& log) {
+  auto const& c = log.choice;
+  if (!c || c->confirm_ratios.empty() || !std::isfinite(c->best_vs_baseline.difference)) return "";
+  if (log.best != c->baseline && log.best != c->best) return "";
+  auto const& r = c->best_vs_baseline;
+  TrialRecord const* best = log.trial(c->best);
+  TrialRecord const* base = log.trial(c->baseline);
+  std::string text = fmt::format(
+      "  r: trials {} and {} were also measured in {} alternating rounds: trial {}'s objective against trial {}'s, "
+      "the geometric mean of the rounds' ratios, is {:+.1f}% (noise ±{:.1f}%: {}); this, not the medians in the "
+      "table, decided the choice",
+      c->best, c->baseline, c->confirm_ratios.size(), c->best, c->baseline, 100 * r.difference, 100 * r.noise,
+      r.significant ? "significant" : "not distinguishable");
+  if (best && base && best->ok() && base->ok()) {
+    double const medians = best->objective / base->objective - 1;
+    if (std::isfinite(medians) && (medians > 0) != (r.difference > 0) && r.difference != 0)
+      text += fmt::format(" (the medians above differ the other way, {:+.1f}%: the trials were measured at other "
+                          "times, and the machine's drift shows in them)", 100 * medians);
+  }
+  return text + "\n";
 }
 
 void trial_table(std::string& out, RunLogContents const& log) {
@@ -157,9 +185,10 @@ void trial_table(std::string& out, RunLogContents const& log) {
   } catch (std::invalid_argument const&) {  // a log from another version: no comparison column
   }
   out += "\nTrials (T, E: median time and energy per optimizer step; CI: 95% half-width of the objective; "
-         "vs chosen: the mean objective's difference, s: significant, beyond the noise of both (Welch, 95%; "
-         "trials measured at different times also differ by the machine's drift), r: from the alternating "
-         "rounds that confirmed the choice; others: CPUs busy with other work while it measured; ~ after E: "
+         "vs chosen: the objective column's difference from the chosen trial's (both medians), s: the "
+         "trials' per-step objectives differ the same way beyond the noise of both (Welch on their means, 95%; "
+         "trials measured at different times also differ by the machine's drift), r: also compared in the "
+         "alternating rounds that confirmed the choice (their figure below the table); others: CPUs busy with other work while it measured; ~ after E: "
          "steps shorter than the energy sensor's update interval, E the mean over the measured window)\n";
   out += fmt::format("{:>4} {}  {:<10} {:>10} {:>12} {:>10} {:>7} {:>10} {:>6}  {}\n", "#", knob_headings(), "status",
                      "T s", energy_heading, "objective", "CI", "vs chosen", "others", "reason");
@@ -174,6 +203,7 @@ void trial_table(std::string& out, RunLogContents const& log) {
                        one_line(t.reason));
   }
   out += "  (* chosen" + unset_legend() + ")\n";
+  out += rounds_note(log);
   // Speculation then validation: the trials whose offloaded host updates ran again after clipping.
   std::vector<std::string> rolled;
   for (auto const& t : log.trials)
@@ -272,9 +302,11 @@ void in_flight_section(std::string& out, RunLogContents const& log) {
     if (i == 0 || t.steps[i].trial != t.steps[i - 1].trial)
       switches.push_back(fmt::format("{}:{}", t.steps[i].step, t.steps[i].trial));
   }
-  out += fmt::format("  search: steps {}-{} in {} configurations ({} steps measured; the others warm-up, drift checks "
-                     "or followed by an evaluation or checkpoint), {} switches taking {:.2f} s; steps {}-{} with the "
-                     "choice\n", t.steps.front().step, t.steps[search - 1].step, configs.size(), measured, t.switches,
+  out += fmt::format("  search: steps {}-{} in {} ({} measured; the others warm-up, drift checks "
+                     "or followed by an evaluation or checkpoint), {} taking {:.2f} s; steps {}-{} with the "
+                     "choice\n", t.steps.front().step, t.steps[search - 1].step,
+                     counted(static_cast<long long>(configs.size()), "configuration", "configurations"),
+                     counted(measured, "step", "steps"), counted(t.switches, "switch", "switches"),
                      t.switch_seconds, search < t.steps.size() ? t.steps[search].step : t.steps.back().step,
                      t.steps.back().step);
   std::size_t const shown = 24;
@@ -337,8 +369,8 @@ void train_section(std::string& out, RunLogContents const& log) {
   }
   if (!t.evals.empty()) {
     auto const& e = t.evals.back();
-    out += fmt::format("  last evaluation (step {}): held-out loss {:.4f}, exact caption accuracy {:.1f}% ({} samples)\n",
-                       e.step, e.loss, 100 * e.accuracy, e.samples);
+    out += fmt::format("  last evaluation (step {}): held-out loss {:.4f}, exact caption accuracy {:.1f}% ({})\n",
+                       e.step, e.loss, 100 * e.accuracy, counted(e.samples, "sample", "samples"));
   }
 }
 

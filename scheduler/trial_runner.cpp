@@ -1,4 +1,5 @@
 #include "scheduler/trial_runner.hpp"
+#include "common/plural.hpp"
 
 #include "energy/machine_load.hpp"
 
@@ -144,7 +145,8 @@ void TrialRunner::apply_power_limit(Knobs const& k) {
 
 std::string TrialRunner::infeasible_reason(Knobs const& k) const {
   if (parallel_.world % k.seq_shards != 0)
-    return fmt::format("seq_shards {} does not divide the {} processes", k.seq_shards, parallel_.world);
+    return fmt::format("seq_shards {} does not divide the {}", k.seq_shards,
+                       counted(parallel_.world, "process", "processes"));
   int const micro = k.micro_batch > 0 ? k.micro_batch : base_.train.micro_batch, dp = parallel_.world / k.seq_shards;
   if ((base_.train.batch / micro) % dp != 0)
     return fmt::format("{} micro-batch(es) per step cannot be dealt evenly to {} data-parallel replicas "

@@ -1,4 +1,5 @@
 #include "scheduler/tune_session.hpp"
+#include "common/plural.hpp"
 
 #include <fmt/format.h>
 
@@ -33,9 +34,9 @@ std::string trial_line(TrialRecord const& r, std::string const& note) {
                                  ? fmt::format(", host updates run again after clipping: {} of {} speculated",
                                                r.host_jobs_rolled_back, r.host_jobs_speculated)
                                  : "";
-  return fmt::format("  trial {:>3}  {:<40} {:7.1f} ms/step {:9.3f} J/step  objective {:.4g}  (+-{:.1f}%, {} steps{}{}{}{}){}\n",
+  return fmt::format("  trial {:>3}  {:<40} {:7.1f} ms/step {:9.3f} J/step  objective {:.4g}  (+-{:.1f}%, {}{}{}{}{}){}\n",
                      r.index, r.knobs.describe(), 1e3 * r.time_per_step_s, r.energy_per_step_j, r.objective,
-                     100 * r.ci_relative, r.measured_steps, link, others, resolution, rolled, note);
+                     100 * r.ci_relative, counted(r.measured_steps, "step", "steps"), link, others, resolution, rolled, note);
 }
 
 TuneSession::TuneSession(TrialRunner& runner, TuneSettings const& settings, std::ostream* progress)

@@ -163,6 +163,31 @@ TEST_CASE("data: malformed dataset files are rejected with what is wrong", "[dat
     expect_rejected([&](io::H5File& f) { f.write("/images", good.images.data(), image_dims); },
                     "missing dataset /tokens");
   }
+  // Another joule file given by mistake: what it is (from its root attributes) and what a dataset holds.
+  SECTION("a run log, an energy profile, a checkpoint, another format: named, with what is expected") {
+    struct Case {
+      char const *format, *tuning, *what;
+    };
+    for (auto const& c : {Case{"joule-run-log-v1", nullptr, "this is a joule run log (root attribute format = "
+                                                              "\"joule-run-log-v1\"; written by joule tune or joule "
+                                                              "train --tune), not a dataset: read it with `joule inspect`"},
+                          Case{"joule-run-log-v1", "profile", "this is a joule energy profile"},
+                          Case{"joule-checkpoint-v1", nullptr, "this is a joule checkpoint (root attribute format = "
+                                                               "\"joule-checkpoint-v1\"; written by joule train), not "
+                                                               "a dataset: continue its run with `joule train --resume`"},
+                          Case{"someone-elses-v3", nullptr, "root attribute format is \"someone-elses-v3\": not a joule "
+                                                            "dataset"}}) {
+      INFO(c.format << (c.tuning ? " / " : "") << (c.tuning ? c.tuning : ""));
+      expect_rejected([&](io::H5File& f) {
+        f.set_attribute("/", "format", std::string(c.format));
+        if (c.tuning) f.set_attribute("/", "tuning", std::string(c.tuning));
+      }, c.what);
+      CHECK_THROWS_WITH(Dataset::open(file.path(), &cfg.model),
+                        Contains("(it has no /images); joule data info and training read a captioning dataset: "
+                                 "/images uint8 [N, F, C, H, W] and /tokens int32 [N, T], root attribute format = "
+                                 "\"joule-captions-v1\""));
+    }
+  }
   SECTION("wrong element type") {
     std::vector<float> pixels(good.images.begin(), good.images.end());
     expect_rejected([&](io::H5File& f) {

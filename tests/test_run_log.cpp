@@ -3,8 +3,11 @@
 #include "core/io/commit.hpp"
 #include "core/io/h5file.hpp"
 #include "runlog/profile.hpp"
+#include "scheduler/replay.hpp"
 #include "scheduler/report.hpp"
+#include "scheduler/significance.hpp"
 #include "runlog/run_log.hpp"
+#include "runlog/statistics.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -930,6 +933,165 @@ TEST_CASE("run report: trials, Pareto front, the chosen configuration and the en
     auto fast = log;
     fast.best = 0;
     CHECK_THAT(format_run_report(fast), Contains("also the fastest") && !Contains("energy saved"));
+  }
+}
+
+// The "vs chosen" cell of trial `index`'s row in the report's trial table ("" when none).
+std::string versus_cell(std::string const& report, int index) {
+  for (auto const& line : split_lines(report)) {
+    if (line.rfind(printed("%4d", index), 0) != 0 || line.find("  ok ") == std::string::npos) continue;
+    std::istringstream words(line);
+    std::string w;
+    while (words >> w)
+      if (w.size() > 2 && (w[0] == '+' || w[0] == '-') && w.back() == '%') return w;
+  }
+  return "";
+}
+
+TEST_CASE("run report: \"vs chosen\" agrees with the objective column beside it, also where mean and median "
+          "order differ", "[run_log][report]") {
+  // Trial 0 chosen; per-step energies (1 s steps, objective energy) whose medians and means order
+  // the trials oppositely: trial 1's median is lower than the chosen one's (9 against 10) but its
+  // mean higher (17.4: two slow outliers); trial 2's median higher (11) but its mean lower (7).
+  RunLogContents log;
+  log.path = "/runs/skewed.h5";
+  log.header = make_header("model");
+  log.header.objective = "edp";  // steps of 1 s: E x T is the energy
+  auto trial = [](int index, std::vector<double> energies) {
+    TrialRecord t;
+    t.index = index;
+    t.knobs.offload_ratio = 0.25 * index;
+    t.step_time_s.assign(energies.size(), 1.0);
+    t.step_energy_j = energies;
+    t.time_per_step_s = 1.0;
+    t.energy_per_step_j = median(energies);
+    t.objective = t.energy_per_step_j * t.time_per_step_s;
+    t.measured_steps = int(energies.size());
+    return t;
+  };
+  log.trials = {trial(0, {10, 10.1, 9.9, 10, 10}), trial(1, {9, 9, 9, 30, 30}), trial(2, {11, 11, 11, 1, 1}),
+                trial(3, {12, 12.1, 11.9, 12, 12})};
+  log.best = 0;
+  log.pareto = {0};
+  std::string const report = format_run_report(log);
+  INFO(report);
+  for (int i : {1, 2, 3}) {
+    std::string const cell = versus_cell(report, i);
+    INFO("trial " << i << ": vs chosen " << cell);
+    REQUIRE(!cell.empty());
+    double const objective_difference = log.trials[std::size_t(i)].objective - log.trials[0].objective;
+    CHECK((cell[0] == '-') == (objective_difference < 0));  // the sign of the column beside it
+  }
+  CHECK(versus_cell(report, 1) == "-10.0%");
+  CHECK(versus_cell(report, 2) == "+10.0%");
+  CHECK(versus_cell(report, 3) == "+20.0%");
+  // Trial 3 differs beyond the noise the same way: "s"; trial 1's means differ the other way: no "s".
+  for (auto const& line : split_lines(report)) {
+    if (line.rfind("   3", 0) == 0) CHECK_THAT(line, Contains("+20.0% s"));
+    if (line.rfind("   1", 0) == 0) CHECK_THAT(line, !Contains("% s"));
+  }
+  CHECK_THAT(report, Contains("vs chosen: the objective column's difference from the chosen trial's (both medians)"));
+  {  // one trial, one process, one sample: the singular (issue 65: "1 processes")
+    auto one = log;
+    one.trials.resize(1);
+    one.header.world_size = 1;
+    TrainRecord train;
+    train.steps = {{1, 2.0, 1e-3, 1.0, 0.1}};
+    train.evals = {{1, 1.5, 1.0, 1}};
+    one.train = train;
+    std::string const text = format_run_report(one);
+    CHECK_THAT(text, Contains(", 1 process\n") && Contains("; 1 trial: 1 ok") && Contains("(1 sample)"));
+    CHECK_THAT(text, !Contains("1 processes") && !Contains("1 trials") && !Contains("1 samples"));
+  }
+
+  SECTION("the trial compared in alternating rounds: the medians in the column, the rounds' figure named below") {
+    // The rounds found the search's best (trial 1) 1.2% worse than the baseline (trial 0), which
+    // was kept, though trial 1's median objective is lower: the column shows the medians' -10.0%,
+    // marked r, and the note under the table gives the rounds' +1.2% as what it is.
+    ChoiceRecord c;
+    c.best = 1;
+    c.baseline = 0;
+    c.chosen = 0;
+    c.confirm_ratios = {1.01, 1.014, 1.012};
+    c.best_vs_baseline.difference = 0.012;
+    c.best_vs_baseline.noise = 0.004;
+    c.best_vs_baseline.significant = true;
+    log.choice = c;
+    std::string const text = format_run_report(log);
+    INFO(text);
+    CHECK(versus_cell(text, 1) == "-10.0%");
+    for (auto const& line : split_lines(text))
+      if (line.rfind("   1", 0) == 0) CHECK_THAT(line, Contains("-10.0% r"));
+    CHECK_THAT(text, Contains("r: trials 1 and 0 were also measured in 3 alternating rounds: trial 1's objective "
+                              "against trial 0's, the geometric mean of the rounds' ratios, is +1.2% (noise ±0.4%: "
+                              "significant)"));
+    CHECK_THAT(text, Contains("the medians above differ the other way, -10.0%"));
+  }
+}
+
+TEST_CASE("replay: a regret against an optimum that ties says so, naming the tied trials", "[run_log][replay]") {
+  // An exhaustive log of 4 trials, objective edp (1 s steps: E x T is the energy). Trial 3 has the
+  // lowest median (10.0), trial 0 (the configuration's own settings) 10.02 with overlapping steps;
+  // the run's choice could not tell them apart and kept trial 0.
+  RunLogContents log;
+  log.path = "/runs/tie.h5";
+  log.header = make_header("model");
+  log.header.objective = "edp";
+  log.header.strategy = "exhaustive";
+  auto trial = [](int index, double ratio, int depth, std::vector<double> energies) {
+    TrialRecord t;
+    t.index = index;
+    t.knobs.offload_ratio = ratio;
+    t.knobs.recompute_depth = depth;
+    t.step_time_s.assign(energies.size(), 1.0);
+    t.step_energy_j = energies;
+    t.time_per_step_s = 1.0;
+    t.energy_per_step_j = median(energies);
+    t.objective = t.energy_per_step_j;
+    return t;
+  };
+  log.trials = {trial(0, 0.0, 0, {10.3, 9.8, 10.02, 10.2, 9.9}), trial(1, 0.5, 0, {14, 14.1, 13.9, 14, 14}),
+                trial(2, 0.0, 1, {13, 13.1, 12.9, 13, 13}), trial(3, 0.5, 1, {10.2, 9.7, 10.0, 10.3, 9.8})};
+  log.best = 0;
+  ChoiceRecord c;
+  c.best = 3;
+  c.baseline = 0;
+  c.chosen = 0;
+  c.confirm_ratios = {0.99, 1.01, 0.998};
+  c.best_vs_baseline = compare_ratios(c.confirm_ratios);
+  REQUIRE(!c.best_vs_baseline.significant);
+  log.choice = c;
+
+  auto const r = replay_search(log, StrategyKind::exhaustive);
+  CHECK(r.found == 3);
+  CHECK(r.optimum == 3);
+  REQUIRE(r.tied == std::vector<int>{3, 0});
+  REQUIRE(r.regret_against.size() == 2);
+  CHECK(r.regret_against[0] == 1.0);
+  CHECK(r.regret_against[1] == Approx(10.0 / 10.02));
+  std::string const text = format_replay(log, StrategyKind::exhaustive, r);
+  INFO(text);
+  CHECK_THAT(text, Contains("the log's optimum is a tie: trials 3 and 0 tie within this machine's noise"));
+  CHECK_THAT(text, Contains("the run kept trial 0: its choice could not tell trial 3 from it (3 alternating rounds"));
+  CHECK_THAT(text, Contains("regret 1.0000 against trial 3, 0.9980 against trial 0: the found trial is one of the "
+                            "tied optimum"));
+  CHECK_THAT(text, !Contains("the log's optimum is trial 3: regret"));
+
+  SECTION("no tie: the optimum is named alone, as before") {
+    auto distinct = log;
+    distinct.trials[0] = trial(0, 0.0, 0, {12, 12.1, 11.9, 12, 12});
+    distinct.choice->best_vs_baseline.significant = true;  // the run chose trial 3 beyond the noise
+    distinct.choice->chosen = 3;
+    distinct.best = 3;
+    auto const d = replay_search(distinct, StrategyKind::exhaustive);
+    CHECK(d.tied == std::vector<int>{3});
+    CHECK_THAT(format_replay(distinct, StrategyKind::exhaustive, d),
+               Contains("found trial 3, the log's optimum is trial 3: regret 1.0000; trials used 4 of 4"));
+  }
+  SECTION("another objective: the run's verdict (under edp) does not make a tie") {
+    auto const o = replay_search(log, StrategyKind::exhaustive, "ed2p");
+    CHECK(o.optimum == 3);
+    CHECK(o.tied == std::vector<int>{3});
   }
 }
 

@@ -8,11 +8,14 @@ DIR defaults to <stem>-plots/ next to the log. Writes, and prints the path of ea
                    the mean, the Pareto front joined, the chosen trial (/best) starred under it
                    and the baseline boxed, the verdict that chose it, infeasible and failed trials
                    listed below; where the front and the choice crowd together, that part is drawn
-                   again enlarged beside the plot. Each trial is labelled with its index where the
+                   again enlarged beside the plot (its box drawn over the trials; the inset's view
+                   holds the whole interval of each trial it shows, else no inset). Each trial is labelled with its index where the
                    label overlaps nothing (the choice, the baseline and the front first); those
                    left without a place are listed below the plot
   power_trace.png  power (W, from 0) over time, one line per domain, for the best trial and /train
-                   (an energy tool profile: for /profile, the whole program)
+                   (an energy tool profile: for /profile, the whole program); for a MODEL source in
+                   a run tuned in flight, the pauses between steps (not after an evaluation) are
+                   shaded and the model's samples there (its idle floor: joule waiting) not drawn
   regions.png      energy and time per named region, for the best trial and /train (a profile:
                    its regions and its kernels, the MAX_BARS largest by energy each), as a tree:
                    a region opened inside another is indented under it, its parent's bar pale
@@ -20,14 +23,17 @@ DIR defaults to <stem>-plots/ next to the log. Writes, and prints the path of ea
                    regions by name; the nesting is the log's own where it has one (a `parent`
                    column, or names that are paths "step/forward"), else (logs written before
                    joule recorded parents) joule's own nesting (JOULE_NESTING)
-  loss.png         training loss per step of /train, eval losses marked
+  loss.png         training loss per step of /train, eval losses marked with their exact caption
+                   accuracy as joule's report rounds it (61.5%), placed clear of the curves
 A run tuned in flight (`joule train --tune`) gets its configuration changes (dotted, labelled with
 the trial in staggered rows above the plot) and the search (shaded) on the loss and the /train
 power curves. The run's energy source is named once, in each figure's title.
 
 --describe FILE writes a JSON summary of each plot written (- : stdout, after the paths; a file is
-written as the PNGs are): its titles, each axes' title, labels, limits and legend entries, the
-texts that reach outside the figure and the pairs of texts that overlap
+written as the PNGs are): its titles, each axes' title, labels, limits and legend entries, its
+labelled lines (their points as drawn, NaN where broken, and their path on the page), labelled
+boxes (extent, zorder) and point labels (text, extent on the page), the texts that reach outside
+the figure and the pairs of texts that overlap
 (tests/scripts/plot_run_check.sh checks them).
 
 A plot whose data is missing (no /train group, no power samples...) is skipped with a one-line
@@ -53,8 +59,11 @@ with its own defaults: no matplotlibrc (the working folder's, the user's, the sy
 Exit status: 0 when every plot that had data was written; 1 when a plot failed on malformed data
 (a dataset refused so included) or could not be written; 2 when the file is not a regular file, not
 a joule run log (root attribute format != "joule-run-log-v1"), holds a link out of the file or data
-kept outside it, none of the plots has data, or an output path is refused.
-Needs Debian's python3-h5py, python3-matplotlib and python3-numpy.
+kept outside it, none of the plots has data, an output path is refused, or h5py, matplotlib or
+numpy is missing.
+Needs h5py, matplotlib and numpy (Debian's python3-h5py, python3-matplotlib and python3-numpy):
+a Python without one of them exits 2 with one line naming the missing ones, the Python
+(sys.executable) and how to install them (apt, or that Python's pip).
 
 Reads the layout of runlog/run_log.cpp (docs/run-log.md): root attributes
 format, energy_kind, energy_source, objective; /trials/NNNN (attributes status, reason,
@@ -69,13 +78,30 @@ seconds, energy_j; regions, and kernels in the same schema, and power as in a tr
 """
 import argparse
 import contextlib
+import importlib
 import json
 import math
 import os
 import sys
 import textwrap
 
-import h5py
+# Debian's package of each module this script needs, and pip's.
+NEEDED = (("h5py", "python3-h5py", "h5py"), ("matplotlib", "python3-matplotlib", "matplotlib"),
+          ("numpy", "python3-numpy", "numpy"))
+
+
+def missing_packages_message(missing):
+    """The one error a Python without h5py, matplotlib or numpy gets instead of a traceback: which
+    modules are missing (and why, as Python said it), which Python this is, and how to install them."""
+    names = [name for name, _ in missing]
+    why = "; ".join(f"{name}: {type(e).__name__}: {e}" for name, e in missing)
+    apt = " ".join(deb for name, deb, _ in NEEDED if name in names)
+    pip = " ".join(pypi for name, _, pypi in NEEDED if name in names)
+    python = sys.executable or "this Python"
+    return (f"plot_run.py: this Python ({python}, {sys.version.split()[0]}) lacks {', '.join(names)} ({why}); "
+            f"plot_run.py needs h5py, matplotlib and numpy. Install them for the system Python "
+            f"(/usr/bin/python3) on Debian or Ubuntu with: sudo apt install {apt}; or for this Python with: "
+            f"{python} -m pip install {pip}")
 
 
 def import_matplotlib():
@@ -100,7 +126,28 @@ def import_matplotlib():
     return matplotlib
 
 
-matplotlib = import_matplotlib()
+def import_needed():
+    """h5py, numpy and matplotlib (imported as import_matplotlib does), or exit 2 with one line
+    naming the missing ones, this Python and how to install them."""
+    missing = []
+    for name in ("h5py", "numpy"):
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            missing.append((name, e))
+    mpl = None
+    try:
+        mpl = import_matplotlib()
+    except ImportError as e:
+        missing.append(("matplotlib", e))
+    if missing:
+        print(missing_packages_message(sorted(missing, key=lambda m: m[0])), file=sys.stderr)
+        sys.exit(2)
+    return mpl
+
+
+matplotlib = import_needed()
+import h5py  # noqa: E402
 import matplotlib.text  # noqa: E402
 import matplotlib.patches  # noqa: E402
 import matplotlib.ticker  # noqa: E402
@@ -245,8 +292,10 @@ def plot_pareto(f, trials, incomplete, best, best_how, path, written):
                 ha="center", va="center", transform=ax.transAxes)
     if zoom:
         (x0, x1), (y0, y1) = zoom
-        ax.add_patch(matplotlib.patches.Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, ls="--", lw=0.8,
-                                                  edgecolor="tab:blue", zorder=0.5,
+        # Over the trials (zorder above their markers, intervals and the front): the near-optimal
+        # trials it encloses would otherwise hide it.
+        ax.add_patch(matplotlib.patches.Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, ls="--", lw=1.3,
+                                                  edgecolor="tab:blue", zorder=4,
                                                   label="enlarged below right"))
         draw(zax, False)
         zax.set_xlim(x0, x1)
@@ -331,6 +380,25 @@ def zoom_box(ok, key):
     held = ((xs >= x0) & (xs <= x1) & (ys >= y0) & (ys <= y1)).sum()
     if held < 3 or (x1 - x0) > wx / 3 or (y1 - y0) > wy / 3:
         return None
+    # The view holds the 95% intervals of the trials it shows, whole: an interval wider than the
+    # view would cross it edge to edge and say nothing. Where that widens it beyond half the
+    # trials' spread, it would enlarge little: no inset (the trials are then not distinguishable there
+    # anyway, which the full plot shows).
+    for _ in range(20):
+        shown = [t for t in ok if x0 <= t.time <= x1 and y0 <= t.energy <= y1]
+        bx = [v for t in shown if math.isfinite(t.time_ci) for v in (t.time - t.time_ci, t.time + t.time_ci)]
+        by = [v for t in shown if math.isfinite(t.energy_ci) for v in (t.energy - t.energy_ci, t.energy + t.energy_ci)]
+        nx0, nx1 = min([x0] + bx), max([x1] + bx)
+        ny0, ny1 = min([y0] + by), max([y1] + by)
+        if (nx0, nx1, ny0, ny1) == (x0, x1, y0, y1):
+            break
+        mx, my = 0.03 * (nx1 - nx0), 0.03 * (ny1 - ny0)  # the bars' caps clear of the frame
+        x0, x1 = (nx0 - mx if nx0 < x0 else x0), (nx1 + mx if nx1 > x1 else x1)
+        y0, y1 = (ny0 - my if ny0 < y0 else y0), (ny1 + my if ny1 > y1 else y1)
+    else:
+        return None
+    if (x1 - x0) > wx / 2 or (y1 - y0) > wy / 2:
+        return None
     return (float(x0), float(x1)), (float(y0), float(y1))
 
 
@@ -376,6 +444,42 @@ def switch_points(train):
             points.append((step[i], began, int(trial[i])))
     search = int(number(attr(train, "search_steps"), 0))
     return points, (step[search - 1] if 0 < search <= step.size else None)
+
+
+def pauses(train):
+    """[(t0, t1)]: where an in-flight run (/train in_flight = 1) ran no training step and no
+    evaluation, on its power trace's clock: between the end of a step (step_end_s) and the start of
+    the next (its end less its seconds), at the configuration changes and at the measurements' edges
+    (where joule rebuilds the trainer, or waits for the energy source to cover a window). A pause
+    after an evaluation step is left out: the evaluation ran there."""
+    if train is None or number(attr(train, "in_flight"), 0) != 1:
+        return []
+    step, end, secs = floats(train, "step"), floats(train, "step_end_s"), floats(train, "seconds")
+    if not step.size or end.size != step.size or secs.size != step.size:
+        return []
+    evals = set(floats(train, "eval_step").tolist())
+    out = []
+    for i in range(step.size - 1):
+        t0, t1 = end[i], end[i + 1] - secs[i + 1]
+        if math.isfinite(t0) and math.isfinite(t1) and t1 > t0 and step[i] not in evals:
+            out.append((float(t0), float(t1)))
+    return out
+
+
+def drop_in_pauses(t, w, spans):
+    """w with NaN where a sample's window (from the sample before it to its own time) lies mostly in
+    `spans`: a model's estimate there is of joule's pause (its process waiting), drawn as the
+    model's idle floor; the line is broken there instead. Returns (w, samples dropped)."""
+    if not spans or t.size < 2:
+        return w, 0
+    starts = np.concatenate(([t[0] - (t[1] - t[0])], t[:-1]))
+    inside = np.zeros(t.size)
+    for t0, t1 in spans:
+        inside += np.clip(np.minimum(t, t1) - np.maximum(starts, t0), 0, None)
+    drop = inside >= 0.5 * np.maximum(t - starts, 1e-12)
+    w = w.copy()
+    w[drop, :] = np.nan
+    return w, int(drop.sum())
 
 
 SWITCH_ROWS = 3  # rows of trial labels over a plot's configuration changes (crowded ones left off)
@@ -427,6 +531,7 @@ def plot_power(f, best, best_how, path, written):
     fig, axes = plt.subplots(len(traces), 1, figsize=(9, 0.4 + 3.6 * len(traces)), squeeze=False,
                              layout="constrained")
     fig.suptitle(wrap("power over time, per domain; " + energy_words(f), 110), fontsize=9)
+    kind = text(attr(f, "energy_kind", "measured"))
     for ax, (label, t, w, domains) in zip(axes[:, 0], traces):
         ax.set_xlabel("time (s)")
         ax.set_ylabel("power (W)")
@@ -435,11 +540,23 @@ def plot_power(f, best, best_how, path, written):
             ax.text(0.5, 0.5, "no power samples", ha="center", va="center", transform=ax.transAxes)
             ax.set_title(wrap(label, 110), fontsize=9)
             continue
+        # A model's estimate inside joule's pauses between steps is not drawn (its idle floor would
+        # read as a drop in power): the line breaks there, the pauses are shaded and counted. The
+        # means are over every sample, as the log's energy is.
+        drawn, spans, dropped = w, [], 0
+        if kind == "model" and label.startswith("train run"):
+            spans = pauses(group(f, "train"))
+            drawn, dropped = drop_in_pauses(t, w, spans)
         for j, name in enumerate(domains):
             col = w[:, j]
             fin = np.isfinite(col)
             mean = f", mean {np.mean(col[fin]):.1f} W" if fin.any() else ", no finite samples"
-            ax.plot(t, col, lw=1.1, marker="." if t.size < 50 else None, label=f"{domain_label(name)}{mean}")
+            ax.plot(t, drawn[:, j], lw=1.1, marker="." if t.size < 50 else None, label=f"{domain_label(name)}{mean}")
+        if dropped:
+            for n, (t0, t1) in enumerate(spans):
+                ax.axvspan(t0, t1, color="0.6", alpha=0.35, lw=0, zorder=0.5,
+                           label=(f"no step running (configuration change, measurement edge): "
+                                  f"{dropped} model sample{'s' if dropped != 1 else ''} not drawn") if n == 0 else None)
         fin = w[np.isfinite(w)]
         if fin.size and fin.min() >= 0:  # power from 0: the swings at their true size
             ax.set_ylim(0, max(fin.max() * 1.08, 1e-9))
@@ -668,11 +785,6 @@ def plot_loss(f, path, written):
         acc = floats(tr, "eval_accuracy")
         ax.scatter(eval_step[:n], eval_loss[:n], marker="D", s=45, color="tab:red", zorder=3,
                    label="held-out loss")
-        if acc.size >= n:
-            for s, l, a in zip(eval_step[:n], eval_loss[:n], acc[:n]):
-                if math.isfinite(a) and math.isfinite(l):
-                    ax.annotate(f"{100 * a:.0f}%", (s, l), textcoords="offset points",
-                                xytext=(4, 6), fontsize=7, color="tab:red")
     lr = floats(tr, "lr")
     if lr.size == loss.size and np.isfinite(lr).any():
         ax2 = ax.twinx()
@@ -690,11 +802,42 @@ def plot_loss(f, path, written):
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     title = "training loss"
-    if n and math.isfinite(eval_loss[n - 1]):
-        title += f" (final held-out loss {eval_loss[n - 1]:.4g})"
+    if n and math.isfinite(eval_loss[n - 1]):  # as joule's report rounds it
+        title += f" (final held-out loss {eval_loss[n - 1]:.4f})"
     ax.set_title(title, pad=6 + SWITCH_ROW_PT * rows)
     ax.grid(True, alpha=0.3)
+    if n and acc.size >= n:
+        label_accuracies(fig, ax, [(s, l, a) for s, l, a in zip(eval_step[:n], eval_loss[:n], acc[:n])
+                                   if math.isfinite(a) and math.isfinite(l)])
     save(fig, path, written)
+
+
+def label_accuracies(fig, ax, evals):
+    """Each evaluation's exact caption accuracy beside its marker, rounded as joule's report and log
+    print it (61.5%), where the label crosses neither curve (loss, learning rate), a marker nor the
+    legend; those with no free place are named in the legend instead."""
+    fig.canvas.draw()
+    fig.set_layout_engine("none")  # the final layout: the curves' pixels are where they will be drawn
+    obstacles = []
+    for a in fig.axes:
+        for line in a.lines:
+            if line.get_label().startswith("_") or line.get_linestyle() in (":", "None"):
+                continue  # configuration changes (dotted) are crossed by design
+            x, y = (np.asarray(v, dtype=float) for v in line.get_data())
+            pts = line.get_transform().transform(np.column_stack([x, y])) if x.size else np.zeros((0, 2))
+            for (x0, y0), (x1, y1) in zip(pts[:-1], pts[1:]):
+                if np.isfinite([x0, y0, x1, y1]).all():
+                    obstacles.append(matplotlib.transforms.Bbox([[min(x0, x1) - 1, min(y0, y1) - 1],
+                                                                 [max(x0, x1) + 1, max(y0, y1) + 1]]))
+    obstacles += [marker_box(ax, s, l, 45, fig.dpi) for s, l, _ in evals]
+    items = [(s, l, f"{100 * a:.1f}%", dict(fontsize=7, color="tab:red", zorder=5)) for s, l, a in evals]
+    crowded = place_labels(ax, items, obstacles)
+    if crowded:
+        legend = ax.get_legend()
+        for t in legend.get_texts() if legend is not None else []:
+            if t.get_text() == "held-out loss":
+                t.set_text("held-out loss (exact captions, no free place\nbeside the marker: "
+                           + ", ".join(crowded) + ")")
 
 
 PLOTS = ("pareto.png", "power_trace.png", "regions.png", "loss.png")
@@ -744,8 +887,9 @@ def main():
     ap.add_argument("--out", help="output folder (default: <stem>-plots/ next to the log)")
     ap.add_argument("--describe", metavar="FILE",
                     help="also write a JSON summary of each plot written to FILE (- for stdout, after the "
-                         "paths): its titles, each axes' title, labels, limits and legend entries, the "
-                         "texts that reach outside the figure and the pairs of texts that overlap")
+                         "paths): its titles, each axes' title, labels, limits, legend entries, labelled "
+                         "lines, boxes and point labels, the texts that reach outside the figure and the "
+                         "pairs of texts that overlap")
     args = ap.parse_args()
     plot_run_layout.DESCRIBE = [] if args.describe else None
 

@@ -1,6 +1,6 @@
 """plot_run.py's figures on disk and on the page: each PNG written whole and safely (joule_write: a
-private temporary, fsynced, renamed over the old one), --describe's summary of a figure's texts and
-limits, and labels placed where they hit nothing."""
+private temporary, fsynced, renamed over the old one), --describe's summary of a figure's texts,
+limits, labelled lines and point labels, and labels placed where they hit nothing."""
 import errno
 import math
 import os
@@ -8,9 +8,11 @@ import shutil
 
 import matplotlib
 matplotlib.use("Agg")
+import matplotlib.patches  # noqa: E402
 import matplotlib.text  # noqa: E402
 import matplotlib.transforms  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import joule_write  # noqa: E402
 
 class WriteFailed(Exception):
@@ -74,9 +76,30 @@ def describe(fig, name):
                      "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
                      "xlim": [float(v) for v in ax.get_xlim()], "ylim": [float(v) for v in ax.get_ylim()],
                      "yscale": ax.get_yscale(), "axis_on": bool(ax.axison),
-                     "legend": [t.get_text() for t in legend.get_texts()] if legend is not None else []})
+                     "legend": [t.get_text() for t in legend.get_texts()] if legend is not None else [],
+                     "lines": [line_data(line) for line in ax.lines if not line.get_label().startswith("_")],
+                     "boxes": [{"label": b.get_label(), "zorder": float(b.get_zorder()),
+                                "bounds": [float(v) for v in b.get_bbox().bounds]}
+                               for b in ax.patches if isinstance(b, matplotlib.patches.Rectangle)
+                               and not b.get_label().startswith("_")],
+                     "data_zorder": max([float(a.get_zorder()) for a in ax.collections + ax.lines], default=0.0),
+                     "label_boxes": [label_box(t, renderer) for t in ax.texts if t.get_visible() and t.get_text().strip()]})
     return {"plot": name, "size_px": [round(fb.width), round(fb.height)], "titles": titles(fig),
             "axes": axes, "texts_outside_figure": outside, "overlapping_texts": overlapping}
+
+
+def line_data(line):
+    """A labelled line's data as drawn: its label and points (NaN where the line is broken), and
+    its path on the page (display pixels), for tests of what it crosses."""
+    x, y = (np.asarray(v, dtype=float) for v in line.get_data())
+    page = line.get_transform().transform(np.column_stack([x, y])) if x.size else np.zeros((0, 2))
+    return {"label": line.get_label(), "x": x.tolist(), "y": y.tolist(), "page": page.tolist()}
+
+
+def label_box(t, renderer):
+    """A text placed on axes (a point's label): its text and extent on the page (display pixels)."""
+    b = text_box(t, renderer)
+    return {"text": t.get_text(), "box": [float(b.x0), float(b.y0), float(b.x1), float(b.y1)]}
 
 
 def save(fig, path, written):

@@ -4,6 +4,8 @@
 #include "core/io/h5file.hpp"
 #include "core/model/limits.hpp"
 
+#include <fmt/format.h>
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -104,6 +106,36 @@ void Dataset::check_shape(std::string const& path, ModelConfig const& model) {
   require_dataset_unchanged(*file);
 }
 
+namespace {
+// Why a file without /images or /tokens is not a dataset: what it is, when its root attributes
+// say (another joule file given by mistake: a run log, a checkpoint), and what a dataset holds.
+std::string not_a_dataset(io::H5File const& f, char const* missing) {
+  std::string format, tuning;
+  try {
+    if (f.has_attribute("/", "format")) format = f.attribute_string("/", "format");
+    if (f.has_attribute("/", "tuning")) tuning = f.attribute_string("/", "tuning");
+  } catch (io::H5Error const&) {  // an attribute that is not a string: say nothing of it
+  }
+  std::string const expected =
+      fmt::format("joule data info and training read a captioning dataset: /images uint8 [N, F, C, H, W] and "
+                  "/tokens int32 [N, T], root attribute format = \"{}\" (docs/datasets.md)", kDatasetFormat);
+  std::string what;
+  if (format == "joule-run-log-v1" && tuning == "profile")
+    what = "this is a joule energy profile (root attributes format = \"joule-run-log-v1\", tuning = \"profile\"; "
+           "written by the energy tool), not a dataset: read it with `joule inspect`";
+  else if (format == "joule-run-log-v1")
+    what = "this is a joule run log (root attribute format = \"joule-run-log-v1\"; written by joule tune or "
+           "joule train --tune), not a dataset: read it with `joule inspect` or apps/scripts/plot_run.py";
+  else if (format == "joule-checkpoint-v1")
+    what = "this is a joule checkpoint (root attribute format = \"joule-checkpoint-v1\"; written by joule train), "
+           "not a dataset: continue its run with `joule train --resume`";
+  else if (!format.empty() && format != kDatasetFormat)
+    what = fmt::format("this HDF5 file's root attribute format is \"{}\": not a joule dataset", format);
+  if (what.empty()) return fmt::format("missing dataset {}: {}", missing, expected);
+  return fmt::format("{} (it has no {}); {}", what, missing, expected);
+}
+}  // namespace
+
 Dataset Dataset::open_checked(io::SharedInput const& file, ModelConfig const* model, bool check_contents) {
   std::string const& path = file->path();
   Dataset ds;
@@ -112,7 +144,7 @@ Dataset Dataset::open_checked(io::SharedInput const& file, ModelConfig const* mo
   try {
     io::H5File f(*file);
     for (char const* name : {"/images", "/tokens"})
-      if (!f.exists(name)) fail(path, std::string("missing dataset ") + name + " (see docs/datasets.md)");
+      if (!f.exists(name)) fail(path, not_a_dataset(f, name));
     if (f.dtype("/images") != "uint8") fail(path, "/images has element type " + f.dtype("/images") + ", expected uint8");
     if (f.dtype("/tokens") != "int32") fail(path, "/tokens has element type " + f.dtype("/tokens") + ", expected int32");
     auto const im = f.dims("/images"), tk = f.dims("/tokens");

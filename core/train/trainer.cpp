@@ -1,4 +1,5 @@
 #include "core/train/trainer.hpp"
+#include "common/plural.hpp"
 
 #include "core/compat_kernels.hpp"
 #include "core/detail/ordering_trace.hpp"
@@ -48,8 +49,8 @@ OptimizerSettings optimizer_settings(TrainConfig const& t) {
 }  // namespace
 
 std::string format_eval(EvalResult const& e) {
-  return fmt::format("held-out loss {:.4f}, exact caption accuracy {:.1f}% ({} samples)", e.loss,
-                     100.0 * e.accuracy, e.samples);
+  return fmt::format("held-out loss {:.4f}, exact caption accuracy {:.1f}% ({})", e.loss, 100.0 * e.accuracy,
+                     counted(e.samples, "sample", "samples"));
 }
 
 namespace {

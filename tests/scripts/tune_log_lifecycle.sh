@@ -97,6 +97,11 @@ echo "SIGINT: exit 130, log readable"
 full="$work/full.h5"
 "$joule" tune "${quick[@]}" --steps 30 --out "$full" >"$work/full.out" 2>&1 || fail "full run failed: $(tail "$work/full.out")"
 grep -q "Energy: MODEL ESTIMATE\|Energy: measured" "$work/full.out" || fail "the report does not say where energy comes from"
+# One process, one trial: nouns in the singular (issue 65: "1 processes").
+grep -qE "^tuning .* \(1 process, " "$work/full.out" || fail "no '(1 process, ' in: $(grep -m1 '^tuning' "$work/full.out")"
+if grep -qE "(^|[^0-9])1 (processes|trials|samples|configurations|switches)\b" "$work/full.out"; then
+  fail "a plural after 1: $(grep -E '(^|[^0-9])1 (processes|trials|samples|configurations|switches)\b' "$work/full.out")"
+fi
 "$joule" inspect "$full" >"$work/full.report" && grep -q "Training with the chosen configuration" "$work/full.report" ||
   fail "inspect: no training section"
 bash "$repo/tests/scripts/plot_run_check.sh" "$full" "$repo/apps/scripts/plot_run.py" "$work/plots" || fail "plots"
