@@ -132,6 +132,23 @@ std::vector<RegionMeasure> random_regions(Rng& rng, std::vector<std::string> con
   return regions;
 }
 
+// A table per call path: each row's parent an earlier row or the top level, a name in several
+// places (the same name under two parents, and inside itself).
+std::vector<RegionMeasure> random_region_paths(Rng& rng, std::vector<std::string> const& names, std::size_t rows) {
+  std::vector<RegionMeasure> paths;
+  std::uniform_int_distribution<long long> calls(0, 1ll << 40);
+  std::uniform_int_distribution<std::size_t> name(0, names.size() - 1);
+  std::bernoulli_distribution flagged(0.3);
+  for (std::size_t i = 0; i < rows; ++i) {
+    auto const v = random_values(rng, 2);
+    std::uniform_int_distribution<int> parent(-1, int(i) - 1);
+    int const p = parent(rng);
+    paths.push_back({names[name(rng)], calls(rng), v[0], v[1], flagged(rng),
+                     p < 0 ? std::string() : paths[std::size_t(p)].name, p});
+  }
+  return paths;
+}
+
 RunHeader make_header(std::string const& energy_kind = "measured") {
   RunHeader h;
   h.joule_version = "0.4.0-dev";
@@ -182,6 +199,7 @@ TrialRecord make_ok_trial(Rng& rng, int index, std::size_t steps, std::size_t sa
   t.step_energy_j = random_values(rng, steps);
   for (std::size_t i = 0; i < steps; ++i) t.measured_on.push_back(int(100 * index + 3 * i + 1));
   t.regions = random_regions(rng, {"step", "forward", "joule::block_forward", "optimizer_host", "Kokkos::gemm ü"});
+  t.region_paths = random_region_paths(rng, {"step", "forward", "joule::block_forward", "evaluate", "Kokkos::gemm ü"}, 9);
   t.power = random_power(rng, {"gpu", "package", "model (estimate)"}, samples);
   return t;
 }
@@ -226,6 +244,7 @@ TrainRecord make_train(Rng& rng) {
   t.evals.push_back({5, 2.5, 0.125, 17});
   t.evals.push_back({10, 2.25, 0.375, 17});
   t.regions = random_regions(rng, {"step", "evaluate"});
+  t.region_paths = random_region_paths(rng, {"step", "evaluate", "forward"}, 5);
   t.seconds = 12.75;
   t.energy_j = 1234.5;
   t.power = random_power(rng, {"gpu", "package", "dram"}, 33);
@@ -250,6 +269,7 @@ void check_same(std::vector<RegionMeasure> const& a, std::vector<RegionMeasure> 
     CHECK(same(a[i].energy_j, b[i].energy_j));
     CHECK(a[i].below_resolution == b[i].below_resolution);
     CHECK(a[i].parent == b[i].parent);
+    CHECK(a[i].parent_row == b[i].parent_row);
   }
 }
 
@@ -280,6 +300,7 @@ void check_same(TrialRecord const& a, TrialRecord const& b) {
   CHECK(a.host_jobs_speculated == b.host_jobs_speculated);
   CHECK(a.host_jobs_rolled_back == b.host_jobs_rolled_back);
   check_same(a.regions, b.regions);
+  check_same(a.region_paths, b.region_paths);
   check_same(a.power, b.power);
 }
 
@@ -309,6 +330,7 @@ void check_same(TrainRecord const& a, TrainRecord const& b) {
     CHECK(a.evals[i].samples == b.evals[i].samples);
   }
   check_same(a.regions, b.regions);
+  check_same(a.region_paths, b.region_paths);
   CHECK(same(a.seconds, b.seconds));
   CHECK(same(a.energy_j, b.energy_j));
   check_same(a.power, b.power);
@@ -483,6 +505,54 @@ TEST_CASE("run log: every field survives a round trip", "[run_log]") {
     REQUIRE(old.trials[0].regions.size() == trials[0].regions.size());
     for (auto const& r : old.trials[0].regions) CHECK(r.parent.empty());
     check_same(old.trials[4], trials[4]);
+  }
+  SECTION("a log written before regions were recorded per call path reads its regions by name, and no paths") {
+    REQUIRE(trials[0].region_paths.size() == 9);
+    hid_t const f = H5Fopen(file.path().c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    for (auto const* g : {"/trials/0000/region_paths", "/trials/0004/region_paths", "/train/region_paths"})
+      CHECK(H5Ldelete(f, g, H5P_DEFAULT) >= 0);
+    REQUIRE(H5Fclose(f) >= 0);
+    auto const old = read_run_log(file.path());
+    CHECK(old.trials[0].region_paths.empty());
+    CHECK(old.train->region_paths.empty());
+    check_same(old.trials[0].regions, trials[0].regions);
+    check_same(old.train->regions, train.regions);
+    check_same(old.trials[3], trials[3]);
+    // The report and the CSV of such a log are those of any other.
+    CHECK_FALSE(format_run_report(old).empty());
+  }
+  SECTION("a path table whose parent_row is not an earlier row, or names another parent, is damaged") {
+    {
+      auto writer = RunLogWriter::resume(file.path(), header);
+      TrialRecord bad = make_ok_trial(rng, 5, 3, 4);
+      bad.region_paths[1].parent_row = 1;
+      REQUIRE_THROWS_WITH(writer.append_trial(bad),
+                          Contains("/trials/0005") && Contains("parent_row 1, expected -1 or an earlier row"));
+    }
+    {
+      io::H5File f(file.path(), io::H5File::Mode::read_write);
+      std::vector<std::int64_t> rows;
+      for (auto const& r : trials[0].region_paths) rows.push_back(r.parent_row);
+      rows[2] = 2;  // itself
+      f.remove("/trials/0000/region_paths/parent_row");
+      f.write("/trials/0000/region_paths/parent_row", rows.data(), {rows.size()});
+    }
+    REQUIRE_THROWS_WITH(read_run_log(file.path()),
+                        Contains(file.path()) && Contains("/trials/0000/region_paths/parent_row[2] is 2, expected -1 or an earlier row"));
+    {
+      io::H5File f(file.path(), io::H5File::Mode::read_write);
+      std::vector<std::int64_t> rows;
+      std::vector<std::string> parents;
+      for (auto const& r : trials[0].region_paths) rows.push_back(r.parent_row), parents.push_back(r.parent);
+      rows[3] = 0;  // row 0 is its parent, but its `parent` names another region
+      f.remove("/trials/0000/region_paths/parent_row");
+      f.write("/trials/0000/region_paths/parent_row", rows.data(), {rows.size()});
+      parents[3] = trials[0].region_paths[0].name + " (not it)";
+      f.remove("/trials/0000/region_paths/parent");
+      f.write_strings("/trials/0000/region_paths/parent", parents);
+    }
+    REQUIRE_THROWS_WITH(read_run_log(file.path()), Contains("/trials/0000/region_paths/parent[3]") && Contains("parent_row 0"));
   }
   SECTION("a closed or moved-from writer refuses to write") {
     auto writer = RunLogWriter::resume(file.path(), header);
