@@ -1104,7 +1104,7 @@ TEST_CASE("run log: an energy tool profile survives a round trip; its report and
   CHECK_THAT(report, Contains("  region    inner"));
   auto const lines = split_lines(format_run_csv(log));
   REQUIRE(lines.size() == 1 + 2 + p.regions.size() + p.kernels.size());
-  CHECK(lines[0] == "kind,name,calls,seconds,energy_j,mean_w,below_resolution,source,parent");
+  CHECK(lines[0] == "kind,name,calls,seconds,energy_j,mean_w,below_resolution,source,parent,path");
   std::map<std::string, std::pair<std::string, double>> energy_by_name;  // name -> (kind, joules)
   for (std::size_t i = 1; i < lines.size(); ++i) {
     auto const kind = lines[i].substr(0, lines[i].find(','));
@@ -1133,6 +1133,79 @@ TEST_CASE("run log: an energy tool profile survives a round trip; its report and
   auto writer = RunLogWriter::create(other.path(), make_header());
   CHECK_THROWS_WITH(writer.write_profile(p), Contains("the log's tuning is not \"profile\""));
   CHECK_FALSE(read_run_log(other.path()).profile.has_value());
+}
+
+TEST_CASE("run log: a profile's regions per call path: the report indents each path under its parent, a region "
+          "opened in two places under both, and the CSV names each path",
+          "[run_log][profile]") {
+  TempPath file(".h5");
+  RunHeader header = make_header("model");
+  header.tuning = "profile";
+  ProfileRecord p;
+  p.program = "./app";
+  p.seconds = 10, p.energy_j = 1000, p.resolution_s = 0.004;
+  // solve > inner (30 calls) and setup > inner (10 calls); solve > solve (inside itself).
+  p.region_paths = {{"setup", 1, 1.0, 80, false, "", -1},  {"solve", 1, 8.0, 800, false, "", -1},
+                    {"inner", 30, 6.0, 600, false, "solve", 1}, {"inner", 10, 0.5, 50, false, "setup", 0},
+                    {"solve", 2, 1.0, 90, false, "solve", 1}};
+  p.regions = {{"inner", 40, 6.5, 650, false, "solve"}, {"setup", 1, 1.0, 80, false, ""}, {"solve", 3, 9.0, 890, false, ""}};
+  p.kernels = {{"axpy", 40, 1.0, 10, true, ""}};
+  {
+    auto writer = RunLogWriter::create(file.path(), header);
+    writer.write_profile(p);
+  }
+  auto const log = read_run_log(file.path());
+  REQUIRE(log.profile->region_paths.size() == 5);
+  CHECK(log.profile->region_paths[3].parent_row == 0);
+  CHECK(log.profile->region_paths[4].parent == "solve");
+  auto const report = format_run_report(log);
+  INFO(report);
+  // Tree order, siblings by energy: solve (800 J) before setup (100 J), each child under its parent.
+  // The line of a region row: its name `indent` levels deep, with these calls; npos: none.
+  auto const row = [](std::string const& text, std::string const& name, int indent, long long calls) {
+    auto const lines = split_lines(text);
+    std::string const head = "  region    " + std::string(2 * std::size_t(indent), ' ') + name + " ";
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      if (lines[i].rfind(head, 0) != 0) continue;
+      std::istringstream rest(lines[i].substr(head.size()));
+      long long c = -1;
+      if (rest >> c && c == calls) return i;
+    }
+    return std::string::npos;
+  };
+  auto const solve = row(report, "solve", 0, 1), solve_inner = row(report, "inner", 1, 30),
+             solve_solve = row(report, "solve", 1, 2), setup = row(report, "setup", 0, 1),
+             setup_inner = row(report, "inner", 1, 10);
+  CHECK(setup_inner != std::string::npos);
+  CHECK(solve < solve_inner);
+  CHECK(solve_inner < solve_solve);
+  CHECK(solve_solve < setup);
+  CHECK(setup < setup_inner);
+  CHECK_THAT(report, Contains("once for each place it was opened in"));
+  // The top 2 by energy: solve and solve > inner; setup > inner is not among them (50 J).
+  auto const top = format_profile_report(log.header, *log.profile, 2);
+  CHECK(row(top, "inner", 1, 30) != std::string::npos);
+  CHECK(row(top, "inner", 1, 10) == std::string::npos);
+  CHECK_THAT(top, Contains("... 3 more rows in the file"));
+  // The 3rd largest is solve > solve (90 J), shown under solve; setup (80 J) is left out.
+  auto const three = format_profile_report(log.header, *log.profile, 3);
+  CHECK(row(three, "solve", 1, 2) != std::string::npos);
+  CHECK(row(three, "setup", 0, 1) == std::string::npos);
+  // A path among the largest comes with the paths it was opened in: setup > inner alone asked
+  // for is shown under setup.
+  auto small = *log.profile;
+  small.region_paths[3].energy_j = 5000;
+  auto const with_parent = format_profile_report(log.header, small, 1);
+  CHECK(row(with_parent, "setup", 0, 1) != std::string::npos);
+  CHECK(row(with_parent, "inner", 1, 10) != std::string::npos);
+  CHECK(row(with_parent, "solve", 0, 1) == std::string::npos);
+  auto const lines = split_lines(format_run_csv(log));
+  REQUIRE(lines.size() == 1 + 2 + p.region_paths.size() + p.kernels.size());
+  std::vector<std::string> paths;
+  for (auto const& l : lines)
+    if (l.rfind("region,", 0) == 0) paths.push_back(l.substr(l.rfind(',') + 1));
+  CHECK(paths == std::vector<std::string>{"solve", "solve/inner", "solve/solve", "setup", "setup/inner"});
+  CHECK_THAT(format_run_csv(log), Contains("\nkernel,axpy,40,") && Contains(",axpy\n"));
 }
 
 // Hidden (not run by ctest): kills a writer that appends trials in a tight loop at random moments,
