@@ -1319,6 +1319,108 @@ TEST_CASE("run log: the plotting script labels knobs from the log's own table, a
   CHECK_THAT(lines[1], Contains("host threads all"));  // the script once printed "host threads 0"
 }
 
+namespace {
+// What plot_run.py's regions.png draws for a log, from the data it builds (region_tables): one line
+// per row, "GROUP<TAB>depth<TAB>name<TAB>calls<TAB>parent name<TAB>parent calls<TAB>label" (parent "-" at the top).
+std::vector<std::string> regions_plot_rows(std::string const& path) {
+  std::string const command =
+      "/usr/bin/python3 -c 'import sys; sys.path.insert(0, \"" + joule::test::source_path("apps/scripts") + "\"); "
+      "import plot_run\n"
+      "f = plot_run.open_log(sys.argv[1])\n"
+      "trials, _ = plot_run.read_trials(f)\n"
+      "best, how = plot_run.find_best(f, trials)\n"
+      "for label, g, what, rows, how, parents in plot_run.region_tables(f, best, how):\n"
+      "    print(g, \"how\", how, sep=\"\\t\")\n"
+      "    for (depth, prefix, r, parent, also), name in zip(rows, plot_run.region_labels(rows, parents)):\n"
+      "        print(g, depth, r[0], int(r[1]), parent[0] if parent else \"-\", int(parent[1]) if parent else -1, name, sep=\"\\t\")\n"
+      "' " + path + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+  int const status = pclose(pipe);
+  INFO(out);
+  REQUIRE(status == 0);
+  return split_lines(out);
+}
+}  // namespace
+
+TEST_CASE("run log: regions.png draws a region opened in two places under both, each with that place's calls; "
+          "an older log by name",
+          "[runlog][plot]") {
+  TempPath file(".h5");
+  Rng rng(65);
+  // As joule records a run with evaluations: block_forward inside the steps' forward, and inside
+  // the forward that greedy decoding calls 6 times; the steps' forward has 10 calls, as the step.
+  std::vector<RegionMeasure> const paths = {
+      {"step", 10, 5.0, 500, false, "", -1},
+      {"forward", 10, 1.0, 100, false, "step", 0},
+      {"joule::block_forward", 20, 0.8, 80, false, "forward", 1},
+      {"evaluate", 1, 2.0, 200, false, "", -1},
+      {"greedy_captions", 1, 1.9, 190, false, "evaluate", 3},
+      {"forward", 6, 1.8, 180, false, "greedy_captions", 4},
+      {"joule::block_forward", 12, 1.5, 150, false, "forward", 5},
+      {"joule::block_backward", 20, 2.0, 200, false, "", -1},  // a path whose parent had no calls: top level
+  };
+  std::vector<RegionMeasure> const by_name = {
+      {"step", 10, 5.0, 500, false, ""},          {"forward", 16, 2.8, 280, false, "step"},
+      {"joule::block_forward", 32, 2.3, 230, false, "forward"}, {"evaluate", 1, 2.0, 200, false, ""},
+      {"greedy_captions", 1, 1.9, 190, false, "evaluate"},     {"joule::block_backward", 20, 2.0, 200, false, ""}};
+  TrialRecord trial = make_ok_trial(rng, 0, 3, 4);
+  trial.regions = by_name;
+  trial.region_paths = paths;
+  TrainRecord train = make_train(rng);
+  train.regions = by_name;
+  train.region_paths = paths;
+  {
+    auto writer = RunLogWriter::create(file.path(), make_header());
+    writer.append_trial(trial);
+    writer.write_best(trial);
+    writer.write_train(train);
+  }
+  auto const rows = regions_plot_rows(file.path());
+  auto const find = [&](std::string const& group, std::string const& row) {
+    return std::count(rows.begin(), rows.end(), group + "\t" + row);
+  };
+  for (std::string const g : {"/trials/0000", "/train"}) {
+    INFO(g);
+    CHECK(std::count_if(rows.begin(), rows.end(), [&](auto const& r) {
+            return r.rfind(g + "\thow\tper call path as the log records it", 0) == 0;
+          }) == 1);
+    // Each row under its own parent path, with its own calls: block_forward under both forwards.
+    CHECK(find(g, "0\tstep\t10\t-\t-1\tstep (10x)") == 1);
+    CHECK(find(g, "1\tforward\t10\tstep\t10\t└─ forward (10x)") == 1);
+    CHECK(find(g, "2\tjoule::block_forward\t20\tforward\t10\t   └─ joule::block_forward (20x)") == 1);
+    CHECK(find(g, "2\tforward\t6\tgreedy_captions\t1\t   └─ forward (6x)") == 1);
+    CHECK(find(g, "3\tjoule::block_forward\t12\tforward\t6\t      └─ joule::block_forward (12x)") == 1);
+    CHECK(find(g, "0\tjoule::block_backward\t20\t-\t-1\tjoule::block_backward (20x)") == 1);
+    // No row is a name's calls summed over its places: forward under step is not 16.
+    CHECK(std::none_of(rows.begin(), rows.end(), [&](auto const& r) { return r.find("\tforward\t16\t") != std::string::npos; }));
+    CHECK(std::count_if(rows.begin(), rows.end(), [&](auto const& r) {
+            return r.rfind(g + "\t", 0) == 0 && r.find("\tjoule::block_forward\t") != std::string::npos;
+          }) == 2);
+  }
+
+  // The same log before regions were recorded per call path: by name, each name once, under the
+  // parent it ran in most often, and the subtitle says what its figures are.
+  {
+    hid_t const f = H5Fopen(file.path().c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    CHECK(H5Ldelete(f, "/trials/0000/region_paths", H5P_DEFAULT) >= 0);
+    CHECK(H5Ldelete(f, "/train/region_paths", H5P_DEFAULT) >= 0);
+    REQUIRE(H5Fclose(f) >= 0);
+  }
+  auto const old = regions_plot_rows(file.path());
+  CHECK(std::count_if(old.begin(), old.end(), [](auto const& r) {
+          return r.rfind("/train\thow\tnesting as the log records it, by name: a region's calls and figures are summed", 0) == 0;
+        }) == 1);
+  CHECK(std::count(old.begin(), old.end(), "/train\t1\tforward\t16\tstep\t10\t└─ forward (16x)") == 1);
+  CHECK(std::count_if(old.begin(), old.end(), [](auto const& r) {
+          return r.rfind("/train\t", 0) == 0 && r.find("\tjoule::block_forward\t") != std::string::npos;
+        }) == 1);
+}
+
 TEST_CASE("knobs: one table; every row reads and writes its own field, by name", "[scheduler][knobs]") {
   auto const& table = knob_table();
   REQUIRE(table.size() == 7);
