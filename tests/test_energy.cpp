@@ -752,6 +752,34 @@ TEST_CASE("energy: region edges read no sensor; library regions are skipped; fen
     Kokkos::Profiling::popRegion();
     REQUIRE(r.stats(/*settle=*/true).at("inner").parent == "outer");
   }
+  {  // Through Kokkos' own callbacks: a name under two parents and inside itself is a path for each
+     // place; a library region between two of joule's is not part of the path.
+    RegionRecorder r(s);
+    for (int i = 0; i < 3; ++i) {
+      Kokkos::Profiling::pushRegion("outer");
+      Kokkos::Profiling::pushRegion("KokkosBlas::gemm[ETI]");
+      Kokkos::Profiling::pushRegion("inner");
+      Kokkos::Profiling::popRegion();
+      Kokkos::Profiling::popRegion();
+      Kokkos::Profiling::popRegion();
+    }
+    Kokkos::Profiling::pushRegion("other");
+    Kokkos::Profiling::pushRegion("inner");
+    Kokkos::Profiling::pushRegion("inner");
+    Kokkos::Profiling::popRegion();
+    Kokkos::Profiling::popRegion();
+    Kokkos::Profiling::popRegion();
+    auto const paths = r.paths(/*settle=*/true);
+    std::map<std::string, long long> calls;
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      std::string path;
+      for (int p = int(i); p >= 0; p = paths[std::size_t(p)].parent) path = "/" + paths[std::size_t(p)].name + path;
+      calls[path] += paths[i].stats.calls;
+    }
+    CHECK(calls == std::map<std::string, long long>{
+                       {"/outer", 3}, {"/outer/inner", 3}, {"/other", 1}, {"/other/inner", 1}, {"/other/inner/inner", 1}});
+    CHECK(r.stats().at("inner").calls == 5);
+  }
   REQUIRE(to_string(EdgeMode::fenced) == std::string("fenced"));
   REQUIRE(edge_mode_from_string("timeline") == EdgeMode::timeline);
   REQUIRE_THROWS_WITH(edge_mode_from_string("exact"), Contains("'timeline'") && Contains("'fenced'"));
