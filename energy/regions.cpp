@@ -72,7 +72,6 @@ int RegionTimeline::intern_path(int parent_path, int name) {
   p.parent = parent_path;
   p.stats.parent = parent_path < 0 ? std::string() : paths_[std::size_t(parent_path)].name;
   paths_.push_back(std::move(p));
-  path_names_.push_back(name);
   path_ids_.emplace(key, id);
   return id;
 }

@@ -13,18 +13,18 @@
 // Attribution: a region's energy per channel is the integral of that channel's power over each
 // of its intervals, computed from the sampler's trace once the trace covers the interval
 // (Sampler::energy_between). Nested regions (block_forward inside forward) are each inclusive.
-//
-// Call paths: a region is recorded per call path, the chain of regions open on its thread when it
-// was opened (step > forward > joule::block_forward apart from evaluate > greedy_captions >
-// forward > joule::block_forward), each path with its own calls, time and energy. A path is
-// interned to an id at its first push (after that, a push looks it up: no allocation on the step
-// path). By name (stats()) is the sum over a name's paths.
 // Regions open at the same time on different threads or streams (backward on the GPU while
 // optimizer_host runs on the Grace cores) each get the whole power of their span: a power sensor
 // cannot tell who used it, so the power is not split, and region energies do not add up to the
 // run's total. A region whose intervals are on average shorter than the total's sensors resolve
 // (the sampling period, or the sensor's update period or averaging window) is flagged
 // below_resolution: its energy is an interpolation, not a measurement of that region alone.
+//
+// Call paths: a region is recorded per call path, the chain of regions open on its thread when it
+// was opened (step > forward > joule::block_forward apart from evaluate > greedy_captions >
+// forward > joule::block_forward), each path with its own calls, time and energy. A path is
+// interned to an id at its first push (after that, a push looks it up: no allocation on the step
+// path). By name (stats()) is the sum over a name's paths.
 #include "energy/edge_clock.hpp"
 #include "energy/sampler.hpp"
 
@@ -33,8 +33,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <vector>
 #include <utility>
+#include <vector>
 
 namespace joule::energy {
 
@@ -147,7 +147,6 @@ class RegionTimeline {
   double last_edge_ = 0;
   std::map<std::pair<int, int>, int> path_ids_;  // (parent path, name) -> path id
   std::vector<RegionPath> paths_;                // by path id, the figures attributed so far
-  std::vector<int> path_names_;                  // by path id: its name's id
   double hook_seconds_ = 0;
   long long hook_calls_ = 0, library_regions_ = 0;
 };
