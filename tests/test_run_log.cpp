@@ -1361,12 +1361,14 @@ TEST_CASE("run log: regions.png draws a region opened in two places under both, 
       {"greedy_captions", 1, 1.9, 190, false, "evaluate", 3},
       {"forward", 6, 1.8, 180, false, "greedy_captions", 4},
       {"joule::block_forward", 12, 1.5, 150, false, "forward", 5},
-      {"joule::block_backward", 20, 2.0, 200, false, "", -1},  // a path whose parent had no calls: top level
+      {"joule::block_backward", 20, 2.0, 200, false, "", -1},
+      {"d2h", 20, 5.5, 20, false, "step", 0},  // on another stream, outlasting the step it was opened in
   };
   std::vector<RegionMeasure> const by_name = {
       {"step", 10, 5.0, 500, false, ""},          {"forward", 16, 2.8, 280, false, "step"},
       {"joule::block_forward", 32, 2.3, 230, false, "forward"}, {"evaluate", 1, 2.0, 200, false, ""},
-      {"greedy_captions", 1, 1.9, 190, false, "evaluate"},     {"joule::block_backward", 20, 2.0, 200, false, ""}};
+      {"greedy_captions", 1, 1.9, 190, false, "evaluate"},     {"joule::block_backward", 20, 2.0, 200, false, ""},
+      {"d2h", 20, 5.5, 20, false, "step"}};
   TrialRecord trial = make_ok_trial(rng, 0, 3, 4);
   trial.regions = by_name;
   trial.region_paths = paths;
@@ -1395,6 +1397,8 @@ TEST_CASE("run log: regions.png draws a region opened in two places under both, 
     CHECK(find(g, "2\tforward\t6\tgreedy_captions\t1\t   └─ forward (6x)") == 1);
     CHECK(find(g, "3\tjoule::block_forward\t12\tforward\t6\t      └─ joule::block_forward (12x)") == 1);
     CHECK(find(g, "0\tjoule::block_backward\t20\t-\t-1\tjoule::block_backward (20x)") == 1);
+    // A path that does not fit in its parent's time is drawn at the top, saying where it was opened.
+    CHECK(find(g, "0\td2h\t20\t-\t-1\td2h (20x; opened in step, outlasting it)") == 1);
     // No row is a name's calls summed over its places: forward under step is not 16.
     CHECK(std::none_of(rows.begin(), rows.end(), [&](auto const& r) { return r.find("\tforward\t16\t") != std::string::npos; }));
     CHECK(std::count_if(rows.begin(), rows.end(), [&](auto const& r) {

@@ -530,6 +530,9 @@ def read_path_table(g):
     return rows, parent_rows
 
 
+OPENED_IN = "opened in "  # region_tree's note on a path drawn top-level that was opened inside another
+
+
 def region_tree(regs, parents, parent_rows=None):
     """The rows of a region table in tree order: [(depth, prefix, row, parent row or None, also)],
     siblings by energy (else time), largest first; `prefix` draws the tree ("├─ ", "│  └─ ");
@@ -537,7 +540,8 @@ def region_tree(regs, parents, parent_rows=None):
     parent_rows (a table per call path): each row is drawn under its own parent row, so a region
     opened in two places is drawn under each, with that place's figures. Otherwise rows are by
     name, placed by `parents` (names) or, where None, joule's own nesting. A child must fit in its
-    parent (time and energy no larger): one that does not is drawn top-level."""
+    parent (time and energy no larger): one that does not is drawn top-level (a path's `also` then
+    says where it was opened: work on another stream, such as a copy, can outlast its parent)."""
     by_name = {r[0]: i for i, r in enumerate(regs)}
 
     def fits(child, parent):
@@ -559,6 +563,8 @@ def region_tree(regs, parents, parent_rows=None):
         if chosen is not None:
             parent_of[i] = chosen
             also[i] = [regs[p][0] for p in candidates if p != chosen]
+        elif parent_rows is not None and candidates:  # its work outlasted the region it was opened in
+            also[i] = [f"{OPENED_IN}{regs[candidates[0]][0]}, outlasting it"]
     # A cycle (only from a malformed parent column) is broken: its members go top-level.
     for i in list(parent_of):
         seen, p = {i}, parent_of.get(i)
@@ -596,11 +602,13 @@ def short_name(name, parents):
 
 def region_labels(rows, parents):
     """The y labels of region_tree's rows: the tree's prefix, the region's own name, its calls (on
-    that path, in a table per call path) and, by joule's nesting, the other regions it ran in."""
+    that path, in a table per call path) and, by joule's nesting, the other regions it ran in (a
+    path drawn top-level: the region it was opened in)."""
     names = []
     for depth, prefix, r, parent, also in rows:
         calls = f" ({int(r[1])}x" if math.isfinite(r[1]) else " ("
-        extra = f"; also in {', '.join(also)}" if also else ""
+        notes = [a for a in also if a.startswith(OPENED_IN)]
+        extra = f"; {'; '.join(notes)}" if notes else f"; also in {', '.join(also)}" if also else ""
         tag = f"{calls}{extra})" if calls != " (" or extra else ""
         names.append(f"{prefix}{short_name(r[0], parents)}{tag.replace(' (; ', ' (')}")
     return names
@@ -618,7 +626,7 @@ def region_tables(f, best, best_how):
         cap = g.name == "/profile"  # the energy tool's: its kernels too, the largest of each
         paths = read_path_table(g)
         if paths is not None:
-            regs, parent_rows = largest(*paths[:1], f"{g.name}/region_paths", paths[1]) if cap else paths
+            regs, parent_rows = largest(paths[0], f"{g.name}/region_paths", paths[1]) if cap else paths
             data.append((label, g.name, "region", regs, None, parent_rows))
         else:
             regs = read_regions(g)
