@@ -19,6 +19,12 @@
 // run's total. A region whose intervals are on average shorter than the total's sensors resolve
 // (the sampling period, or the sensor's update period or averaging window) is flagged
 // below_resolution: its energy is an interpolation, not a measurement of that region alone.
+//
+// Call paths: a region is recorded per call path, the chain of regions open on its thread when it
+// was opened (step > forward > joule::block_forward apart from evaluate > greedy_captions >
+// forward > joule::block_forward), each path with its own calls, time and energy. A path is
+// interned to an id at its first push (after that, a push looks it up: no allocation on the step
+// path). By name (stats()) is the sum over a name's paths.
 #include "energy/edge_clock.hpp"
 #include "energy/sampler.hpp"
 
@@ -27,6 +33,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace joule::energy {
@@ -39,14 +46,29 @@ struct RegionStats {
   bool below_resolution = false;
   // The region it was opened inside on its thread, most often ("" at the top level; library
   // regions are skipped, so a region inside a Kokkos-Kernels call names joule's region around it).
-  // Regions are inclusive: a child's time and energy are part of its parent's.
+  // Regions are inclusive: a child's time and energy are part of its parent's. In a RegionPath:
+  // the parent path's own name.
   std::string parent;
 };
 
-// What happened between two readings of stats(): calls, seconds and energy subtracted.
-std::map<std::string, RegionStats> region_difference(std::map<std::string, RegionStats> const& after,
-                                                     std::map<std::string, RegionStats> const& before,
-                                                     double resolution_s);
+// One call path: a region as opened inside the regions then open on its thread.
+struct RegionPath {
+  std::string name;  // the region's own name (the path's last part)
+  int parent = -1;   // the path it was opened inside: its index in the same table, always lower; -1: top level
+  RegionStats stats;  // the calls, time and energy of this path alone (stats.parent: the parent's name)
+};
+
+// A table of paths by name: each name's calls, seconds and energy summed over its paths, its
+// parent the parent name it was opened in most often (ties: the first path's). Paths without calls
+// are left out.
+std::map<std::string, RegionStats> regions_by_name(std::vector<RegionPath> const& paths, double resolution_s);
+
+// What happened between two readings of paths() (before: an earlier reading of the same timeline,
+// whose indices the later one keeps): the paths with calls in between, with the paths they were
+// opened inside (kept, to keep the tree whole, even where they had no calls in between),
+// re-indexed in the same order. An empty `before`: the paths with calls, and their ancestors.
+std::vector<RegionPath> path_difference(std::vector<RegionPath> const& after, std::vector<RegionPath> const& before,
+                                        double resolution_s);
 
 // The timeline and its attribution, apart from who reports the edges: Kokkos-free, so that the
 // Kokkos Tools connector (apps/energy_tool/), which must not carry a second Kokkos, uses it as is.
@@ -68,6 +90,9 @@ class RegionTimeline {
   // anchors a device clock and waits until the sampler has covered the last closed edge (at most
   // about one sampling period), so that everything closed before the call is included.
   std::map<std::string, RegionStats> stats(bool settle = false);
+  // The same per call path: every path opened so far, indexed by its id (a parent before its
+  // children; paths whose calls are not attributed yet have calls = 0). by name: regions_by_name().
+  std::vector<RegionPath> paths(bool settle = false);
   // What stats(true) waits for: anchors a device clock and returns the latest end, on the
   // sampler's clock, of what is closed but not yet attributed (-1: nothing). Several timelines
   // on one sampler settle with one wait: the largest of theirs, then stats() on each.
@@ -91,18 +116,19 @@ class RegionTimeline {
 
  private:
   struct Closed {
-    int name, parent;  // parent: -1 at the top level
+    int path;
     Stamp begin, end;
   };
   struct Attributed {
-    int name, parent;
+    int path;
     double t0, t1;
   };
   int intern(char const* name);
+  int intern_path(int parent_path, int name);  // -1: the top level
   void pop_at(std::optional<Stamp> at);  // nullopt: stamp it now
   // The tail every closing edge shares: the interval queued (resolved on the way past the
   // backlog), then the hook's time accounted.
-  void close_locked(int name, int parent, Stamp begin, Stamp end, double entered);
+  void close_locked(int path, Stamp begin, Stamp end, double entered);
   void account_locked(double entered);
   void resolve_locked();  // closed -> ready where the clock knows both edges' times
   void attribute_locked(double covered_until);
@@ -119,8 +145,8 @@ class RegionTimeline {
   std::vector<Closed> closed_;    // edges stamped, times maybe not known yet (device events)
   std::vector<Attributed> ready_; // times known, waiting for the trace to cover them
   double last_edge_ = 0;
-  std::map<std::string, RegionStats> stats_;
-  std::map<int, std::map<int, long long>> parent_calls_;  // region -> its parent -> calls
+  std::map<std::pair<int, int>, int> path_ids_;  // (parent path, name) -> path id
+  std::vector<RegionPath> paths_;                // by path id, the figures attributed so far
   double hook_seconds_ = 0;
   long long hook_calls_ = 0, library_regions_ = 0;
 };

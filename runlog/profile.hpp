@@ -28,14 +28,17 @@ std::string energy_label(RunHeader const& header);
 
 // The table: a first line with the program's time and energy, its source and the edge mode, then
 // the `top` regions and the `top` kernels/copies/fences by energy (0: all), the energy outside any
-// region, the tool's own time, and what "below resolution" means.
+// region, the tool's own time, and what "below resolution" means. Regions per call path where the
+// record has them (each indented under the region it was opened in, with those it was opened in
+// when `top` leaves them out), else by name.
 std::string format_profile_report(RunHeader const& header, ProfileRecord const& profile, int top);
 // One CSV field (RFC 4180): quoted when it holds a comma or a double quote (quotes doubled); line
 // breaks and tabs become spaces, so a record stays on one line. Both CSVs (this one, the trials').
 std::string csv_field(std::string const& text);
 
-// kind,name,calls,seconds,energy_j,mean_w,below_resolution,source,parent: one row for the program, one
-// for outside any region, then every region and kernel row.
+// kind,name,calls,seconds,energy_j,mean_w,below_resolution,source,parent,path: one row for the
+// program, one for outside any region, then every region (per call path where the record has
+// them, in tree order; `path` its names from the top joined by '/') and kernel row (`path` its name).
 std::string format_profile_csv(RunHeader const& header, ProfileRecord const& profile);
 
 }  // namespace joule::scheduler

@@ -88,8 +88,30 @@ void write_region_table(H5File& f, std::string const& g, std::vector<RegionMeasu
   f.write_strings(g + "/parent", parents);
 }
 
-void write_regions(H5File& f, std::string const& group, std::vector<RegionMeasure> const& regions) {
+// The same table per call path, with each row's parent_row (run_log_read.cpp checks that each
+// names an earlier row).
+void write_path_table(H5File& f, std::string const& g, std::vector<RegionMeasure> const& paths) {
+  write_region_table(f, g, paths);
+  std::vector<std::int64_t> rows;
+  for (auto const& r : paths) rows.push_back(r.parent_row);
+  f.write(g + "/parent_row", rows.data(), {rows.size()});
+}
+
+// GROUP/regions (by name, as every reader of v1 knows it) and GROUP/region_paths (by call path).
+void write_regions(H5File& f, std::string const& group, std::vector<RegionMeasure> const& regions,
+                   std::vector<RegionMeasure> const& paths) {
   write_region_table(f, group + "/regions", regions);
+  write_path_table(f, group + "/region_paths", paths);
+}
+
+// A path table's rows point at earlier rows; checked before anything is written.
+void check_paths(std::string const& path, std::string const& what, std::vector<RegionMeasure> const& paths) {
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    auto const p = paths[i].parent_row;
+    if (p < -1 || p >= int(i))
+      fail(path, fmt::format("{}: region path {} ({}) has parent_row {}, expected -1 or an earlier row", what, i,
+                             paths[i].name, p));
+  }
 }
 
 void write_power(H5File& f, std::string const& group, PowerTrace const& p) {
@@ -387,6 +409,7 @@ void RunLogWriter::append_trial(TrialRecord const& t) {
   if (t.index < 0) fail(path_, fmt::format("cannot append a trial with index {}", t.index));
   std::string const group = trial_group(t.index);
   check_power(path_, group, t.power);
+  check_paths(path_, group, t.region_paths);
   if (t.measured_on.size() != t.step_time_s.size())
     fail(path_, fmt::format("{}: {} measured steps but {} step numbers (measured_on)", group, t.step_time_s.size(),
                             t.measured_on.size()));
@@ -418,7 +441,7 @@ void RunLogWriter::append_trial(TrialRecord const& t) {
       write_doubles(f, g + "/step_energy_j", t.step_energy_j);
       std::vector<std::int32_t> const on(t.measured_on.begin(), t.measured_on.end());
       f.write(g + "/measured_on", on.data(), {on.size()});
-      write_regions(f, g, t.regions);
+      write_regions(f, g, t.regions, t.region_paths);
       write_power(f, g, t.power);
     });
   });
@@ -472,6 +495,7 @@ void RunLogWriter::write_pareto(std::vector<TrialRecord> const& front) {
 void RunLogWriter::write_train(TrainRecord const& t) {
   require_open("write /train");
   check_power(path_, "/train", t.power);
+  check_paths(path_, "/train", t.region_paths);
   std::vector<std::int32_t> step, trial, measured, rolled_back, eval_step, eval_samples;
   std::vector<double> loss, lr, grad_norm, seconds, end_s, eval_loss, eval_accuracy;
   for (auto const& s : t.steps) {
@@ -513,7 +537,7 @@ void RunLogWriter::write_train(TrainRecord const& t) {
       write_doubles(f, g + "/eval_loss", eval_loss);
       write_doubles(f, g + "/eval_accuracy", eval_accuracy);
       f.write(g + "/eval_samples", eval_samples.data(), {eval_samples.size()});
-      write_regions(f, g, t.regions);
+      write_regions(f, g, t.regions, t.region_paths);
       write_power(f, g, t.power);
     });
   });
@@ -522,6 +546,7 @@ void RunLogWriter::write_train(TrainRecord const& t) {
 void RunLogWriter::write_profile(ProfileRecord const& p) {
   require_open("write /profile");
   check_power(path_, "/profile", p.power);
+  check_paths(path_, "/profile", p.region_paths);
   commit("write /profile", Start::from_log, [&](H5File& f) {
     if (!f.has_attribute("/", "tuning") || f.attribute_string("/", "tuning") != "profile")
       fail(path_, "cannot write /profile: the log's tuning is not \"profile\"");
@@ -536,7 +561,7 @@ void RunLogWriter::write_profile(ProfileRecord const& p) {
       f.set_attribute(g, "tool_seconds", p.tool_seconds);
       f.set_attribute(g, "tool_edges", p.tool_edges);
       f.set_attribute(g, "resolution_s", p.resolution_s);
-      write_regions(f, g, p.regions);
+      write_regions(f, g, p.regions, p.region_paths);
       write_region_table(f, g + "/kernels", p.kernels);
       write_power(f, g, p.power);
     });

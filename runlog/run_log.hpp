@@ -82,7 +82,7 @@ struct ProfileRecord {
   double tool_seconds = 0;     // spent inside the tool's own callbacks
   long long tool_edges = 0;    // how many callbacks that was
   double resolution_s = 0;     // the total's sensors' resolution: shorter calls are below_resolution
-  std::vector<RegionMeasure> regions;  // the program's regions
+  std::vector<RegionMeasure> regions, region_paths;  // the program's regions, by name and by call path (TrialRecord)
   // Kernels by name; deep copies "deep_copy DST <- SRC"; fences "fence NAME" (kind_of_operation)
   std::vector<RegionMeasure> kernels;
   PowerTrace power;

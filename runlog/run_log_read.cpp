@@ -208,6 +208,27 @@ std::vector<RegionMeasure> read_regions(H5File const& f, std::string const& grou
   return read_region_table(f, group + "/regions");
 }
 
+// GROUP/region_paths: the table per call path, each row's parent an earlier row (parent_row, -1:
+// the top level) whose name is its `parent`. Absent in logs written before regions were recorded
+// per call path: empty (readers then use GROUP/regions, by name).
+std::vector<RegionMeasure> read_region_paths(H5File const& f, std::string const& group) {
+  std::string const g = group + "/region_paths";
+  if (!f.exists(g)) return {};
+  auto paths = read_region_table(f, g);
+  auto const rows = read_vector<std::int64_t>(f, g + "/parent_row");
+  require_length(f, g + "/parent_row", rows.size(), paths.size(), g + "/name");
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    if (rows[i] < -1 || rows[i] >= std::int64_t(i))
+      damaged(f, fmt::format("{}/parent_row[{}] is {}, expected -1 or an earlier row (0 to {})", g, i, rows[i],
+                             std::int64_t(i) - 1));
+    std::string const want = rows[i] < 0 ? std::string() : paths[std::size_t(rows[i])].name;
+    if (paths[i].parent != want)
+      damaged(f, fmt::format("{}/parent[{}] is \"{}\", but parent_row {} is \"{}\"", g, i, paths[i].parent, rows[i], want));
+    paths[i].parent_row = int(rows[i]);
+  }
+  return paths;
+}
+
 PowerTrace read_power(H5File const& f, std::string const& group) {
   PowerTrace p;
   p.domains = f.read_strings(group + "/power_domains");
@@ -265,6 +286,7 @@ TrialRecord read_trial(H5File const& f, std::string const& g, int index) {
     t.measured_on.assign(on.begin(), on.end());
   }
   t.regions = read_regions(f, g);
+  t.region_paths = read_region_paths(f, g);
   t.power = read_power(f, g);
   return t;
 }
@@ -383,6 +405,7 @@ TrainRecord read_train(H5File const& f) {
   for (std::size_t i = 0; i < eval_step.size(); ++i)
     t.evals.push_back({eval_step[i], eval_loss[i], eval_accuracy[i], eval_samples[i]});
   t.regions = read_regions(f, g);
+  t.region_paths = read_region_paths(f, g);
   t.power = read_power(f, g);
   return t;
 }
@@ -401,6 +424,7 @@ ProfileRecord read_profile(H5File const& f) {
   p.tool_edges = f.attribute_int(g, "tool_edges");
   p.resolution_s = f.attribute_double(g, "resolution_s");
   p.regions = read_regions(f, g);
+  p.region_paths = read_region_paths(f, g);
   p.kernels = read_region_table(f, g + "/kernels");
   p.power = read_power(f, g);
   return p;

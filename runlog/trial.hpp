@@ -25,6 +25,9 @@ struct RegionMeasure {
   double energy_j = 0;  // by the energy total rule (sum of the counted domains)
   bool below_resolution = false;  // its calls are shorter on average than the sensors resolve
   std::string parent;  // the region it ran inside, most often ("": top level; empty in older logs)
+  // In a table of call paths (region_paths): the row of the path it was opened inside, always an
+  // earlier row (-1: the top level), and `parent` that row's name. -1 in a table by name.
+  int parent_row = -1;
 };
 
 // Power over time, one column per domain (GPU, CPU, module, model...), watts.
@@ -85,7 +88,10 @@ struct TrialRecord {
   // The training step each measurement was taken on ([measured_steps]): in flight the run's own
   // steps, offline the steps of the trial's own trainer. Empty in logs written before in-flight tuning (issue 16).
   std::vector<int> measured_on;
-  std::vector<RegionMeasure> regions;
+  // The regions by name (each name's calls summed wherever it was opened, `parent` the one it was
+  // opened in most often), and by call path (a region opened in two places is two rows, each with
+  // its own figures and parent_row). region_paths is empty in logs written before it was recorded.
+  std::vector<RegionMeasure> regions, region_paths;
   PowerTrace power;
 
   bool ok() const { return status == TrialStatus::ok; }
@@ -135,7 +141,7 @@ struct TrainRecord {
   double switch_seconds = 0;  // the time they took (Trainer::reconfigure, power limits)
   std::vector<Step> steps;
   std::vector<Eval> evals;
-  std::vector<RegionMeasure> regions;
+  std::vector<RegionMeasure> regions, region_paths;  // as in TrialRecord
   double seconds = 0, energy_j = kNaN;
   PowerTrace power;
 };

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <tuple>
 #include <chrono>
 #include <cmath>
 #include <new>
@@ -245,10 +246,15 @@ TrialRunner::Steps TrialRunner::run_steps(Trainer& trainer, int n, bool live, bo
   return s;
 }
 
-std::vector<RegionMeasure> TrialRunner::region_delta(std::map<std::string, energy::RegionStats> const& before) {
-  std::vector<RegionMeasure> out;
-  for (auto const& [name, d] : energy::region_difference(regions_.stats(/*settle=*/true), before, regions_.resolution_s()))
-    out.push_back({name, d.calls, d.seconds, d.total_j, d.below_resolution, d.parent});
+std::pair<std::vector<RegionMeasure>, std::vector<RegionMeasure>> TrialRunner::region_delta(
+    std::vector<energy::RegionPath> const& before) {
+  auto const paths = energy::path_difference(regions_.paths(/*settle=*/true), before, regions_.resolution_s());
+  std::pair<std::vector<RegionMeasure>, std::vector<RegionMeasure>> out;
+  for (auto const& [name, d] : energy::regions_by_name(paths, regions_.resolution_s()))
+    out.first.push_back({name, d.calls, d.seconds, d.total_j, d.below_resolution, d.parent});
+  for (auto const& p : paths)
+    out.second.push_back({p.name, p.stats.calls, p.stats.seconds, p.stats.total_j, p.stats.below_resolution,
+                          p.stats.parent, p.parent});
   return out;
 }
 
@@ -297,7 +303,7 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_tr
         throw TrainingError("the training run ended before this configuration was measured");
     };
     ended();
-    auto const before = regions_.stats(/*settle=*/true);
+    auto const before = regions_.paths(/*settle=*/true);
     double const t_measure = monitor_.sampler().now();
     auto const load_before = energy::read_load();
     auto const link_before = trainer->optimizer().offload_times();
@@ -339,7 +345,7 @@ TrialRecord TrialRunner::measure_with(Knobs const& k, Trainer* live, bool for_tr
     r.energy_per_step_j = r.energy_below_resolution() ? sum(r.step_energy_j) / double(r.step_energy_j.size())
                                                       : median(r.step_energy_j);
     r.objective = objective_value(settings_.objective, r.energy_per_step_j, r.time_per_step_s, settings_.objective.p_max_w);
-    r.regions = region_delta(before);
+    std::tie(r.regions, r.region_paths) = region_delta(before);
     r.power = power_between(t_measure, monitor_.sampler().now());
     if (!std::isfinite(r.time_per_step_s) || !std::isfinite(r.energy_per_step_j))
       throw TrainingError("time or energy per step is not finite");
@@ -409,7 +415,7 @@ void TrialRunner::begin_in_flight(Trainer&) {
   for (auto const& knob : knob_table())  // the configuration the run was started with
     knob.set(live_.now, knob.has_unset || !knob.field() ? knob.unset : knob.configured(base_));
   live_.record.in_flight = true;
-  live_.regions_before = regions_.stats(/*settle=*/true);
+  live_.regions_before = regions_.paths(/*settle=*/true);
   live_.t0 = monitor_.sampler().now();
   monitor_.begin("in-flight run");
 }
@@ -451,7 +457,7 @@ TrainRecord TrialRunner::train_with(Knobs const& k, Trainer* live, std::ostream*
     rec.seconds = m.seconds;
     rec.energy_j = m.total_j;
     if (parallel_.sum) parallel_.sum(&rec.energy_j, 1);
-    rec.regions = region_delta(live_.regions_before);
+    std::tie(rec.regions, rec.region_paths) = region_delta(live_.regions_before);
     rec.power = {m.trace_columns, m.trace_time_s, m.trace_watts};
     live_ = LiveRun{};
     return rec;
@@ -474,7 +480,7 @@ TrainRecord TrialRunner::train_with(Knobs const& k, Trainer* live, std::ostream*
   TrainRecord rec;
   rec.knobs = k;
   auto const trainer = make_trainer(k, 0, log);
-  auto const before = regions_.stats(/*settle=*/true);
+  auto const before = regions_.paths(/*settle=*/true);
   Recorder recorder(*this, rec);
   monitor_.begin("train");
   rec.seconds = trainer->run(-1, &recorder).seconds;
@@ -482,7 +488,7 @@ TrainRecord TrialRunner::train_with(Knobs const& k, Trainer* live, std::ostream*
   double joules = m.total_j;
   if (parallel_.sum) parallel_.sum(&joules, 1);
   rec.energy_j = joules;
-  rec.regions = region_delta(before);
+  std::tie(rec.regions, rec.region_paths) = region_delta(before);
   rec.power = {m.trace_columns, m.trace_time_s, m.trace_watts};
   return rec;
 }

@@ -155,7 +155,8 @@ class TrialRunner {
   // A trainer for k (its power limit applied first), on the processes laid out for its shards.
   std::unique_ptr<Trainer> make_trainer(Knobs const& k, int steps, std::ostream* log = nullptr);
   void check_stop() const;
-  std::vector<RegionMeasure> region_delta(std::map<std::string, energy::RegionStats> const& before);
+  // The regions since `before` (an earlier regions_.paths()): by name, and by call path.
+  std::pair<std::vector<RegionMeasure>, std::vector<RegionMeasure>> region_delta(std::vector<energy::RegionPath> const& before);
   PowerTrace power_between(double t0, double t1);
 
   Config base_;
@@ -177,7 +178,7 @@ class TrialRunner {
     Knobs now;  // the configuration it runs in
     TrainRecord record;
     std::vector<Knobs> knobs;  // per recorded step
-    std::map<std::string, energy::RegionStats> regions_before;
+    std::vector<energy::RegionPath> regions_before;
     double t0 = 0;  // its start on the sampler's clock
   } live_;
 };

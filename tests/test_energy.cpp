@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -20,6 +21,8 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
+#include <random>
 #include <thread>
 
 using namespace joule::energy;
@@ -466,6 +469,242 @@ TEST_CASE("energy: regions stamped on a stand-in device stream get their energy 
           sched.energy(device[2].t0, device[2].t1) + 0.9 * sched.energy(host.t0, host.t1));
 }
 
+namespace {
+
+// A naive reference for call paths: every interval with the names open around it on its thread.
+struct PathTruth {
+  long long calls = 0;
+  double seconds = 0, joules = 0;
+};
+using Path = std::vector<std::string>;
+
+// A path's names from the top, by following parent indices through the table.
+Path path_of(std::vector<RegionPath> const& table, int row) {
+  Path p;
+  for (int r = row; r >= 0; r = table[std::size_t(r)].parent) {
+    REQUIRE(r < int(table.size()));
+    p.insert(p.begin(), table[std::size_t(r)].name);
+  }
+  return p;
+}
+
+// Pushes and pops at explicit times on one thread, recording the truth as it goes.
+struct Script {
+  RegionTimeline& timeline;
+  Schedule const& schedule;
+  std::map<Path, PathTruth>& truth;
+  std::vector<std::pair<std::string, double>> open;
+  void push(std::string const& name, double at) {
+    timeline.push(name.c_str(), at);
+    open.push_back({name, at});
+  }
+  void pop(double at) {
+    auto const [name, t0] = open.back();
+    Path p;
+    for (auto const& o : open) p.push_back(o.first);
+    open.pop_back();
+    timeline.pop(at);
+    auto& t = truth[p];
+    t.calls += 1;
+    t.seconds += at - t0;
+    t.joules += schedule.energy(t0, at);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("energy: regions are recorded per call path: a name opened in two places, and inside itself, is a row "
+          "for each path with that path's calls, time and energy",
+          "[energy][regions]") {
+  double const rate = 100;  // samples every 10 ms; the power changes only on that grid, so the
+                            // energy counter's interpolation between samples is exact
+  Schedule sched;
+  sched.base_w = 50;
+  for (int k = 0; k < 400; ++k) sched.spans.push_back({k * 0.01, (k + 1) * 0.01, double((k * 37) % 90)});
+  double clock = 0;
+  std::vector<std::unique_ptr<Source>> sources;
+  sources.push_back(std::make_unique<ScheduleSource>(sched, clock));
+  Sampler s(std::move(sources), rate);
+  RegionRecorder r(s);
+  std::map<Path, PathTruth> truth, truth_first;
+  Script main{r, sched, truth, {}};
+
+  // As joule's trainer opens its regions: three training steps, each forward with two blocks and
+  // backward with two; then an evaluation that decodes: greedy_captions runs forward (and so
+  // block_forward) three times; then a region that opens itself (recursion), three deep.
+  double t = 0.0013;
+  auto tick = [&](double dt) { return t += dt; };
+  for (int step = 0; step < 3; ++step) {
+    main.push("step", tick(0.0021));
+    main.push("forward", tick(0.0017));
+    for (int b = 0; b < 2; ++b) {
+      main.push("joule::block_forward", tick(0.0011));
+      main.pop(tick(0.0093));
+    }
+    main.pop(tick(0.0009));
+    main.push("backward", tick(0.0013));
+    for (int b = 0; b < 2; ++b) {
+      main.push("joule::block_backward", tick(0.0007));
+      main.pop(tick(0.0131));
+    }
+    main.pop(tick(0.0017));
+    main.pop(tick(0.0023));
+  }
+  double const half = tick(0.0131);  // a sample falls between the steps' end and evaluate
+  truth_first = truth;
+  main.push("evaluate", tick(0.0019));
+  main.push("greedy_captions", tick(0.0012));
+  for (int token = 0; token < 3; ++token) {
+    main.push("forward", tick(0.0011));
+    main.push("joule::block_forward", tick(0.0007));
+    main.pop(tick(0.0041));
+    main.pop(tick(0.0005));
+  }
+  main.pop(tick(0.0014));
+  main.pop(tick(0.0016));
+  main.push("solve", tick(0.0011));
+  main.push("solve", tick(0.0021));
+  main.push("solve", tick(0.0031));
+  main.pop(tick(0.0047));
+  main.pop(tick(0.0029));
+  main.pop(tick(0.0013));
+  // A second thread has its own stack: its forward is at the top level there, while the main
+  // thread's open regions (none now) would not be its parents either way.
+  std::map<Path, PathTruth> truth_thread;
+  std::thread other([&] {
+    Script side{r, sched, truth_thread, {}};
+    side.push("forward", 0.2011);
+    side.push("joule::block_forward", 0.2033);
+    side.pop(0.2191);
+    side.pop(0.2203);
+  });
+  other.join();
+  for (auto const& [p, x] : truth_thread) {
+    truth[p].calls += x.calls;
+    truth[p].seconds += x.seconds;
+    truth[p].joules += x.joules;
+  }
+  // A random walk of pushes and pops over three names, which nest in any order and in themselves.
+  std::mt19937 rng(65);
+  std::uniform_int_distribution<int> pick(0, 2), coin(0, 2);
+  char const* const names[] = {"a", "b", "c"};
+  for (int i = 0; i < 300; ++i) {
+    bool const can_pop = !main.open.empty();
+    if (can_pop && (coin(rng) == 0 || main.open.size() >= 5))
+      main.pop(tick(0.0003 + 0.0001 * pick(rng)));
+    else
+      main.push(names[pick(rng)], tick(0.0002 + 0.0001 * pick(rng)));
+  }
+  while (!main.open.empty()) main.pop(tick(0.0004));
+  REQUIRE(t < 3.9);
+
+  // Before any sample covers them, nothing is attributed; the table holds the paths with no calls.
+  for (auto const& p : r.paths()) CHECK(p.stats.calls == 0);
+  // Sampled up to `half`: the steps are covered, evaluate is not; this reading is the `before` below.
+  int k = 0;
+  for (; k / rate <= half; ++k) {
+    clock = k / rate;
+    s.snapshot(clock);
+  }
+  auto const before = r.paths();
+  for (; k / rate <= t + 0.02; ++k) {
+    clock = k / rate;
+    s.snapshot(clock);
+  }
+  auto const paths = r.paths();
+
+  // Every path exactly once, each row's parent an earlier row, figures as the reference's.
+  std::map<Path, int> seen;
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    INFO("row " << i << ": " << paths[i].name);
+    REQUIRE(paths[i].parent < int(i));
+    auto const p = path_of(paths, int(i));
+    REQUIRE(seen.emplace(p, int(i)).second);
+    CHECK(paths[i].stats.parent == (paths[i].parent < 0 ? std::string() : paths[std::size_t(paths[i].parent)].name));
+  }
+  REQUIRE(seen.size() == truth.size());
+  for (auto const& [p, x] : truth) {
+    std::string text;
+    for (auto const& n : p) text += "/" + n;
+    INFO(text);
+    REQUIRE(seen.count(p) == 1);
+    auto const& st = paths[std::size_t(seen.at(p))].stats;
+    CHECK(st.calls == x.calls);
+    CHECK(st.seconds == Approx(x.seconds).margin(1e-12));
+    CHECK(st.total_j == Approx(x.joules).epsilon(1e-9).margin(1e-9));
+    CHECK(st.below_resolution == (x.seconds / double(x.calls) < 1.0 / rate));
+  }
+  // The places of the issue's example, each with its own count: block_forward under the steps'
+  // forward 6 times, under decoding's forward 3 times (and once on the other thread).
+  CHECK(truth.at({"step", "forward", "joule::block_forward"}).calls == 6);
+  CHECK(paths[std::size_t(seen.at({"step", "forward", "joule::block_forward"}))].stats.calls == 6);
+  CHECK(paths[std::size_t(seen.at({"evaluate", "greedy_captions", "forward", "joule::block_forward"}))].stats.calls == 3);
+  CHECK(paths[std::size_t(seen.at({"forward", "joule::block_forward"}))].stats.calls == 1);
+  CHECK(paths[std::size_t(seen.at({"step", "forward"}))].stats.calls == 3);
+  CHECK(paths[std::size_t(seen.at({"solve", "solve", "solve"}))].stats.calls == 1);
+  // A child never has more time than its path's parent (inclusive, one thread).
+  for (auto const& p : paths)
+    if (p.parent >= 0) CHECK(p.stats.seconds <= paths[std::size_t(p.parent)].stats.seconds + 1e-12);
+
+  // By name: the sum over a name's paths, the parent the one it was opened in most often.
+  auto const by_name = r.stats();
+  std::map<std::string, PathTruth> names_truth;
+  std::map<std::string, std::map<std::string, long long>> parents;
+  for (auto const& [p, x] : truth) {
+    auto& n = names_truth[p.back()];
+    n.calls += x.calls;
+    n.seconds += x.seconds;
+    n.joules += x.joules;
+    parents[p.back()][p.size() > 1 ? p[p.size() - 2] : ""] += x.calls;
+  }
+  REQUIRE(by_name.size() == names_truth.size());
+  for (auto const& [name, x] : names_truth) {
+    INFO(name);
+    auto const& st = by_name.at(name);
+    CHECK(st.calls == x.calls);
+    CHECK(st.seconds == Approx(x.seconds).margin(1e-12));
+    CHECK(st.total_j == Approx(x.joules).epsilon(1e-9).margin(1e-9));
+    long long most = 0;
+    for (auto const& [parent, calls] : parents[name]) most = std::max(most, calls);
+    CHECK(parents[name][st.parent] == most);
+  }
+  CHECK(by_name.at("joule::block_forward").calls == 10);
+  CHECK(by_name.at("joule::block_forward").parent == "forward");
+  CHECK(by_name.at("forward").parent == "step");  // 3 in step, 3 in greedy_captions: the first seen
+
+  // Between two readings: the paths with calls since `before`, their figures the difference, with
+  // the paths they were opened in, re-indexed.
+  auto const delta = path_difference(paths, before, r.resolution_s());
+  std::map<Path, PathTruth> truth_second = truth;
+  for (auto const& [p, x] : truth_first) {
+    auto& d = truth_second.at(p);
+    d.calls -= x.calls;
+    d.seconds -= x.seconds;
+    d.joules -= x.joules;
+  }
+  std::map<Path, int> delta_seen;
+  for (std::size_t i = 0; i < delta.size(); ++i) {
+    REQUIRE(delta[i].parent < int(i));
+    REQUIRE(delta_seen.emplace(path_of(delta, int(i)), int(i)).second);
+  }
+  for (auto const& [p, x] : truth_second) {
+    std::string text;
+    for (auto const& n : p) text += "/" + n;
+    INFO(text);
+    bool const ancestor = std::any_of(truth_second.begin(), truth_second.end(), [&, &p = p](auto const& longer) {
+      return longer.second.calls > 0 && longer.first.size() > p.size() && std::equal(p.begin(), p.end(), longer.first.begin());
+    });
+    REQUIRE(delta_seen.count(p) == (x.calls > 0 || ancestor ? 1u : 0u));
+    if (!delta_seen.count(p)) continue;
+    auto const& st = delta[std::size_t(delta_seen.at(p))].stats;
+    CHECK(st.calls == x.calls);
+    CHECK(st.seconds == Approx(x.seconds).margin(1e-12));
+    CHECK(st.total_j == Approx(x.joules).epsilon(1e-9).margin(1e-9));
+  }
+  CHECK(delta_seen.count({"step"}) == 0);  // all three steps were before
+  CHECK(delta_seen.count({"evaluate", "greedy_captions", "forward", "joule::block_forward"}) == 1);
+}
+
 TEST_CASE("energy: region edges read no sensor; library regions are skipped; fenced mode stamps too",
           "[energy][regions]") {
   // A source that counts its reads: edges must never cause one.
@@ -512,6 +751,34 @@ TEST_CASE("energy: region edges read no sensor; library regions are skipped; fen
     Kokkos::Profiling::popRegion();
     Kokkos::Profiling::popRegion();
     REQUIRE(r.stats(/*settle=*/true).at("inner").parent == "outer");
+  }
+  {  // Through Kokkos' own callbacks: a name under two parents and inside itself is a path for each
+     // place; a library region between two of joule's is not part of the path.
+    RegionRecorder r(s);
+    for (int i = 0; i < 3; ++i) {
+      Kokkos::Profiling::pushRegion("outer");
+      Kokkos::Profiling::pushRegion("KokkosBlas::gemm[ETI]");
+      Kokkos::Profiling::pushRegion("inner");
+      Kokkos::Profiling::popRegion();
+      Kokkos::Profiling::popRegion();
+      Kokkos::Profiling::popRegion();
+    }
+    Kokkos::Profiling::pushRegion("other");
+    Kokkos::Profiling::pushRegion("inner");
+    Kokkos::Profiling::pushRegion("inner");
+    Kokkos::Profiling::popRegion();
+    Kokkos::Profiling::popRegion();
+    Kokkos::Profiling::popRegion();
+    auto const paths = r.paths(/*settle=*/true);
+    std::map<std::string, long long> calls;
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      std::string path;
+      for (int p = int(i); p >= 0; p = paths[std::size_t(p)].parent) path = "/" + paths[std::size_t(p)].name + path;
+      calls[path] += paths[i].stats.calls;
+    }
+    CHECK(calls == std::map<std::string, long long>{
+                       {"/outer", 3}, {"/outer/inner", 3}, {"/other", 1}, {"/other/inner", 1}, {"/other/inner/inner", 1}});
+    CHECK(r.stats().at("inner").calls == 5);
   }
   REQUIRE(to_string(EdgeMode::fenced) == std::string("fenced"));
   REQUIRE(edge_mode_from_string("timeline") == EdgeMode::timeline);

@@ -135,6 +135,23 @@ std::vector<RegionMeasure> random_regions(Rng& rng, std::vector<std::string> con
   return regions;
 }
 
+// A table per call path: each row's parent an earlier row or the top level, a name in several
+// places (the same name under two parents, and inside itself).
+std::vector<RegionMeasure> random_region_paths(Rng& rng, std::vector<std::string> const& names, std::size_t rows) {
+  std::vector<RegionMeasure> paths;
+  std::uniform_int_distribution<long long> calls(0, 1ll << 40);
+  std::uniform_int_distribution<std::size_t> name(0, names.size() - 1);
+  std::bernoulli_distribution flagged(0.3);
+  for (std::size_t i = 0; i < rows; ++i) {
+    auto const v = random_values(rng, 2);
+    std::uniform_int_distribution<int> parent(-1, int(i) - 1);
+    int const p = parent(rng);
+    paths.push_back({names[name(rng)], calls(rng), v[0], v[1], flagged(rng),
+                     p < 0 ? std::string() : paths[std::size_t(p)].name, p});
+  }
+  return paths;
+}
+
 RunHeader make_header(std::string const& energy_kind = "measured") {
   RunHeader h;
   h.joule_version = "0.4.0-dev";
@@ -185,6 +202,7 @@ TrialRecord make_ok_trial(Rng& rng, int index, std::size_t steps, std::size_t sa
   t.step_energy_j = random_values(rng, steps);
   for (std::size_t i = 0; i < steps; ++i) t.measured_on.push_back(int(100 * index + 3 * i + 1));
   t.regions = random_regions(rng, {"step", "forward", "joule::block_forward", "optimizer_host", "Kokkos::gemm ü"});
+  t.region_paths = random_region_paths(rng, {"step", "forward", "joule::block_forward", "evaluate", "Kokkos::gemm ü"}, 9);
   t.power = random_power(rng, {"gpu", "package", "model (estimate)"}, samples);
   return t;
 }
@@ -229,6 +247,7 @@ TrainRecord make_train(Rng& rng) {
   t.evals.push_back({5, 2.5, 0.125, 17});
   t.evals.push_back({10, 2.25, 0.375, 17});
   t.regions = random_regions(rng, {"step", "evaluate"});
+  t.region_paths = random_region_paths(rng, {"step", "evaluate", "forward"}, 5);
   t.seconds = 12.75;
   t.energy_j = 1234.5;
   t.power = random_power(rng, {"gpu", "package", "dram"}, 33);
@@ -253,6 +272,7 @@ void check_same(std::vector<RegionMeasure> const& a, std::vector<RegionMeasure> 
     CHECK(same(a[i].energy_j, b[i].energy_j));
     CHECK(a[i].below_resolution == b[i].below_resolution);
     CHECK(a[i].parent == b[i].parent);
+    CHECK(a[i].parent_row == b[i].parent_row);
   }
 }
 
@@ -283,6 +303,7 @@ void check_same(TrialRecord const& a, TrialRecord const& b) {
   CHECK(a.host_jobs_speculated == b.host_jobs_speculated);
   CHECK(a.host_jobs_rolled_back == b.host_jobs_rolled_back);
   check_same(a.regions, b.regions);
+  check_same(a.region_paths, b.region_paths);
   check_same(a.power, b.power);
 }
 
@@ -312,6 +333,7 @@ void check_same(TrainRecord const& a, TrainRecord const& b) {
     CHECK(a.evals[i].samples == b.evals[i].samples);
   }
   check_same(a.regions, b.regions);
+  check_same(a.region_paths, b.region_paths);
   CHECK(same(a.seconds, b.seconds));
   CHECK(same(a.energy_j, b.energy_j));
   check_same(a.power, b.power);
@@ -486,6 +508,54 @@ TEST_CASE("run log: every field survives a round trip", "[run_log]") {
     REQUIRE(old.trials[0].regions.size() == trials[0].regions.size());
     for (auto const& r : old.trials[0].regions) CHECK(r.parent.empty());
     check_same(old.trials[4], trials[4]);
+  }
+  SECTION("a log written before regions were recorded per call path reads its regions by name, and no paths") {
+    REQUIRE(trials[0].region_paths.size() == 9);
+    hid_t const f = H5Fopen(file.path().c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    for (auto const* g : {"/trials/0000/region_paths", "/trials/0004/region_paths", "/train/region_paths"})
+      CHECK(H5Ldelete(f, g, H5P_DEFAULT) >= 0);
+    REQUIRE(H5Fclose(f) >= 0);
+    auto const old = read_run_log(file.path());
+    CHECK(old.trials[0].region_paths.empty());
+    CHECK(old.train->region_paths.empty());
+    check_same(old.trials[0].regions, trials[0].regions);
+    check_same(old.train->regions, train.regions);
+    check_same(old.trials[3], trials[3]);
+    // The report and the CSV of such a log are those of any other.
+    CHECK_FALSE(format_run_report(old).empty());
+  }
+  SECTION("a path table whose parent_row is not an earlier row, or names another parent, is damaged") {
+    {
+      auto writer = RunLogWriter::resume(file.path(), header);
+      TrialRecord bad = make_ok_trial(rng, 5, 3, 4);
+      bad.region_paths[1].parent_row = 1;
+      REQUIRE_THROWS_WITH(writer.append_trial(bad),
+                          Contains("/trials/0005") && Contains("parent_row 1, expected -1 or an earlier row"));
+    }
+    {
+      io::H5File f(file.path(), io::H5File::Mode::read_write);
+      std::vector<std::int64_t> rows;
+      for (auto const& r : trials[0].region_paths) rows.push_back(r.parent_row);
+      rows[2] = 2;  // itself
+      f.remove("/trials/0000/region_paths/parent_row");
+      f.write("/trials/0000/region_paths/parent_row", rows.data(), {rows.size()});
+    }
+    REQUIRE_THROWS_WITH(read_run_log(file.path()),
+                        Contains(file.path()) && Contains("/trials/0000/region_paths/parent_row[2] is 2, expected -1 or an earlier row"));
+    {
+      io::H5File f(file.path(), io::H5File::Mode::read_write);
+      std::vector<std::int64_t> rows;
+      std::vector<std::string> parents;
+      for (auto const& r : trials[0].region_paths) rows.push_back(r.parent_row), parents.push_back(r.parent);
+      rows[3] = 0;  // row 0 is its parent, but its `parent` names another region
+      f.remove("/trials/0000/region_paths/parent_row");
+      f.write("/trials/0000/region_paths/parent_row", rows.data(), {rows.size()});
+      parents[3] = trials[0].region_paths[0].name + " (not it)";
+      f.remove("/trials/0000/region_paths/parent");
+      f.write_strings("/trials/0000/region_paths/parent", parents);
+    }
+    REQUIRE_THROWS_WITH(read_run_log(file.path()), Contains("/trials/0000/region_paths/parent[3]") && Contains("parent_row 0"));
   }
   SECTION("a closed or moved-from writer refuses to write") {
     auto writer = RunLogWriter::resume(file.path(), header);
@@ -1213,7 +1283,7 @@ TEST_CASE("run log: an energy tool profile survives a round trip; its report and
   CHECK_THAT(report, Contains("  region    inner"));
   auto const lines = split_lines(format_run_csv(log));
   REQUIRE(lines.size() == 1 + 2 + p.regions.size() + p.kernels.size());
-  CHECK(lines[0] == "kind,name,calls,seconds,energy_j,mean_w,below_resolution,source,parent");
+  CHECK(lines[0] == "kind,name,calls,seconds,energy_j,mean_w,below_resolution,source,parent,path");
   std::map<std::string, std::pair<std::string, double>> energy_by_name;  // name -> (kind, joules)
   for (std::size_t i = 1; i < lines.size(); ++i) {
     auto const kind = lines[i].substr(0, lines[i].find(','));
@@ -1242,6 +1312,79 @@ TEST_CASE("run log: an energy tool profile survives a round trip; its report and
   auto writer = RunLogWriter::create(other.path(), make_header());
   CHECK_THROWS_WITH(writer.write_profile(p), Contains("the log's tuning is not \"profile\""));
   CHECK_FALSE(read_run_log(other.path()).profile.has_value());
+}
+
+TEST_CASE("run log: a profile's regions per call path: the report indents each path under its parent, a region "
+          "opened in two places under both, and the CSV names each path",
+          "[run_log][profile]") {
+  TempPath file(".h5");
+  RunHeader header = make_header("model");
+  header.tuning = "profile";
+  ProfileRecord p;
+  p.program = "./app";
+  p.seconds = 10, p.energy_j = 1000, p.resolution_s = 0.004;
+  // solve > inner (30 calls) and setup > inner (10 calls); solve > solve (inside itself).
+  p.region_paths = {{"setup", 1, 1.0, 80, false, "", -1},  {"solve", 1, 8.0, 800, false, "", -1},
+                    {"inner", 30, 6.0, 600, false, "solve", 1}, {"inner", 10, 0.5, 50, false, "setup", 0},
+                    {"solve", 2, 1.0, 90, false, "solve", 1}};
+  p.regions = {{"inner", 40, 6.5, 650, false, "solve"}, {"setup", 1, 1.0, 80, false, ""}, {"solve", 3, 9.0, 890, false, ""}};
+  p.kernels = {{"axpy", 40, 1.0, 10, true, ""}};
+  {
+    auto writer = RunLogWriter::create(file.path(), header);
+    writer.write_profile(p);
+  }
+  auto const log = read_run_log(file.path());
+  REQUIRE(log.profile->region_paths.size() == 5);
+  CHECK(log.profile->region_paths[3].parent_row == 0);
+  CHECK(log.profile->region_paths[4].parent == "solve");
+  auto const report = format_run_report(log);
+  INFO(report);
+  // Tree order, siblings by energy: solve (800 J) before setup (100 J), each child under its parent.
+  // The line of a region row: its name `indent` levels deep, with these calls; npos: none.
+  auto const row = [](std::string const& text, std::string const& name, int indent, long long calls) {
+    auto const lines = split_lines(text);
+    std::string const head = "  region    " + std::string(2 * std::size_t(indent), ' ') + name + " ";
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      if (lines[i].rfind(head, 0) != 0) continue;
+      std::istringstream rest(lines[i].substr(head.size()));
+      long long c = -1;
+      if (rest >> c && c == calls) return i;
+    }
+    return std::string::npos;
+  };
+  auto const solve = row(report, "solve", 0, 1), solve_inner = row(report, "inner", 1, 30),
+             solve_solve = row(report, "solve", 1, 2), setup = row(report, "setup", 0, 1),
+             setup_inner = row(report, "inner", 1, 10);
+  CHECK(setup_inner != std::string::npos);
+  CHECK(solve < solve_inner);
+  CHECK(solve_inner < solve_solve);
+  CHECK(solve_solve < setup);
+  CHECK(setup < setup_inner);
+  CHECK_THAT(report, Contains("once for each place it was opened in"));
+  // The top 2 by energy: solve and solve > inner; setup > inner is not among them (50 J).
+  auto const top = format_profile_report(log.header, *log.profile, 2);
+  CHECK(row(top, "inner", 1, 30) != std::string::npos);
+  CHECK(row(top, "inner", 1, 10) == std::string::npos);
+  CHECK_THAT(top, Contains("... 3 more rows in the file"));
+  // The 3rd largest is solve > solve (90 J), shown under solve; setup (80 J) is left out.
+  auto const three = format_profile_report(log.header, *log.profile, 3);
+  CHECK(row(three, "solve", 1, 2) != std::string::npos);
+  CHECK(row(three, "setup", 0, 1) == std::string::npos);
+  // A path among the largest comes with the paths it was opened in: setup > inner alone asked
+  // for is shown under setup.
+  auto small = *log.profile;
+  small.region_paths[3].energy_j = 5000;
+  auto const with_parent = format_profile_report(log.header, small, 1);
+  CHECK(row(with_parent, "setup", 0, 1) != std::string::npos);
+  CHECK(row(with_parent, "inner", 1, 10) != std::string::npos);
+  CHECK(row(with_parent, "solve", 0, 1) == std::string::npos);
+  auto const lines = split_lines(format_run_csv(log));
+  REQUIRE(lines.size() == 1 + 2 + p.region_paths.size() + p.kernels.size());
+  std::vector<std::string> paths;
+  for (auto const& l : lines)
+    if (l.rfind("region,", 0) == 0) paths.push_back(l.substr(l.rfind(',') + 1));
+  CHECK(paths == std::vector<std::string>{"solve", "solve/inner", "solve/solve", "setup", "setup/inner"});
+  CHECK_THAT(format_run_csv(log), Contains("\nkernel,axpy,40,") && Contains(",axpy\n"));
 }
 
 // Hidden (not run by ctest): kills a writer that appends trials in a tight loop at random moments,
@@ -1353,6 +1496,112 @@ TEST_CASE("run log: the plotting script labels knobs from the log's own table, a
   REQUIRE(lines.size() == trials.size());
   for (std::size_t i = 0; i < trials.size(); ++i) CHECK(lines[i] == trials[i].knobs.describe());
   CHECK_THAT(lines[1], Contains("host threads all"));  // the script once printed "host threads 0"
+}
+
+namespace {
+// What plot_run.py's regions.png draws for a log, from the data it builds (region_tables): one line
+// per row, "GROUP<TAB>depth<TAB>name<TAB>calls<TAB>parent name<TAB>parent calls<TAB>label" (parent "-" at the top).
+std::vector<std::string> regions_plot_rows(std::string const& path) {
+  std::string const command =
+      "/usr/bin/python3 -c 'import sys; sys.path.insert(0, \"" + joule::test::source_path("apps/scripts") + "\"); "
+      "import plot_run\n"
+      "f = plot_run.open_log(sys.argv[1])\n"
+      "trials, _ = plot_run.read_trials(f)\n"
+      "best, how = plot_run.find_best(f, trials)\n"
+      "for label, g, what, rows, how, parents in plot_run.region_tables(f, best, how):\n"
+      "    print(g, \"how\", how, sep=\"\\t\")\n"
+      "    for (depth, prefix, r, parent, also), name in zip(rows, plot_run.region_labels(rows, parents)):\n"
+      "        print(g, depth, r[0], int(r[1]), parent[0] if parent else \"-\", int(parent[1]) if parent else -1, name, sep=\"\\t\")\n"
+      "' " + path + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+  int const status = pclose(pipe);
+  INFO(out);
+  REQUIRE(status == 0);
+  return split_lines(out);
+}
+}  // namespace
+
+TEST_CASE("run log: regions.png draws a region opened in two places under both, each with that place's calls; "
+          "an older log by name",
+          "[runlog][plot]") {
+  TempPath file(".h5");
+  Rng rng(65);
+  // As joule records a run with evaluations: block_forward inside the steps' forward, and inside
+  // the forward that greedy decoding calls 6 times; the steps' forward has 10 calls, as the step.
+  std::vector<RegionMeasure> const paths = {
+      {"step", 10, 5.0, 500, false, "", -1},
+      {"forward", 10, 1.0, 100, false, "step", 0},
+      {"joule::block_forward", 20, 0.8, 80, false, "forward", 1},
+      {"evaluate", 1, 2.0, 200, false, "", -1},
+      {"greedy_captions", 1, 1.9, 190, false, "evaluate", 3},
+      {"forward", 6, 1.8, 180, false, "greedy_captions", 4},
+      {"joule::block_forward", 12, 1.5, 150, false, "forward", 5},
+      {"joule::block_backward", 20, 2.0, 200, false, "", -1},
+      {"d2h", 20, 5.5, 20, false, "step", 0},  // on another stream, outlasting the step it was opened in
+  };
+  std::vector<RegionMeasure> const by_name = {
+      {"step", 10, 5.0, 500, false, ""},          {"forward", 16, 2.8, 280, false, "step"},
+      {"joule::block_forward", 32, 2.3, 230, false, "forward"}, {"evaluate", 1, 2.0, 200, false, ""},
+      {"greedy_captions", 1, 1.9, 190, false, "evaluate"},     {"joule::block_backward", 20, 2.0, 200, false, ""},
+      {"d2h", 20, 5.5, 20, false, "step"}};
+  TrialRecord trial = make_ok_trial(rng, 0, 3, 4);
+  trial.regions = by_name;
+  trial.region_paths = paths;
+  TrainRecord train = make_train(rng);
+  train.regions = by_name;
+  train.region_paths = paths;
+  {
+    auto writer = RunLogWriter::create(file.path(), make_header());
+    writer.append_trial(trial);
+    writer.write_best(trial);
+    writer.write_train(train);
+  }
+  auto const rows = regions_plot_rows(file.path());
+  auto const find = [&](std::string const& group, std::string const& row) {
+    return std::count(rows.begin(), rows.end(), group + "\t" + row);
+  };
+  for (std::string const g : {"/trials/0000", "/train"}) {
+    INFO(g);
+    CHECK(std::count_if(rows.begin(), rows.end(), [&](auto const& r) {
+            return r.rfind(g + "\thow\tper call path as the log records it", 0) == 0;
+          }) == 1);
+    // Each row under its own parent path, with its own calls: block_forward under both forwards.
+    CHECK(find(g, "0\tstep\t10\t-\t-1\tstep (10x)") == 1);
+    CHECK(find(g, "1\tforward\t10\tstep\t10\t└─ forward (10x)") == 1);
+    CHECK(find(g, "2\tjoule::block_forward\t20\tforward\t10\t   └─ joule::block_forward (20x)") == 1);
+    CHECK(find(g, "2\tforward\t6\tgreedy_captions\t1\t   └─ forward (6x)") == 1);
+    CHECK(find(g, "3\tjoule::block_forward\t12\tforward\t6\t      └─ joule::block_forward (12x)") == 1);
+    CHECK(find(g, "0\tjoule::block_backward\t20\t-\t-1\tjoule::block_backward (20x)") == 1);
+    // A path that does not fit in its parent's time is drawn at the top, saying where it was opened.
+    CHECK(find(g, "0\td2h\t20\t-\t-1\td2h (20x; opened in step, outlasting it)") == 1);
+    // No row is a name's calls summed over its places: forward under step is not 16.
+    CHECK(std::none_of(rows.begin(), rows.end(), [&](auto const& r) { return r.find("\tforward\t16\t") != std::string::npos; }));
+    CHECK(std::count_if(rows.begin(), rows.end(), [&](auto const& r) {
+            return r.rfind(g + "\t", 0) == 0 && r.find("\tjoule::block_forward\t") != std::string::npos;
+          }) == 2);
+  }
+
+  // The same log before regions were recorded per call path: by name, each name once, under the
+  // parent it ran in most often, and the subtitle says what its figures are.
+  {
+    hid_t const f = H5Fopen(file.path().c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    CHECK(H5Ldelete(f, "/trials/0000/region_paths", H5P_DEFAULT) >= 0);
+    CHECK(H5Ldelete(f, "/train/region_paths", H5P_DEFAULT) >= 0);
+    REQUIRE(H5Fclose(f) >= 0);
+  }
+  auto const old = regions_plot_rows(file.path());
+  CHECK(std::count_if(old.begin(), old.end(), [](auto const& r) {
+          return r.rfind("/train\thow\tnesting as the log records it, by name: a region's calls and figures are summed", 0) == 0;
+        }) == 1);
+  CHECK(std::count(old.begin(), old.end(), "/train\t1\tforward\t16\tstep\t10\t└─ forward (16x)") == 1);
+  CHECK(std::count_if(old.begin(), old.end(), [](auto const& r) {
+          return r.rfind("/train\t", 0) == 0 && r.find("\tjoule::block_forward\t") != std::string::npos;
+        }) == 1);
 }
 
 TEST_CASE("knobs: one table; every row reads and writes its own field, by name", "[scheduler][knobs]") {

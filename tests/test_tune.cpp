@@ -12,6 +12,7 @@
 #include "support/catch.hpp"
 
 #include <cmath>
+#include <map>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -187,6 +188,24 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
   bool has_step_region = false;
   for (auto const& g : r.regions) has_step_region = has_step_region || (g.name == "step" && g.calls == r.measured_steps);
   REQUIRE(has_step_region);
+  // Per call path: step at the top with a call per measured step, forward inside it once per
+  // micro-batch, each row's parent an earlier row, and by name the sum over a name's paths.
+  REQUIRE_FALSE(r.region_paths.empty());
+  std::map<std::string, long long> path_calls;
+  long long step_calls = -1, forward_in_step = -1;
+  for (std::size_t i = 0; i < r.region_paths.size(); ++i) {
+    auto const& p = r.region_paths[i];
+    INFO(p.name << " in row " << p.parent_row);
+    REQUIRE(p.parent_row < int(i));
+    CHECK(p.parent == (p.parent_row < 0 ? std::string() : r.region_paths[std::size_t(p.parent_row)].name));
+    path_calls[p.name] += p.calls;
+    if (p.name == "step" && p.parent_row < 0) step_calls = p.calls;
+    if (p.name == "forward" && p.parent == "step" && r.region_paths[std::size_t(p.parent_row)].parent_row < 0)
+      forward_in_step = p.calls;
+  }
+  CHECK(step_calls == r.measured_steps);
+  CHECK(forward_in_step == r.measured_steps * (cfg.train.batch / 3));  // micro-batches of 3
+  for (auto const& g : r.regions) CHECK(path_calls[g.name] == g.calls);
   REQUIRE_FALSE(r.power.domains.empty());
 
   // Racing: with no CI target reachable, a trial repeats to max_repeats (2 rounds) unless a leader
@@ -398,6 +417,29 @@ TEST_CASE("in-flight tuning: evaluations and checkpoints are never measured, and
   writer.close();
   REQUIRE(live.step() == 70);
   REQUIRE(train.steps.front().step == 21);
+  // The run's regions per call path: forward inside the steps once per micro-batch (batch 6 in
+  // micro-batches of 3), apart from the forward that decoding runs inside the evaluations.
+  {
+    auto const path_of = [&](std::size_t row) {
+      std::string path;
+      for (int r = int(row); r >= 0; r = train.region_paths[std::size_t(r)].parent_row)
+        path = "/" + train.region_paths[std::size_t(r)].name + path;
+      return path;
+    };
+    std::map<std::string, long long> calls;
+    for (std::size_t i = 0; i < train.region_paths.size(); ++i) {
+      REQUIRE(train.region_paths[i].parent_row < int(i));
+      REQUIRE(calls.emplace(path_of(i), train.region_paths[i].calls).second);
+    }
+    std::string listed;
+    for (auto const& [path, n] : calls) listed += path + ": " + std::to_string(n) + "\n";
+    INFO(listed);
+    CHECK(calls["/step"] == long(train.steps.size()));
+    CHECK(calls["/step/forward"] == 2 * long(train.steps.size()));
+    CHECK(calls["/evaluate/greedy_captions/forward"] > 0);
+    CHECK(calls["/evaluate/greedy_captions/forward/joule::block_forward"] ==
+          cfg.model.layers * calls["/evaluate/greedy_captions/forward"]);
+  }
   auto const log = read_run_log(log_path.path());
   REQUIRE(log.trials.size() == 12);  // every candidate once: none measured twice
   for (std::size_t i = 0; i < measured_first.size(); ++i) {

@@ -235,6 +235,14 @@ std::vector<scheduler::RegionMeasure> measures(std::map<std::string, RegionStats
   return out;
 }
 
+// The table per call path, in the timeline's order (a path after the one it was opened in).
+std::vector<scheduler::RegionMeasure> path_measures(std::vector<RegionPath> const& paths) {
+  std::vector<scheduler::RegionMeasure> out;
+  for (auto const& p : paths)
+    out.push_back({p.name, p.stats.calls, p.stats.seconds, p.stats.total_j, p.stats.below_resolution, p.stats.parent, p.parent});
+  return out;
+}
+
 // The profile as joule's run log (`joule inspect`, plot_run.py read it) or as the CSV table; each
 // through a temporary and a rename, so a failure leaves no half file (and never the program's).
 void write_output(std::string const& path, scheduler::RunHeader const& header, scheduler::ProfileRecord const& profile) {
@@ -340,7 +348,8 @@ void report(State& s) {
   double need = std::max(s.regions->pending_until(), s.outer->pending_until());
   if (s.kernels) need = std::max(need, s.kernels->pending_until());
   if (need >= 0) s.sampler->wait_until_covered(need);
-  auto const regions = s.regions->stats();
+  auto const region_paths = path_difference(s.regions->paths(), {}, s.regions->resolution_s());  // those with calls
+  auto const regions = regions_by_name(region_paths, s.regions->resolution_s());
   auto const kernels = s.kernels ? s.kernels->stats() : std::map<std::string, RegionStats>{};
   auto const outer = s.outer->stats();
   Monitor monitor(*s.sampler);
@@ -376,6 +385,7 @@ void report(State& s) {
   p.tool_edges = s.regions->hook_calls() + s.outer->hook_calls() + (s.kernels ? s.kernels->hook_calls() : 0);
   p.resolution_s = s.regions->resolution_s();
   p.regions = measures(regions);
+  p.region_paths = path_measures(region_paths);
   p.kernels = measures(kernels);
   p.power = {trace.trace_columns, trace.trace_time_s, trace.trace_watts};
 

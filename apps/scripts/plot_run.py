@@ -19,10 +19,13 @@ DIR defaults to <stem>-plots/ next to the log. Writes, and prints the path of ea
   regions.png      energy and time per named region, for the best trial and /train (a profile:
                    its regions and its kernels, the MAX_BARS largest by energy each), as a tree:
                    a region opened inside another is indented under it, its parent's bar pale
-                   behind its own (figures are inclusive: rows do not add up). The log stores
-                   regions by name; the nesting is the log's own where it has one (a `parent`
-                   column, or names that are paths "step/forward"), else (logs written before
-                   joule recorded parents) joule's own nesting (JOULE_NESTING)
+                   behind its own (figures are inclusive: rows do not add up). Where the log
+                   records regions per call path (`region_paths`), each path is a row under the
+                   row of the path it was opened in: a region opened in two places is drawn under
+                   both, each with that place's calls, time and energy. Older logs store regions
+                   by name: the nesting is the log's own where it has one (a `parent` column, the
+                   region a name ran in most often, or names that are paths "step/forward"), else
+                   (logs written before joule recorded parents) joule's own nesting (JOULE_NESTING)
   loss.png         training loss per step of /train, eval losses marked with their exact caption
                    accuracy as joule's report rounds it (61.5%), placed clear of the curves
 A run tuned in flight (`joule train --tune`) gets its configuration changes (dotted, labelled with
@@ -69,7 +72,7 @@ Reads the layout of runlog/run_log.cpp (docs/run-log.md): root attributes
 format, energy_kind, energy_source, objective; /trials/NNNN (attributes status, reason,
 time_per_step_s, energy_per_step_j, objective and the knobs; datasets power_time_s [n],
 power_w [n, domains], power_domains [domains] strings; subgroup regions with datasets name,
-calls, seconds, energy_j); /best (attribute trial); /pareto (dataset trials); /train (datasets
+calls, seconds, energy_j, parent; subgroup region_paths with those and parent_row); /best (attribute trial); /pareto (dataset trials); /train (datasets
 step, loss, lr, eval_step, eval_loss, eval_accuracy, and in flight trial and step_end_s;
 attributes total_seconds, total_energy_j, in_flight, search_steps;
 regions and power as in a trial); /profile (the energy tool's log: attributes program,
@@ -175,6 +178,7 @@ from plot_run_log import (  # noqa: E402
     pareto_indices,
     read_trace,
     read_regions,
+    read,
     open_log,
     Refused,
     FORMAT,
@@ -574,12 +578,24 @@ def plot_power(f, best, best_how, path, written):
     save(fig, path, written)
 
 
-def largest(rows, label):
-    """A profile's table cut to its MAX_BARS largest rows by energy (a note says how many are left out)."""
+def largest(rows, label, parent_rows=None):
+    """A table cut to its MAX_BARS largest rows by energy (a note says how many are left out). With
+    parent_rows (a table per call path), the rows kept keep the paths they were opened in, and the
+    result is (rows, parent_rows) re-indexed."""
     if len(rows) <= MAX_BARS:
-        return rows
+        return rows if parent_rows is None else (rows, parent_rows)
     note(f"{label}: drawing the {MAX_BARS} largest of {len(rows)} rows by energy")
-    return sorted(rows, key=lambda r: -(r[3] if math.isfinite(r[3]) else -math.inf))[:MAX_BARS]
+    order = sorted(range(len(rows)), key=lambda i: -(rows[i][3] if math.isfinite(rows[i][3]) else -math.inf))
+    if parent_rows is None:
+        return [rows[i] for i in order[:MAX_BARS]]
+    keep = set()
+    for i in order[:MAX_BARS]:
+        while 0 <= i < len(rows) and i not in keep:
+            keep.add(i)
+            i = parent_rows[i]
+    kept = sorted(keep)
+    new_index = {old: k for k, old in enumerate(kept)}
+    return [rows[i] for i in kept], [new_index.get(parent_rows[i], -1) for i in kept]
 
 
 # Where joule's own code opens its regions (core/train/trainer.cpp, core/model/*, captioning.cpp): each
@@ -611,57 +627,86 @@ def read_parents(g, table, names):
     return None
 
 
-def region_tree(regs, parents):
+def read_path_table(g):
+    """GROUP/region_paths (logs that record regions per call path): (rows, parent_rows), each row
+    (name, calls, seconds, energy_j) of one call path, parent_rows[i] the row of the path it was
+    opened in (an earlier row; -1: the top level). None where the log has no usable path table
+    (older logs: regions by name); a table whose parent_row is not an earlier row is noted and
+    not used."""
+    rows = read_regions(g, "region_paths")
+    r = g.get("region_paths") if g is not None else None
+    if not rows or not isinstance(r, h5py.Group) or not isinstance(r.get("parent_row"), h5py.Dataset):
+        return None
+    try:
+        parent_rows = [int(x) for x in np.asarray(read(r["parent_row"])).reshape(-1)]
+    except (TypeError, ValueError, OverflowError):
+        parent_rows = []
+    if len(parent_rows) != len(rows) or any(not (-1 <= p < i) for i, p in enumerate(parent_rows)):
+        note(f"{r.name}: parent_row is not one earlier row (or -1) per path; drawing {g.name}/regions by name")
+        return None
+    return rows, parent_rows
+
+
+OPENED_IN = "opened in "  # region_tree's note on a path drawn top-level that was opened inside another
+
+
+def region_tree(regs, parents, parent_rows=None):
     """The rows of a region table in tree order: [(depth, prefix, row, parent row or None, also)],
     siblings by energy (else time), largest first; `prefix` draws the tree ("├─ ", "│  └─ ");
-    `also` names the other enclosing regions a name was opened in too (joule's nesting only). A
-    child must fit in its parent (time and energy no larger): one that does not is drawn top-level."""
-    by_name = {r[0]: r for r in regs}
-    known = parents is not None
+    `also` names the other enclosing regions a name was opened in too (joule's nesting only).
+    parent_rows (a table per call path): each row is drawn under its own parent row, so a region
+    opened in two places is drawn under each, with that place's figures. Otherwise rows are by
+    name, placed by `parents` (names) or, where None, joule's own nesting. A child must fit in its
+    parent (time and energy no larger): one that does not is drawn top-level (a path's `also` then
+    says where it was opened: work on another stream, such as a copy, can outlast its parent)."""
+    by_name = {r[0]: i for i, r in enumerate(regs)}
 
     def fits(child, parent):
         return all(not (math.isfinite(child[k]) and math.isfinite(parent[k])) or child[k] <= parent[k] * 1.001 + 1e-12
                    for k in (2, 3))
 
-    parent_of, also = {}, {}
+    parent_of, also = {}, {}  # row index -> parent row index; row index -> other parents' names
     for i, r in enumerate(regs):
-        if known:
+        if parent_rows is not None:
+            candidates = [parent_rows[i]] if 0 <= parent_rows[i] < i else []
+        elif parents is not None:
             name = parents[i]
-            candidates = [name] if name else []
-            if name and name not in by_name:  # a path whose parent is not a row: its nearest row
-                while name and name not in by_name:
-                    name = name.rpartition("/")[0]
-                candidates = [name] if name else []
+            while name and name not in by_name:  # a path whose parent is not a row: its nearest row
+                name = name.rpartition("/")[0]
+            candidates = [by_name[name]] if name else []
         else:
-            candidates = [p for p in JOULE_NESTING.get(r[0], ()) if p in by_name]
-        chosen = next((p for p in candidates if p != r[0] and fits(r, by_name[p])), None)
+            candidates = [by_name[p] for p in JOULE_NESTING.get(r[0], ()) if p in by_name]
+        chosen = next((p for p in candidates if p != i and fits(r, regs[p])), None)
         if chosen is not None:
-            parent_of[r[0]] = chosen
-            also[r[0]] = [p for p in candidates if p != chosen]
+            parent_of[i] = chosen
+            also[i] = [regs[p][0] for p in candidates if p != chosen]
+        elif parent_rows is not None and candidates:  # its work outlasted the region it was opened in
+            also[i] = [f"{OPENED_IN}{regs[candidates[0]][0]}, outlasting it"]
     # A cycle (only from a malformed parent column) is broken: its members go top-level.
-    for name in list(parent_of):
-        seen, p = {name}, parent_of.get(name)
+    for i in list(parent_of):
+        seen, p = {i}, parent_of.get(i)
         while p is not None and p not in seen:
             seen.add(p)
             p = parent_of.get(p)
         if p is not None:
-            parent_of.pop(name, None)
+            parent_of.pop(i, None)
     children = {}
-    for r in regs:
-        children.setdefault(parent_of.get(r[0]), []).append(r)
+    for i in range(len(regs)):
+        children.setdefault(parent_of.get(i), []).append(i)
 
-    def size(r):
+    def size(i):
+        r = regs[i]
         return (r[3] if math.isfinite(r[3]) else -math.inf, r[2] if math.isfinite(r[2]) else -math.inf)
 
     out = []
 
     def walk(parent, depth, lead):
         kids = sorted(children.get(parent, []), key=size, reverse=True)
-        for k, r in enumerate(kids):
+        for k, i in enumerate(kids):
             last = k == len(kids) - 1
             prefix = "" if depth == 0 else lead + ("└─ " if last else "├─ ")
-            out.append((depth, prefix, r, by_name.get(parent), also.get(r[0], [])))
-            walk(r[0], depth + 1, "" if depth == 0 else lead + ("   " if last else "│  "))
+            out.append((depth, prefix, regs[i], None if parent is None else regs[parent], also.get(i, [])))
+            walk(i, depth + 1, "" if depth == 0 else lead + ("   " if last else "│  "))
 
     walk(None, 0, "")
     return out
@@ -672,40 +717,71 @@ def short_name(name, parents):
     return name.strip("/").rpartition("/")[2] if parents is not None and "/" in name.strip("/") else name
 
 
-def plot_regions(f, best, best_how, path, written):
+def region_labels(rows, parents):
+    """The y labels of region_tree's rows: the tree's prefix, the region's own name, its calls (on
+    that path, in a table per call path) and, by joule's nesting, the other regions it ran in (a
+    path drawn top-level: the region it was opened in)."""
+    names = []
+    for depth, prefix, r, parent, also in rows:
+        calls = f" ({int(r[1])}x" if math.isfinite(r[1]) else " ("
+        notes = [a for a in also if a.startswith(OPENED_IN)]
+        extra = f"; {'; '.join(notes)}" if notes else f"; also in {', '.join(also)}" if also else ""
+        tag = f"{calls}{extra})" if calls != " (" or extra else ""
+        names.append(f"{prefix}{short_name(r[0], parents)}{tag.replace(' (; ', ' (')}")
+    return names
+
+
+def region_tables(f, best, best_how):
+    """What regions.png draws: [(label, group name, "region" or "kernel", rows in tree order as
+    region_tree gives them, how the nesting is known, parents)], one per table of the best trial,
+    /train and /profile (its regions and its kernels). Raises Skip where there is none."""
     srcs = sources(f, best, best_how)
     if not srcs:
         raise Skip("no best trial, no /train and no /profile group")
-    kind = "model" if text(attr(f, "energy_kind", "")) == "model" else "measured"
     data = []
     for label, g in srcs:
-        if g.name == "/profile":  # the energy tool's: its kernels too, the largest of each
-            regs = largest(read_regions(g), f"{g.name}/regions")
-            data.append((label, g.name, "region", regs, read_parents(g, "regions", [r[0] for r in regs])))
-            kern = largest(read_regions(g, "kernels"), f"{g.name}/kernels")
-            data.append((label, g.name + "/kernels", "kernel", kern, None))
+        cap = g.name == "/profile"  # the energy tool's: its kernels too, the largest of each
+        paths = read_path_table(g)
+        if paths is not None:
+            regs, parent_rows = largest(paths[0], f"{g.name}/region_paths", paths[1]) if cap else paths
+            data.append((label, g.name, "region", regs, None, parent_rows))
         else:
             regs = read_regions(g)
-            data.append((label, g.name, "region", regs, read_parents(g, "regions", [r[0] for r in regs])))
+            if cap:
+                regs = largest(regs, f"{g.name}/regions")
+            data.append((label, g.name, "region", regs, read_parents(g, "regions", [r[0] for r in regs]), None))
+        if cap:
+            data.append((label, g.name + "/kernels", "kernel", largest(read_regions(g, "kernels"), f"{g.name}/kernels"),
+                         None, None))
     data = [d for d in data if d[3]]
     if not data:
         raise Skip("no regions subgroup (or an empty one) in " + " or ".join(g.name for _, g in srcs))
-    trees = []  # per table: its rows in tree order, and how their nesting is known
-    for label, gname, what, regs, parents in data:
+    tables = []
+    for label, gname, what, regs, parents, parent_rows in data:
         if what == "kernel":
-            trees.append(([(0, "", r, None, []) for r in sorted(regs, key=lambda r: -(r[3] if math.isfinite(r[3]) else -math.inf))],
-                          "kernels, largest energy first"))
+            rows = [(0, "", r, None, []) for r in sorted(regs, key=lambda r: -(r[3] if math.isfinite(r[3]) else -math.inf))]
+            tables.append((label, gname, what, rows, "kernels, largest energy first", None))
             continue
-        rows = region_tree(regs, parents)
-        if parents is not None:
-            how = "nesting as the log records it"
+        rows = region_tree(regs, parents, parent_rows)
+        if parent_rows is not None:
+            how = "per call path as the log records it: a region opened in several places is under each"
+        elif parents is not None:
+            how = ("nesting as the log records it, by name: a region's calls and figures are summed over every "
+                   "region it ran in, drawn under the one it ran in most often")
         elif any(depth for depth, _, _, _, _ in rows):
             how = "nesting as joule's code opens its regions (the log stores names alone)"
         else:
             how = "regions by name (the log does not record how they nest)"
-        trees.append((rows, how))
+        tables.append((label, gname, what, rows, how, parents))
+    return tables
+
+
+def plot_regions(f, best, best_how, path, written):
+    tables = region_tables(f, best, best_how)
+    kind = "model" if text(attr(f, "energy_kind", "")) == "model" else "measured"
+    trees = [(rows, how) for _, _, _, rows, how, _ in tables]
     nested = any(depth for rows, _ in trees for depth, _, _, _, _ in rows)
-    heights = [max(2.4, 0.3 * len(d[3]) + 1.5) for d in data]
+    heights = [max(2.4, 0.3 * len(rows) + 1.5) for rows, _ in trees]
     fig = plt.figure(figsize=(11, sum(heights) + 0.9), layout="constrained")
     head = "energy and time per region"
     if nested:
@@ -713,17 +789,12 @@ def plot_regions(f, best, best_how, path, written):
                  "the regions inside it, so rows do not add up; regions on other threads or streams "
                  "overlap in time); the pale bar behind a row is its parent's")
     fig.suptitle(wrap(head + "; " + energy_words(f), 150), fontsize=8.5)
-    subfigs = fig.subfigures(len(data), 1, height_ratios=heights, squeeze=False)[:, 0]
-    for sub, (label, gname, what, regs, parents), (rows, how) in zip(subfigs, data, trees):
+    subfigs = fig.subfigures(len(tables), 1, height_ratios=heights, squeeze=False)[:, 0]
+    for sub, (label, gname, what, rows, how, parents) in zip(subfigs, tables):
         sub.suptitle(wrap(f"{label} ({gname}): {how}", 150), fontsize=9)
         ax_e, ax_t = sub.subplots(1, 2, sharey=True)
         y = np.arange(len(rows))
-        names = []
-        for depth, prefix, r, parent, also in rows:
-            calls = f" ({int(r[1])}x" if math.isfinite(r[1]) else " ("
-            extra = f"; also in {', '.join(also)}" if also else ""
-            tag = f"{calls}{extra})" if calls != " (" or extra else ""
-            names.append(f"{prefix}{short_name(r[0], parents)}{tag.replace(' (; ', ' (')}")
+        names = region_labels(rows, parents)
         for ax, col, xlabel, cmap in ((ax_e, 3, f"energy (J, {kind})", plt.cm.Oranges),
                                       (ax_t, 2, "time (s)", plt.cm.Blues)):
             vals = np.array([r[col] for _, _, r, _, _ in rows], dtype=float)

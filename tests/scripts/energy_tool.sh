@@ -99,6 +99,9 @@ if mode == "regions":
     total = outer + float(outside["energy_j"])
     if abs(total - float(program["energy_j"])) > 2e-3 + 1e-6 * total: sys.exit(f"regions {outer} + outside != program")
     if float(need("region", "inner")["seconds"]) > float(need("region", "solve")["seconds"]): sys.exit("inner > solve")
+    # One row per call path, named by its path: inner was opened inside solve only.
+    paths = [(r["path"], r["parent"]) for r in rows if r["kind"] == "region"]
+    if paths != [("solve", ""), ("solve/inner", "solve"), ("setup", "")]: sys.exit(f"region paths {paths}")
 else:
     if any(r["kind"] == "region" for r in rows): sys.exit("regions where the program opened none")
     if abs(float(outside["energy_j"]) - float(program["energy_j"])) > 1e-6: sys.exit("outside != program")
