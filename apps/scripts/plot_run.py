@@ -289,7 +289,7 @@ def plot_pareto(f, trials, incomplete, best, best_how, path, written):
             axis(low2, high2)
     if cut:
         for bars in ax.containers:
-            if bars.get_label().startswith("95% interval"):
+            if (bars.get_label() or "").startswith("95% interval"):
                 bars.set_label(bars.get_label() + ";\nsome cut at the plot's edge")
     if not ok:
         ax.text(0.5, 0.5, "no ok trial with finite time and energy per step",
@@ -558,9 +558,11 @@ def plot_power(f, best, best_how, path, written):
             ax.plot(t, drawn[:, j], lw=1.1, marker="." if t.size < 50 else None, label=f"{domain_label(name)}{mean}")
         if dropped:
             for n, (t0, t1) in enumerate(spans):
-                ax.axvspan(t0, t1, color="0.6", alpha=0.35, lw=0, zorder=0.5,
-                           label=(f"no step running (configuration change, measurement edge): "
-                                  f"{dropped} model sample{'s' if dropped != 1 else ''} not drawn") if n == 0 else None)
+                # Only the first span is named in the legend; the others keep matplotlib's default
+                # label (label=None would make it None on newer matplotlib, not "_child…").
+                named = {"label": f"no step running (configuration change, measurement edge): "
+                                  f"{dropped} model sample{'s' if dropped != 1 else ''} not drawn"} if n == 0 else {}
+                ax.axvspan(t0, t1, color="0.6", alpha=0.35, lw=0, zorder=0.5, **named)
         fin = w[np.isfinite(w)]
         if fin.size and fin.min() >= 0:  # power from 0: the swings at their true size
             ax.set_ylim(0, max(fin.max() * 1.08, 1e-9))
@@ -892,7 +894,7 @@ def label_accuracies(fig, ax, evals):
     obstacles = []
     for a in fig.axes:
         for line in a.lines:
-            if line.get_label().startswith("_") or line.get_linestyle() in (":", "None"):
+            if (line.get_label() or "_").startswith("_") or line.get_linestyle() in (":", "None"):
                 continue  # configuration changes (dotted) are crossed by design
             x, y = (np.asarray(v, dtype=float) for v in line.get_data())
             pts = line.get_transform().transform(np.column_stack([x, y])) if x.size else np.zeros((0, 2))

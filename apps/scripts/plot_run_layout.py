@@ -77,11 +77,11 @@ def describe(fig, name):
                      "xlim": [float(v) for v in ax.get_xlim()], "ylim": [float(v) for v in ax.get_ylim()],
                      "yscale": ax.get_yscale(), "axis_on": bool(ax.axison),
                      "legend": [t.get_text() for t in legend.get_texts()] if legend is not None else [],
-                     "lines": [line_data(line) for line in ax.lines if not line.get_label().startswith("_")],
+                     "lines": [line_data(line) for line in ax.lines if not (line.get_label() or "_").startswith("_")],
                      "boxes": [{"label": b.get_label(), "zorder": float(b.get_zorder()),
                                 "bounds": [float(v) for v in b.get_bbox().bounds]}
                                for b in ax.patches if isinstance(b, matplotlib.patches.Rectangle)
-                               and not b.get_label().startswith("_")],
+                               and not (b.get_label() or "_").startswith("_")],
                      "data_zorder": max([float(a.get_zorder()) for a in ax.collections + ax.lines], default=0.0),
                      "label_boxes": [label_box(t, renderer) for t in ax.texts if t.get_visible() and t.get_text().strip()]})
     return {"plot": name, "size_px": [round(fb.width), round(fb.height)], "titles": titles(fig),
