@@ -218,7 +218,7 @@ if [ -n "$bundle" ]; then
   # (Catch2 v2 exits with the number of tests it lists: listing any is success.)
   step starts 10 host env "LD_LIBRARY_PATH=$bundle_ld" bash -c 'rc=0; for b in "${@:4}"; do
       a=(--list-test-names-only); [ "${b##*/}" = joule ] && a=(info)  # Catch2 v3: --list-tests
-      [ "${b##*/}" != joule ] && ! "$b" --help 2>/dev/null | grep -q -- --list-test-names-only && a=(--list-tests --verbosity quiet)
+      [ "${b##*/}" != joule ] && ! grep -q -- --list-test-names-only <<<"$("$b" --help 2>/dev/null)" && a=(--list-tests --verbosity quiet)
       n="$("$b" "${a[@]}" 2>"$b.err" | wc -l)"
       if [ "$n" -gt 0 ]; then echo "${b##*/} ${a[*]}: ok ($n lines)"
       elif [ "$1" = 1 ] && grep -q cudaErrorStubLibrary "$b.err"; then echo "${b##*/} ${a[*]}: reached the first GPU call (Kokkos::initialize; the stub driver refuses it)"
@@ -242,7 +242,7 @@ if [ "$mpi" = auto ]; then
 fi
 if [ "$mpi" = on ]; then
   cmake_args+=(-DJOULE_WITH_MPI=ON)
-  if [ "$(id -u)" = 0 ] && mpiexec --version 2>&1 | grep -qi "open mpi\|open-rte\|openrte"; then
+  if [ "$(id -u)" = 0 ] && grep -qi "open mpi\|open-rte\|openrte" <<<"$(mpiexec --version 2>&1)"; then
     cmake_args+=(-DMPIEXEC_PREFLAGS=--allow-run-as-root)
   fi
 else

@@ -46,7 +46,7 @@ accepted() {
 # settings and runs one thread: the cases of threads taking effect expect 1 there, and the cases
 # of OpenMP's own threads are skipped, each listed.
 serial=0
-"$joule" info 2>/dev/null | grep -q "default execution space Serial" && serial=1
+[[ "$("$joule" info 2>/dev/null)" == *"default execution space Serial"* ]] && serial=1  # not | grep -q: SIGPIPE under pipefail
 skipped=()
 skip() { skipped+=("$1"); echo "skipped (Serial backend, no host threads): $1"; }
 took() { if [ "$serial" = 1 ]; then echo 1; else echo "$1"; fi; }  # the threads Kokkos runs for N asked

@@ -17,7 +17,7 @@ for sig in SEGV KILL; do
   grep -q "^step " job.txt || { kill $job; fail "the job never got to a step: $(tail -5 job.txt)"; }
   victim=""
   for p in $(pgrep -f "joule train --config $config"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$p
+    grep -qx "OMPI_COMM_WORLD_RANK=1" <<<"$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null)" && victim=$p
   done
   [ -n "$victim" ] || { kill $job; fail "cannot find rank 1 (is the launcher OpenMPI's mpirun?)"; }
   kill -$sig "$victim"
@@ -28,7 +28,7 @@ for sig in SEGV KILL; do
   [ $rc != 0 ] || fail "SIG$sig: mpirun reported success although rank 1 was killed"
   if [ $sig = KILL ]; then
     # (OpenMPI 5's prterun wraps its sentence: "... process rank 1 with PID N on node X exited on\nsignal 9 (Killed).")
-    tr '\n' ' ' <job.txt | grep -qE "rank 1 .*(signal 9|Killed)" || fail "SIGKILL: no line names rank 1 and the signal: $(tail -8 job.txt)"
+    grep -qE "rank 1 .*(signal 9|Killed)" <<<"$(tr '\n' ' ' <job.txt)" || fail "SIGKILL: no line names rank 1 and the signal: $(tail -8 job.txt)"
   else
     grep -q "^joule: rank 1 of 2 (process $victim on .*) ended by SIGSEGV (a crash)" job.txt ||
       fail "SIG$sig: rank 1 did not say why it ended: $(tail -8 job.txt)"

@@ -93,7 +93,7 @@ echo "ok: ulimit -f: exit 1, the file and the limit named, nothing left"
 # 5. An address-space limit (ulimit -v) that the run and the BLAS's buffers do not fit in: refused
 # before the first step, naming the limit (OpenBLAS retried its buffer allocation forever: a hang).
 # Not under AddressSanitizer, whose shadow memory needs an unlimited address space.
-if ! ldd "$joule" | grep -q libasan; then
+if [[ "$(ldd "$joule")" != *libasan* ]]; then  # the whole output: no SIGPIPE race under pipefail
   rc=0; (ulimit -v 450000; OMP_NUM_THREADS=2 exec timeout 120 "$joule" train --config "$work/small.json" --no-energy \
     --steps 3) >"$work/vlimit.out" 2>&1 || rc=$?
   [ $rc = 1 ] || fail "ulimit -v: exit $rc, expected 1 (124: it hung): $(tail -3 "$work/vlimit.out")"
