@@ -52,9 +52,15 @@ if [[ $tasks == 1 ]]; then
   exec "$@"
 fi
 # Several: under the MPI launcher, each rank told its Slurm ids (as srun --mpi=pmix would start them).
+# The launcher itself runs without SLURM_*: seeing them, Open MPI 5's (PRRTE's) asks Slurm for the
+# allocation (SLURM_NODELIST, srun) and stops. The ranks get them back from STANDIN_SLURM.
 launcher=(@LAUNCHER@)
-exec "${launcher[0]}" "${launcher[1]}" "$tasks" "${launcher[@]:2}" bash -c \
-  'export SLURM_LOCALID=${OMPI_COMM_WORLD_LOCAL_RANK:-${MPI_LOCALRANKID:-${PMI_LOCAL_RANK:?no local rank from the MPI launcher}}}
+export STANDIN_SLURM="$(declare -px ${!SLURM_@})"
+unset_slurm=()
+for v in ${!SLURM_@}; do unset_slurm+=(-u "$v"); done
+exec env "${unset_slurm[@]}" "${launcher[0]}" "${launcher[1]}" "$tasks" "${launcher[@]:2}" bash -c \
+  'eval "$STANDIN_SLURM"; unset STANDIN_SLURM
+   export SLURM_LOCALID=${OMPI_COMM_WORLD_LOCAL_RANK:-${MPI_LOCALRANKID:-${PMI_LOCAL_RANK:?no local rank from the MPI launcher}}}
    export SLURM_PROCID=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:?no rank from the MPI launcher}}; exec "$@"' standin "$@"
 SRUN
 launcher_text=$(printf '%q ' "${mpiexec[@]}")
