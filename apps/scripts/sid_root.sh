@@ -244,7 +244,7 @@ debootstrap_partial() {
 phase_root() {
   need_root_tools
   clear_stale_mounts
-  local label="sid root $variant" url state=cold detail="made" rc=0
+  local label="sid root $variant" url state=cold detail="made from debootstrap" rc=0
   if [ "${JOULE_SID_REFRESH:-0}" != 1 ] && cache_is_current "$root" .joule-stamp "$stamp_text"; then
     log "root $root is current"
     cache_report "$label" warm
@@ -303,7 +303,7 @@ phase_root() {
   # The stamp last, then the rename: $root is whole or not there.
   cache_commit "$root" .joule-stamp "$stamp_text" || die "could not stamp $partial and rename it to $root"
   at="$root"
-  log "root $root made ($detail)"
+  log "root $root is whole ($detail)"
   cache_report "$label" "$state" "$detail"
 }
 
