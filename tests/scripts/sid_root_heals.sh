@@ -17,6 +17,7 @@
 #   no-stamp     a root without a stamp (the former script's interrupted install in place): repaired;
 #   stuck-mount  a mount below an unfinished root that cannot be undone: the run stops, saying so,
 #                and removes nothing (the host's /dev or the checkout would go with it);
+#   locked       a second run of the same variant waits for the first (its lock);
 #   build        the build phase reports the root's compiler cache use ("N of M compilations").
 # Stand-ins, so that nothing here needs root, the network or minutes: stubs first on PATH for id
 # (uid 0), debootstrap (a tiny tree whose usr/bin holds stub apt-get, dpkg, update-alternatives,
@@ -396,6 +397,31 @@ run stuck-mount-undone
 whole stuck-mount-undone
 expect stuck-mount-undone 'undoing 1 mount\(s\) left below .*kokkos45\.partial'
 reported stuck-mount-undone repaired 'remade after an interrupted debootstrap'
+
+# --- one run per variant: a second run waits for the first (here, a holder of its lock) -------------
+wait_for() {  # wait_for WHAT COMMAND...: until COMMAND succeeds (polled; 90 s at most)
+  local what="$1" t0=$SECONDS
+  shift
+  until "$@"; do
+    [ $((SECONDS - t0)) -le 90 ] || { echo "FAIL: $what did not happen in 90 s" >&2; exit 1; }
+    sleep 0.05
+  done
+}
+rm -f "$work/ctl/held" "$work/ctl/release"
+flock "$cache/kokkos45.lock" bash -c 'touch "$1/held"; until [ -e "$1/release" ] || [ ! -d "$1" ]; do sleep 0.05; done' _ "$work/ctl" &
+holder=$!
+wait_for "the lock's holder" test -e "$work/ctl/held"
+env "${env_for_run[@]}" bash "$work/repo/apps/scripts/sid_root.sh" root >"$work/out-locked" 2>&1 </dev/null &
+second=$!
+wait_for "the second run's wait" grep -q 'waiting for it' "$work/out-locked"
+kill -0 "$second" 2>/dev/null || bad "locked: the second run did not wait for the lock"
+touch "$work/ctl/release"
+wait "$holder" || true
+rc=0; wait "$second" || rc=$?
+echo "== locked (exit $rc)"; sed 's/^/   /' "$work/out-locked"
+[ "$rc" = 0 ] || bad "locked: exit $rc once the lock was free"
+expect locked 'another sid_root.sh run of kokkos45 is using .*: waiting for it'
+expect locked 'root .* is current'
 
 # --- the build phase's compiler cache report ----------------------------------------------------------
 run build -- build
