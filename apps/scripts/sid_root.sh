@@ -166,9 +166,10 @@ mount_into_root() {  # mount_into_root: /proc, /sys, /dev (mpirun needs /dev/shm
 }
 
 # in_root [VAR=VALUE...] COMMAND...: run inside the root, as root, with a plain environment and
-# these variables (env -i would drop the caller's). The root's OpenMPI 5 loads UCX, whose memory hooks patch code at every process start (0.4 s of 1 s for `joule --help`
-# on a 2-core VM, where the host's OpenMPI 4 takes 0.02 s): the suite starts joule hundreds of
-# times, so the hooks are off here (UCX_MEM_MMAP_HOOK_MODE=none; joule uses no UCX transport).
+# these variables (env -i drops the caller's). The root's OpenMPI 5 loads UCX, whose memory hooks
+# patch code at every process start (0.4 s of 1 s for `joule --help` on a 2-core VM, where the
+# host's OpenMPI 4 takes 0.02 s): the suite starts joule hundreds of times, so the hooks are off
+# here (UCX_MEM_MMAP_HOOK_MODE=none; joule uses no UCX transport).
 in_root() {
   chroot "$at" /usr/bin/env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 \
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 UCX_MEM_MMAP_HOOK_MODE=none "$@"
