@@ -345,15 +345,12 @@ phase_build() {
 # report_compiler_cache FILE: how much of this build the root's ccache gave (FILE: `ccache
 # --print-stats` after the build's `ccache -z`, one "counter<TAB>value" a line), said and reported.
 report_compiler_cache() {
-  local hits misses total state=cold
+  local counts hits misses
   [ -s "$1" ] || { log "no compiler cache statistics in $1 (ccache --print-stats): not reported"; return 0; }
-  hits="$(awk -F'\t' '$1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" { n += $2 } END { print n + 0 }' "$1")"
-  misses="$(awk -F'\t' '$1 == "cache_miss" { n += $2 } END { print n + 0 }' "$1")"
-  total=$((hits + misses))
-  # Warm when most compilations came from the cache (also when there was nothing to compile).
-  if [ $((2 * hits)) -gt "$total" ] || [ "$total" = 0 ]; then state=warm; fi
-  log "compiler cache: $hits of $total compilations from the cache"
-  cache_report "sid $variant compiler cache" "$state" "$hits of $total compilations from the cache"
+  counts="$(ccache_counts <"$1")"
+  read -r hits misses <<<"${counts:-0 0}"
+  log "compiler cache: $hits of $((hits + misses)) compilations from the cache"
+  cache_report_compilations "sid $variant compiler cache" "$hits" "$misses"
 }
 
 phase_test() {

@@ -185,7 +185,7 @@ case "$2" in
     co="$(awk -v t="$FAKE_ROOT/joule" '$2 == t { print $1 }' "@W@/mounts" | tail -1)"
     [ -n "$co" ] || { echo "fake bash: /joule is not mounted" >&2; exit 1; }
     mkdir -p "$(dirname "$co/$f")"
-    printf 'cache_miss\t1\ndirect_cache_hit\t3\ndirect_cache_miss\t2\npreprocessed_cache_hit\t1\n' >"$co/$f" ;;
+    printf 'cache_miss\t1\ndirect_cache_hit\t15\ndirect_cache_miss\t2\npreprocessed_cache_hit\t4\n' >"$co/$f" ;;
 esac
 EOF
 
@@ -426,8 +426,8 @@ expect locked 'root .* is current'
 # --- the build phase's compiler cache report ----------------------------------------------------------
 run build -- build
 [ "$rc" = 0 ] || bad "build: exit $rc"
-expect build 'compiler cache: 4 of 5 compilations from the cache'
-grep -Eq "^sid kokkos45 compiler cache	warm	4 of 5 compilations from the cache\$" "$work/report-build" 2>/dev/null ||
+expect build 'compiler cache: 19 of 20 compilations from the cache'
+grep -Eq "^sid kokkos45 compiler cache	warm	19 of 20 compilations from the cache\$" "$work/report-build" 2>/dev/null ||
   bad "build: report is '$(tr '\t\n' ' ;' <"$work/report-build" 2>/dev/null)'"
 [ ! -s "$mounts" ] || bad "build: mounts left: $(tr '\n' ';' <"$mounts")"
 not_called build '^(HOST|REFUSED)'

@@ -74,3 +74,17 @@ cache_commit() {  # cache_commit DIR STAMP RECIPE
   printf '%s\n' "$recipe" >"$dir.partial/$stamp.tmp" && mv "$dir.partial/$stamp.tmp" "$dir.partial/$stamp" &&
     mv -T "$dir.partial" "$dir"
 }
+
+# The compiler caches (ccache, on the host and inside each sid root) are read from their counters:
+#   ccache_counts                          "HITS MISSES" from `ccache --print-stats` on stdin
+#   cache_report_compilations LABEL HITS MISSES   warm when at most a tenth of the compilations
+#                                          missed (also when there were none), else cold
+ccache_counts() {
+  awk -F'\t' '$1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" { h += $2 }
+    $1 == "cache_miss" { m += $2 } END { if (NR) print h + 0, m + 0 }'
+}
+cache_report_compilations() {
+  local label="$1" hits="$2" misses="$3" total=$(($2 + $3)) state=cold
+  [ $((misses * 10)) -le "$total" ] && state=warm
+  cache_report "$label" "$state" "$hits of $total compilations from the cache"
+}
