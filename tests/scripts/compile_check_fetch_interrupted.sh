@@ -126,7 +126,7 @@ whole() {  # whole NAME: exit 0, every package whole, the stamp and .unpacked th
   [ -f "$cache/.unpacked" ] || fail "$1: no .unpacked (older checkouts look for it)"
   for p in "${packages[@]}"; do
     [ "$(cd "$cache/$p" && find usr -type f | LC_ALL=C sort)" = "$(expected "$p")" ] || fail "$1: $cache/$p is not whole"
-    [ -f "$cache/debs/${p}_"*.deb ] || fail "$1: no $p .deb in $cache/debs"
+    compgen -G "$cache/debs/${p}_*.deb" >/dev/null || fail "$1: no $p .deb in $cache/debs"
   done
   [ "$(ls "$cache/debs" | wc -l)" = 3 ] || fail "$1: $cache/debs holds $(ls "$cache/debs")"
   [ -f "$cache/apt/sources.list" ] || fail "$1: no $cache/apt/sources.list"
