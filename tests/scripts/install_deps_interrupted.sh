@@ -20,7 +20,11 @@
 #     the run fails saying so, and nothing is renamed into place.
 # After each recovery the prefix holds the same files as the cold run's (paths compared with the
 # prefix's name replaced). No network, no apt (stubs that fail), nothing outside a temp folder.
+# Usage: install_deps_interrupted.sh kills|stamps (two tests: the cold run, then warm and the
+# interruptions, ~8 s; or the cold run, then the stamps and the staging-path refusal, ~5 s).
 set -euo pipefail
+part="${1:-}"
+case "$part" in kills|stamps) ;; *) echo "usage: $0 kills|stamps" >&2; exit 2 ;; esac
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 script="$repo/apps/scripts/install-deps.sh"
 work="$(mktemp -d)"
@@ -184,65 +188,75 @@ grep -q 'KokkosKernels_KOKKOS_DIR "'"$p"'/lib/cmake/Kokkos"' "$p/lib/cmake/Kokko
 [ -f "$p/share/joule/kokkos-programs/kokkos/example/README" ] && [ -f "$p/share/joule/kokkos-programs/kokkos-kernels/perf_test/blas/README" ] ||
   fail "cold: the kept program sources are missing"
 
-n="$(steps)"
-run warm "$p"
-[ "$rc" = 0 ] || fail "warm: exit $rc"
-report warm warm
-expect warm "Kokkos \+ Kokkos-Kernels already in $p"
-! grep -q 'building' "$work/out-warm" || fail "warm: it built something"
-[ "$(steps)" = "$n" ] || fail "warm: stand-in steps ran: $(tail -n +$((n + 1)) "$work/steps" | tr '\n' ' ')"
-whole warm "$p"
+if [ "$part" = kills ]; then
+  n="$(steps)"
+  run warm "$p"
+  [ "$rc" = 0 ] || fail "warm: exit $rc"
+  report warm warm
+  expect warm "Kokkos \+ Kokkos-Kernels already in $p"
+  ! grep -q 'building' "$work/out-warm" || fail "warm: it built something"
+  [ "$(steps)" = "$n" ] || fail "warm: stand-in steps ran: $(tail -n +$((n + 1)) "$work/steps" | tr '\n' ' ')"
+  whole warm "$p"
 
-# --- SIGKILL at three points, each recovered by the next run ---------------------------------------
-for step in kokkos-build kernels-build kernels-install; do
-  p="$work/cache/killed-$step"
-  interrupt "killed-$step" "$p" "$step"
-  [ -e "$p.partial" ] || fail "killed-$step: no $p.partial (was the run staged?)"
-  [ ! -e "$p" ] || fail "killed-$step: $p exists after an interrupted run"
-  run "after-$step" "$p"
-  [ "$rc" = 0 ] || fail "after-$step: exit $rc"
-  once "after-$step" "$label: removing $p.partial, left unfinished by an interrupted run"
-  report "after-$step" repaired
-  whole "after-$step" "$p"
-done
+  # --- SIGKILL at three points, each recovered by the next run ---------------------------------------
+  for step in kokkos-build kernels-build kernels-install; do
+    p="$work/cache/killed-$step"
+    interrupt "killed-$step" "$p" "$step"
+    [ -e "$p.partial" ] || fail "killed-$step: no $p.partial (was the run staged?)"
+    [ ! -e "$p" ] || fail "killed-$step: $p exists after an interrupted run"
+    run "after-$step" "$p"
+    [ "$rc" = 0 ] || fail "after-$step: exit $rc"
+    once "after-$step" "$label: removing $p.partial, left unfinished by an interrupted run"
+    report "after-$step" repaired
+    whole "after-$step" "$p"
+  done
 
-# --- a failing Kokkos-Kernels build: its log kept, then repaired --------------------------------------
-p="$work/cache/failed"
-run failed "$p" STANDIN_FAIL=kernels-build
-[ "$rc" != 0 ] || fail "failed: exit 0 with a failing Kokkos-Kernels build"
-expect failed "building kokkos-kernels from .* failed"
-[ -f "$p.failed-kokkos-kernels.log" ] && grep -q "stand-in error: kernels-build fails as asked" "$p.failed-kokkos-kernels.log" ||
-  fail "failed: no $p.failed-kokkos-kernels.log with the build's error"
-[ ! -e "$p" ] || fail "failed: $p exists after a failed build"
-run after-failed "$p"
-[ "$rc" = 0 ] || fail "after-failed: exit $rc"
-once after-failed "$label: removing $p.partial, left unfinished by an interrupted run"
-report after-failed repaired
-whole after-failed "$p"
+  # --- a failing Kokkos-Kernels build: its log kept, then repaired --------------------------------------
+  p="$work/cache/failed"
+  run failed "$p" STANDIN_FAIL=kernels-build
+  [ "$rc" != 0 ] || fail "failed: exit 0 with a failing Kokkos-Kernels build"
+  expect failed "building kokkos-kernels from .* failed"
+  [ -f "$p.failed-kokkos-kernels.log" ] && grep -q "stand-in error: kernels-build fails as asked" "$p.failed-kokkos-kernels.log" ||
+    fail "failed: no $p.failed-kokkos-kernels.log with the build's error"
+  [ ! -e "$p" ] || fail "failed: $p exists after a failed build"
+  run after-failed "$p"
+  [ "$rc" = 0 ] || fail "after-failed: exit $rc"
+  once after-failed "$label: removing $p.partial, left unfinished by an interrupted run"
+  report after-failed repaired
+  whole after-failed "$p"
 
-# --- a prefix without a stamp (the old script, interrupted), and another recipe's -------------------
-p="$work/cache/nostamp"
-cp -a "$work/cache/kokkos" "$p"; rm "$p/.joule-complete"; rm "$p/include/KokkosBlas.hpp"
-run nostamp "$p"
-[ "$rc" = 0 ] || fail "nostamp: exit $rc"
-once nostamp "$label: $p has no stamp (an interrupted run, or not made by joule's recipe): removing it and making it again"
-report nostamp repaired
-whole nostamp "$p"
+fi
 
-p="$work/cache/stale"
-cp -a "$work/cache/kokkos" "$p"; echo "joule-deps v3: an older recipe" >"$p/.joule-complete"
-run stale "$p"
-[ "$rc" = 0 ] || fail "stale: exit $rc"
-once stale "$label: $p was made by another recipe: making it again"
-report stale cold
-whole stale "$p"
+if [ "$part" = stamps ]; then
+  # --- a prefix without a stamp (the old script, interrupted), and another recipe's -------------------
+  p="$work/cache/nostamp"
+  cp -a "$work/cache/kokkos" "$p"; rm "$p/.joule-complete"; rm "$p/include/KokkosBlas.hpp"
+  run nostamp "$p"
+  [ "$rc" = 0 ] || fail "nostamp: exit $rc"
+  once nostamp "$label: $p has no stamp (an interrupted run, or not made by joule's recipe): removing it and making it again"
+  report nostamp repaired
+  whole nostamp "$p"
 
-# --- an installed file naming the staging folder: refused, nothing renamed into place ---------------
-p="$work/cache/leak"
-run leak "$p" STANDIN_LEAK=1
-[ "$rc" != 0 ] || fail "leak: exit 0 with an installed file naming the staging folder"
-expect leak "ERROR: these installed files name the staging folder $p\.partial, which is renamed to $p: $p/share/kokkoskernels/kokkos-dir\.txt "
-[ ! -e "$p" ] || fail "leak: $p was renamed into place"
+  p="$work/cache/stale"
+  cp -a "$work/cache/kokkos" "$p"; echo "joule-deps v3: an older recipe" >"$p/.joule-complete"
+  run stale "$p"
+  [ "$rc" = 0 ] || fail "stale: exit $rc"
+  once stale "$label: $p was made by another recipe: making it again"
+  report stale cold
+  whole stale "$p"
+
+  # --- an installed file naming the staging folder: refused, nothing renamed into place ---------------
+  p="$work/cache/leak"
+  run leak "$p" STANDIN_LEAK=1
+  [ "$rc" != 0 ] || fail "leak: exit 0 with an installed file naming the staging folder"
+  expect leak "ERROR: these installed files name the staging folder $p\.partial, which is renamed to $p: $p/share/kokkoskernels/kokkos-dir\.txt "
+  [ ! -e "$p" ] || fail "leak: $p was renamed into place"
+
+fi
 
 [ ! -s "$calls" ] || fail "apt, dpkg-query or sudo was called: $(tr '\n' ';' <"$calls")"
-echo "PASS: install-deps.sh (stand-in Kokkos + Kokkos-Kernels) cold then warm (nothing built); SIGKILL while Kokkos builds, Kokkos-Kernels builds or installs, a failing build (log kept), a prefix without stamp and one of another recipe: each recovered by the next run in one line, whole and stamped, config files naming the final prefix; a staging path left in a file refused"
+if [ "$part" = kills ]; then
+    echo "PASS: install-deps.sh (stand-in Kokkos + Kokkos-Kernels) cold then warm (nothing built); SIGKILL while Kokkos builds, Kokkos-Kernels builds or installs, and a failing build (log kept): each recovered by the next run in one line, whole and stamped, config files naming the final prefix"
+  else
+    echo "PASS: install-deps.sh (stand-in Kokkos + Kokkos-Kernels) cold; a prefix without stamp and one of another recipe each rebuilt in one line, whole and stamped, config files naming the final prefix; a staging path left in an installed file refused"
+fi
