@@ -491,7 +491,7 @@ if ! cache_begin "$label" "$prefix" .joule-complete "$recipe"; then
 fi
 # CMake installs into $stage$prefix (DESTDIR), so that what it writes into the installed files
 # names the final prefix; Kokkos-Kernels is configured against the staged Kokkos, whose path its
-# config file records (fixed in stage_fix below).
+# config file records (rewritten to the final prefix below, before the rename).
 stage="$prefix.partial/.destdir"
 staged="$stage$prefix"
 
