@@ -377,8 +377,9 @@ if [ "${JOULE_WITH_TORCH:-0}" = 1 ]; then packages+=(python3-torch); fi
 # patch(1) for cmake/patches (a CUDA Kokkos from source trees; see kokkos_patch below).
 if [ "$from_source" = 1 ] && [ "$backend" = cuda ]; then packages+=(patch); fi
 
+# Without apt (checked above) none of this: no dpkg-query, apt or sudo is called.
 missing=()
-for p in "${packages[@]}"; do
+[ -n "$no_apt_why" ] || for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -474,11 +475,25 @@ if [ "$from_source" = 1 ]; then
 else
   recipe="joule-deps v3: kokkos 3.4.1 openmp+serial, kokkos-kernels blas=$openblas_dir/libopenblas $programs_text"
 fi
-if [ -f "$prefix/.joule-complete" ] && [ "$(cat "$prefix/.joule-complete")" = "$recipe" ]; then
+# Made whole or not at all (detail/cache_step.sh): built, then installed into $prefix.partial and
+# renamed to $prefix when complete, the stamp (.joule-complete, holding the recipe) written last. An
+# interrupted run leaves $prefix.partial (or, from before this protocol, a $prefix without its
+# stamp): the next run removes it, says so in one line, and builds again.
+# shellcheck source=detail/cache_step.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/detail/cache_step.sh"
+if [ "$from_source" = 1 ]; then label="Kokkos $kokkos_version ($backend)"; else label="Kokkos 3.4.1 (host)"; fi
+# Absolute: CMake's DESTDIR staging below needs it (and the build runs in another folder).
+case "$prefix" in /*) ;; *) prefix="$PWD/$prefix" ;; esac
+mkdir -p "$(dirname "$prefix")"
+if ! cache_begin "$label" "$prefix" .joule-complete "$recipe"; then
   log "Kokkos + Kokkos-Kernels already in $prefix"
   exit 0
 fi
-rm -rf "$prefix"
+# CMake installs into $stage$prefix (DESTDIR), so that what it writes into the installed files
+# names the final prefix; Kokkos-Kernels is configured against the staged Kokkos, whose path its
+# config file records (rewritten to the final prefix below, before the rename).
+stage="$prefix.partial/.destdir"
+staged="$stage$prefix"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -529,10 +544,13 @@ build() {  # build NAME SRC OPTIONS...: configure, build and install one package
     cp "build-$name.log" "$prefix.failed-$name.log"
     die "building $name from $src failed ($backend${cuda_version:+, CUDA $cuda_version}); full log: $prefix.failed-$name.log"
   }
-  cmake --install "build-$name" >>"build-$name.log" 2>&1
+  DESTDIR="$stage" cmake --install "build-$name" >>"build-$name.log" 2>&1 || {
+    tail -40 "build-$name.log" >&2
+    cp "build-$name.log" "$prefix.failed-$name.log"
+    die "installing $name into $stage failed; full log: $prefix.failed-$name.log"
+  }
   log "$name installed in $((SECONDS - t0)) s"
 }
-mkdir -p "$(dirname "$prefix")"
 # Kokkos 5 needs C++20; joule is C++17 that is also valid C++20.
 cxx_standard=17
 [ "$from_source" = 1 ] && ! version_lt "$kokkos_version" 5.0.0 && cxx_standard=20
@@ -541,16 +559,31 @@ log "building Kokkos ($backend) into $prefix with $jobs jobs"
 build kokkos "$kokkos_src" "${kokkos_options[@]}" -DKokkos_ENABLE_TESTS=OFF
 # ETI off and the rest: kokkos_kernels_options.sh.
 log "building Kokkos-Kernels ($tpl_text, no ETI) into $prefix"
-build kokkos-kernels "$kernels_src" -DKokkos_ROOT="$prefix" "${kernels_options[@]}" "${kokkos_kernels_common_options[@]}"
+build kokkos-kernels "$kernels_src" -DKokkos_ROOT="$staged" "${kernels_options[@]}" "${kokkos_kernels_common_options[@]}"
 
-programs="$prefix/share/joule/kokkos-programs"
+programs="$staged/share/joule/kokkos-programs"
 mkdir -p "$programs/kokkos" "$programs/kokkos-kernels/perf_test"
 for part in example benchmarks LICENSE; do
   [ -e "$kokkos_src/$part" ] && cp -r "$kokkos_src/$part" "$programs/kokkos/"
 done
 [ -d "$kernels_src/perf_test/blas" ] && cp -r "$kernels_src/perf_test/blas" "$programs/kokkos-kernels/perf_test/"
 [ -e "$kernels_src/LICENSE" ] && cp "$kernels_src/LICENSE" "$programs/kokkos-kernels/"
-log "kept the sources of Kokkos' tutorial and benchmarks and Kokkos-Kernels' BLAS perf tests in $programs"
+log "kept the sources of Kokkos' tutorial and benchmarks and Kokkos-Kernels' BLAS perf tests in ${programs#"$stage"}"
 
-echo "$recipe" > "$prefix/.joule-complete"
+# The installed CMake files that name the staged Kokkos (KokkosKernelsConfig.cmake's
+# find_dependency(Kokkos HINTS ...)) are made to name the final prefix; any other file that still
+# names the staging folder would break once it is renamed, so the install is refused.
+sed_literal() { printf '%s' "$1" | sed 's/[][\\.*^$|&/]/\\&/g'; }
+while IFS= read -r -d '' f; do
+  sed -i "s|$(sed_literal "$staged")|$(sed_literal "$prefix")|g" "$f"
+done < <(grep -rlZF --include='*.cmake' "$staged" "$staged" || true)
+left="$(grep -rlF "$prefix.partial" "$staged" | sed "s|^$(sed_literal "$staged")|$prefix|" || true)"
+[ -z "$left" ] || die "these installed files name the staging folder $prefix.partial, which is renamed to $prefix: $(echo $left) (a package that records its build-time Kokkos path elsewhere: teach install-deps.sh to rewrite it); nothing was installed"
+# The staged tree becomes $prefix.partial itself, then $prefix with the stamp written last.
+shopt -s dotglob
+mv "$staged"/* "$prefix.partial/"
+shopt -u dotglob
+rm -rf "$stage"
+cache_commit "$prefix" .joule-complete "$recipe" || die "could not rename $prefix.partial to $prefix"
+cache_report "$label" "$cache_state" "built in $SECONDS s"
 log "done: Kokkos_ROOT=$prefix"

@@ -63,23 +63,71 @@ fi
 mkdir -p "$cache"
 
 # --- 1. Kokkos headers from Debian's archive ------------------------------------------------------
+# Whole or not at all (apps/scripts/detail/cache_step.sh's messages and report): fetched and unpacked
+# in $cache/fetch.partial, each piece renamed into place when all are, the stamp .headers-complete
+# (holding the recipe) written last. A cache without the stamp (an interrupted fetch) loses those
+# pieces and is fetched again, said in one line. The pieces stay where the script always put them
+# ($cache/debs, $cache/<package>; their paths and `ls -l $cache/debs` are part of the passed
+# batches' keys below), and passed-batches/ and gpu-audit/ beside them are never touched. A cache
+# the script made before the stamp existed is whole when it has .unpacked (touched after the last
+# dpkg -x) and every package's folder and .deb: it is stamped as it is.
+# shellcheck source=../../apps/scripts/detail/cache_step.sh
+. "$repo/apps/scripts/detail/cache_step.sh"
 packages=(libkokkos-dev libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev)
-if [ ! -f "$cache/.unpacked" ]; then
-  apt_dir="$cache/apt"
-  mkdir -p "$apt_dir/lists/partial" "$cache/debs"
-  echo "deb http://deb.debian.org/debian sid main" > "$apt_dir/sources.list"
-  apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
-            -o "Dir::State::Lists=$apt_dir/lists" -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
-  log "fetching ${packages[*]} from Debian sid (download only, nothing is installed)"
-  apt-get "${apt_opts[@]}" update -q >/dev/null || die "apt-get update of the sid package lists failed"
-  (cd "$cache/debs" && apt-get "${apt_opts[@]}" download "${packages[@]}" >/dev/null) ||
-    die "Debian no longer offers ${packages[*]}: the compile check cannot run"
+sources="deb http://deb.debian.org/debian sid main"
+# Bump v when how the headers are fetched changes: every cache is then fetched again.
+headers_recipe="joule compile-check headers v1: $sources, ${packages[*]}"
+headers_label="Kokkos 4.5/5 headers (compile check)"
+headers_stamp="$cache/.headers-complete"
+headers_whole_unstamped() {  # the old script's complete cache: .unpacked and every piece
+  local p
+  [ -f "$cache/.unpacked" ] && [ ! -e "$cache/fetch.partial" ] || return 1
   for p in "${packages[@]}"; do
-    deb="$(ls "$cache/debs/${p}_"*.deb 2>/dev/null | head -1)"
-    [ -n "$deb" ] || die "package $p was not downloaded"
-    rm -rf "$cache/$p" && dpkg -x "$deb" "$cache/$p"
+    [ -d "$cache/$p" ] && compgen -G "$cache/debs/${p}_*.deb" >/dev/null || return 1
   done
-  touch "$cache/.unpacked"
+}
+headers_stamp_write() {
+  printf '%s\n' "$headers_recipe" >"$headers_stamp.tmp" && mv "$headers_stamp.tmp" "$headers_stamp"
+}
+if cache_is_current "$cache" .headers-complete "$headers_recipe"; then
+  cache_report "$headers_label" warm
+elif [ ! -e "$headers_stamp" ] && headers_whole_unstamped; then
+  headers_stamp_write
+  log "$headers_label: $cache, fetched whole before the stamp existed (.unpacked), is stamped as it is"
+  cache_report "$headers_label" warm "stamped as it was"
+else
+  headers_state=cold
+  if [ -e "$headers_stamp" ]; then
+    log "$headers_label: $cache was fetched by another recipe: fetching again"
+  elif [ -e "$cache/fetch.partial" ] || [ -e "$cache/debs" ] || [ -e "$cache/.unpacked" ] || [ -e "$cache/apt" ] ||
+       compgen -G "$cache/lib*-dev" >/dev/null; then
+    log "$headers_label: $cache holds an unfinished fetch (no stamp; an interrupted run): removing it and fetching again"
+    headers_state=repaired
+  fi
+  # The markers first (.unpacked before the stamp, so that a stale cache interrupted here is not
+  # taken for the old script's whole one): from here until the stamp is written again, the pieces
+  # are not whole.
+  rm -f "$cache/.unpacked"; rm -f "$headers_stamp"
+  for d in fetch.partial apt debs "${packages[@]}"; do cache_remove "$cache/$d" || exit 1; done
+  part="$cache/fetch.partial"
+  mkdir -p "$part/apt/lists/partial" "$part/debs"
+  echo "$sources" >"$part/apt/sources.list"
+  apt_opts=(-o "Dir::Etc::SourceList=$part/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+            -o "Dir::State::Lists=$part/apt/lists" -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
+  log "fetching ${packages[*]} from Debian sid (download only, nothing is installed)"
+  apt-get "${apt_opts[@]}" update -q >/dev/null || die "apt-get update of the sid package lists failed (the network? run again)"
+  (cd "$part/debs" && apt-get "${apt_opts[@]}" download "${packages[@]}" >/dev/null) ||
+    die "Debian no longer offers ${packages[*]} (or the download failed: run again): the compile check cannot run"
+  for p in "${packages[@]}"; do
+    deb="$(ls "$part/debs/${p}_"*.deb 2>/dev/null | head -1)"
+    [ -n "$deb" ] || die "package $p was not downloaded"
+    dpkg -x "$deb" "$part/$p" || die "dpkg -x $deb failed"
+  done
+  for p in apt debs "${packages[@]}"; do mv -T "$part/$p" "$cache/$p"; done
+  rmdir "$part"
+  headers_stamp_write
+  touch "$cache/.unpacked"   # what older checkouts of this script look for
+  cache_report "$headers_label" "$headers_state" "$(cd "$cache/debs" && echo *.deb)"
 fi
 k5="$cache/libkokkos-dev/usr/include/kokkos"
 k45="$cache/libtrilinos-kokkos-dev/usr/include/kokkos"
