@@ -112,11 +112,11 @@ test-catch2-v3: deps
 # The suite built with AddressSanitizer + UndefinedBehaviorSanitizer against Catch2 v3, in one build
 # (CI's second): it finds memory and UB errors in joule's code, and proves that every test compiles,
 # registers and runs under v3. It runs every test but those labelled `mpirun` (OpenMPI's start-up
-# trips ASan's interceptors) and `long` (the end-to-end training and tuning scenarios): the plain
-# build runs those. Compiled at -Og -g1 (line tables for the reports): the sanitizers' instrumentation
+# trips ASan's interceptors), `long` (the end-to-end training and tuning scenarios) and `once` (tests
+# of scripts and docs, whose subject is not the build): the plain build runs those. Compiled at -Og -g1 (line tables for the reports): the sanitizers' instrumentation
 # at -O2 -g made this build take four times the plain one. Leak detection is off: OpenMPI and HDF5
 # keep allocations until exit by design; use-after-free, overflows and UB stop the test.
-SANITIZE_EXCLUDE_LABELS ?= mpirun|long
+SANITIZE_EXCLUDE_LABELS ?= mpirun|long|once
 # The attention cases run on Serial only here: on OpenMP they run the same host kernels (a team is
 # one thread) and the naive references, so the sanitizers learn nothing new, at 11-17 s a case.
 # The launch contract over the shipped configurations checks shapes the kernels state, not memory:
@@ -142,16 +142,19 @@ test-aarch64:
 # The suite against Kokkos 4.5.1 (Debian sid's trilinos 16.1) in a sid root made by debootstrap; the
 # root is made once in ~/.cache/joule/sid and remade when its package list changes; the build folder
 # is build-sid-kokkos45 in the checkout (bash apps/scripts/sid_root.sh --help: phases, settings).
-# Every test but those labelled long or mpirun (KOKKOS45_CTEST_ARGS): the end-to-end scenarios and
-# OpenMPI 5 run against Kokkos 5.2.2 in the same sid toolchain below (and all of them in make test).
-KOKKOS45_CTEST_ARGS ?= -LE 'long|mpirun'
+# Every test but those labelled long, mpirun or once (KOKKOS45_CTEST_ARGS): the end-to-end scenarios
+# and OpenMPI 5 run against Kokkos 5.2.2 in the same sid toolchain below (and all of them in make
+# test); the tests of scripts and docs (once) in make test only.
+KOKKOS45_CTEST_ARGS ?= -LE 'long|mpirun|once'
 test-kokkos45:
 	JOBS=$(JOBS) JOULE_SID_VARIANT=kokkos45 JOULE_SID_CTEST_ARGS="$(KOKKOS45_CTEST_ARGS)" bash apps/scripts/sid_root.sh all
 
 # The same against Debian sid's Kokkos 5.2.2 (OpenMP), which comes without Kokkos-Kernels: joule's
-# GEMMs call OpenBLAS directly (JOULE_GEMM=auto); root and build folder named kokkos52.
+# GEMMs call OpenBLAS directly (JOULE_GEMM=auto); root and build folder named kokkos52. Every test
+# but the tests of scripts and docs (label once, KOKKOS52_CTEST_ARGS).
+KOKKOS52_CTEST_ARGS ?= -LE once
 test-kokkos52:
-	JOBS=$(JOBS) JOULE_SID_VARIANT=kokkos52 bash apps/scripts/sid_root.sh all
+	JOBS=$(JOBS) JOULE_SID_VARIANT=kokkos52 JOULE_SID_CTEST_ARGS="$(KOKKOS52_CTEST_ARGS)" bash apps/scripts/sid_root.sh all
 
 # What CI fetches besides `make deps`, so that its later phases time only building and testing:
 # Catch2 v3 (for test-sanitize) and the Kokkos 4.5/5.x headers of compile-check, both unpacked
