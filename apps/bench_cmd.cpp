@@ -26,6 +26,7 @@ std::function<int()> add_bench_command(CLI::App& app) {
     LaunchBenchOptions launches;
     RooflineBenchOptions roofline;
     std::string energy_tool;
+    int steps = 0;  // --steps; 0: each suite's own default
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
@@ -69,6 +70,11 @@ std::function<int()> add_bench_command(CLI::App& app) {
                         ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--repeats", o->bench.repeats, "timed runs per operator or step (median reported)")
       ->check(CLI::Range(1, 1000));
+  cmd->add_option("--steps", o->steps,
+                  fmt::format("--suite offload, energy: training steps per ratio or mode and round (default: offload "
+                              "{}, energy {}; fewer for a quick look)",
+                              OffloadBenchOptions{}.steps, EnergyBenchOptions{}.steps))
+      ->check(CLI::Range(1, 10000));
   cmd->add_option("--json", o->bench.json_path, "also write the results as JSON (for bench_torch.py)");
   cmd->add_option("--energy-tool", o->energy_tool,
                   "--suite energy: the energy tool's library (default: libjoule_energy_tool.so beside joule)")
@@ -90,6 +96,7 @@ std::function<int()> add_bench_command(CLI::App& app) {
     }
     OffloadBenchOptions offload;
     offload.repeats = bench.repeats;
+    if (o->steps > 0) offload.steps = o->steps;
     if (o->suite == "launches") {
       o->launches.json_path = bench.json_path;
       return run_launch_bench(o->launches);
@@ -105,6 +112,7 @@ std::function<int()> add_bench_command(CLI::App& app) {
     if (o->suite == "energy") {
       EnergyBenchOptions energy;
       energy.repeats = bench.repeats;
+      if (o->steps > 0) energy.steps = o->steps;
       energy.energy_tool = o->energy_tool;
       return run_energy_overhead_bench(energy);
     }

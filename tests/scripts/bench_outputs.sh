@@ -11,7 +11,8 @@
 #      none (every write of its profile fails: fault_writes.so), the suite fails (exit 1) naming
 #      why, after the tool's own ERROR line, and its scratch folder is removed all the same.
 # No timing is checked. Part `json` is 1 (seconds); part `scratch` is 2 and 3 (the suites with
-# --repeats 1: about 1 min for offload, 30 s for energy on a loaded 2-core machine; labelled long).
+# --repeats 1 --steps 2: what they write does not depend on how long they measure;
+# about 30 s on a loaded 2-core machine; labelled long).
 # usage: bench_outputs.sh JOULE ENERGY_TOOL FAULT_WRITES_SO json|scratch
 set -euo pipefail
 joule="$1" tool="$2" fault="$3" part="$4"
@@ -94,13 +95,13 @@ run_planted() {  # run_planted SUITE ARGS...: the suite, started on a process id
   done
   fail "$suite: three tries, no process id planted for (the machine starts processes too fast)"
 }
-run_planted offload
+run_planted offload --steps 2
 [ $rc = 0 ] || fail "offload with its old names planted: exit $rc: $(tail -5 "$work/offload.out")"
 grep -q "rolled back" "$work/offload.out" || fail "offload: no table: $(tail -5 "$work/offload.out")"
 [ -z "$(ls -A "$work/tmp")" ] || fail "offload: left in \$TMPDIR: $(ls -A "$work/tmp")"
 echo "ok: offload: its old names planted, it ran (process $pid) and left nothing"
 
-run_planted energy --energy-tool "$tool"
+run_planted energy --steps 2 --energy-tool "$tool"
 [ $rc = 0 ] || fail "energy with its old names planted: exit $rc: $(tail -5 "$work/energy.out")"
 grep -q "^tool: regions + kernels" "$work/energy.out" || fail "energy: the tool's rounds did not run: $(tail -5 "$work/energy.out")"
 [ -z "$(ls -A "$work/tmp")" ] || fail "energy: left in \$TMPDIR: $(ls -A "$work/tmp")"
@@ -110,7 +111,7 @@ echo "ok: energy: its old names planted, it ran (process $pid) and left nothing"
 unplant
 rc=0
 LD_PRELOAD="$fault" ASAN_OPTIONS="$asan_options" JOULE_FAULT_PATH="profile.h5$" JOULE_FAULT_ERRNO=EIO \
-  "$joule" bench --suite energy --repeats 1 --energy-tool "$tool" >"$work/fault.out" 2>&1 </dev/null &
+  "$joule" bench --suite energy --repeats 1 --steps 2 --energy-tool "$tool" >"$work/fault.out" 2>&1 </dev/null &
 pid=$!
 wait $pid || rc=$?
 [ $rc = 1 ] || fail "energy, the tool's profile unwritable: exit $rc, expected 1: $(tail -5 "$work/fault.out")"
