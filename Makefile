@@ -82,7 +82,7 @@ else
   PRESET ?= cpu
 endif
 
-.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize test-aarch64 test-kokkos45 test-kokkos52 run bench bench-torch compile-check gpu-audit vec-report device-bundle clean
+.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize build-aarch64 test-aarch64 test-kokkos45 test-kokkos52 run bench bench-torch compile-check gpu-audit vec-report device-bundle clean
 all: build
 
 deps:
@@ -138,6 +138,10 @@ test-sanitize: build-sanitize
 # and their settings: bash apps/scripts/aarch64_cross.sh --help.
 test-aarch64:
 	JOBS=$(JOBS) JOULE_AARCH64_LAUNCHER=$(HOST_LAUNCHER) bash apps/scripts/aarch64_cross.sh all
+
+# The same up to the build (CI builds it in the background, then runs test-aarch64).
+build-aarch64:
+	JOBS=$(JOBS) JOULE_AARCH64_LAUNCHER=$(HOST_LAUNCHER) bash apps/scripts/aarch64_cross.sh sysroot kokkos build
 
 # The suite against Kokkos 4.5.1 (Debian sid's trilinos 16.1) in a sid root made by debootstrap; the
 # root is made once in ~/.cache/joule/sid and remade when its package list changes; the build folder
