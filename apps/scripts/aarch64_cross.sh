@@ -22,6 +22,13 @@
 #   JOULE_AARCH64_KOKKOS  the Kokkos + Kokkos-Kernels prefix (~/.cache/joule/kokkos-3.4.1-openmp-aarch64);
 #                         keyed on the sources, the toolchain file, the target flags and the sysroot
 #   JOULE_AARCH64_BUILD   joule's build folder (build-aarch64 in the checkout, like build/)
+# An interrupted run (a time limit, Ctrl-C, SIGKILL, a failed step) leaves no half-made cache that a
+# later run trusts: the sysroot, the trilinos sources ($JOULE_AARCH64_CACHE/src) and the Kokkos prefix
+# are each made in <folder>.partial beside their folder (Kokkos installed there with DESTDIR for its
+# final prefix), their stamp (.joule-sysroot, .joule-trilinos, .joule-complete) written last, and
+# renamed into place when whole. The next run removes a .partial folder, or a cache without its stamp
+# or with another recipe's, saying so in one line, and makes it again (apps/scripts/detail/
+# cache_step.sh); each says warm, cold or repaired in JOULE_CACHE_REPORT when that is set (.ci/run).
 # Other settings:
 #   JOULE_AARCH64_TESTS   the test executables to build and run (default below)
 #   JOULE_AARCH64_SKIP    a (Python) regular expression: their tests it finds in the name are not run
@@ -43,6 +50,8 @@ sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # shellcheck source=kokkos_kernels_options.sh
 . "$repo/apps/scripts/kokkos_kernels_options.sh"
+# shellcheck source=detail/cache_step.sh
+. "$repo/apps/scripts/detail/cache_step.sh"
 toolchain="$repo/cmake/toolchains/aarch64-linux-gnu.cmake"
 cache="${JOULE_AARCH64_CACHE:-$HOME/.cache/joule/aarch64}"
 sysroot="${JOULE_AARCH64_SYSROOT:-$cache/sysroot}"
@@ -122,24 +131,44 @@ apt_setup() {  # the state folders and the sources, then the package lists (netw
 }
 
 # --- Phase: sysroot ------------------------------------------------------------------------------------
+# Each cache below is made whole or not at all (detail/cache_step.sh): in DIR.partial, its stamp
+# written last, then renamed to DIR; what an interrupted run left is removed by the next one.
+sysroot_label="aarch64 sysroot"
+sysroot_stamp=.joule-sysroot
 sysroot_key() { { echo "sysroot v$sysroot_recipe_version"; printf '%s\n' "${packages[@]}"; sources_text; } | md5sum | cut -c1-16; }
-sysroot_ready() { [ -f "$sysroot/.joule-sysroot" ] && [ "$(head -1 "$sysroot/.joule-sysroot")" = "key $(sysroot_key)" ]; }
+sysroot_ready() { [ -f "$sysroot/$sysroot_stamp" ] && [ "$(head -1 "$sysroot/$sysroot_stamp")" = "key $(sysroot_key)" ]; }
 phase_sysroot() {
-  if sysroot_ready && [ "${JOULE_AARCH64_REFRESH:-0}" != 1 ]; then
-    log "sysroot up to date: $sysroot ($(($(wc -l <"$sysroot/.joule-sysroot") - 1)) packages)"
+  local t0=$SECONDS key recipe refresh=0 legacy=0
+  key="key $(sysroot_key)"
+  # The stamp is the key, then the packages unpacked, which apt resolves only when it runs: a
+  # sysroot whose stamp starts with this key was made by this recipe, and its stamp is the recipe.
+  recipe="$key"
+  sysroot_ready && recipe="$(cat "$sysroot/$sysroot_stamp")"
+  if [ -e "$sysroot.new" ]; then  # where this script made it before the .partial protocol
+    log "$sysroot_label: removing $sysroot.new, left unfinished by an interrupted run"
+    cache_remove "$sysroot.new" || exit 1
+    legacy=1
+  fi
+  local new="$sysroot.partial"
+  if [ "${JOULE_AARCH64_REFRESH:-0}" = 1 ] && sysroot_ready; then
+    # Newer Debian updates: made beside the current sysroot, which is kept until the new one is whole.
+    log "JOULE_AARCH64_REFRESH=1: re-resolving the packages into $new ($sysroot is replaced when that is whole)"
+    [ -e "$new" ] && { log "$sysroot_label: removing $new, left unfinished by an interrupted run"; cache_remove "$new" || exit 1; }
+    mkdir -p "$new"; cache_state=cold; refresh=1
+  elif ! cache_begin "$sysroot_label" "$sysroot" "$sysroot_stamp" "$recipe"; then
+    log "sysroot up to date: $sysroot ($(($(wc -l <"$sysroot/$sysroot_stamp") - 1)) packages)"
     return 0
   fi
+  [ "$legacy" = 1 ] && cache_state=repaired
   host_tools 0
   apt_setup
   log "resolving and downloading ${packages[*]} (arm64) and their dependencies"
-  apt-get "${apt_opts[@]}" clean
+  apt-get "${apt_opts[@]}" clean  # .deb files a run interrupted before unpacking them left
   apt-get "${apt_opts[@]}" install --download-only -y "${packages[@]}" >"$aptdir/install.log" 2>&1 ||
     { tail -30 "$aptdir/install.log" >&2; die "apt-get install --download-only failed (log: $aptdir/install.log)"; }
   local debs=("$aptdir"/cache/archives/*.deb)
   [ -e "${debs[0]}" ] || die "apt-get downloaded no package (log: $aptdir/install.log)"
-  local new="$sysroot.new"
-  rm -rf "$new"; mkdir -p "$new"
-  log "unpacking ${#debs[@]} packages into $sysroot"
+  log "unpacking ${#debs[@]} packages into $new"
   local deb
   for deb in "${debs[@]}"; do
     # Documentation, manual pages and translations are never read by a build.
@@ -148,7 +177,8 @@ phase_sysroot() {
       die "unpacking $(basename "$deb") failed"
   done
   # Absolute links (libz.so -> /lib/aarch64-linux-gnu/libz.so.1.2.13, ...) would point into this
-  # machine's own /: made relative, inside the sysroot.
+  # machine's own /: made relative, inside the sysroot (relative links stay right when the folder
+  # is renamed from $new to $sysroot; links into $new would not).
   local link target fixed=0
   while IFS= read -r -d '' link; do
     target="$(readlink "$link")"
@@ -163,46 +193,68 @@ phase_sysroot() {
   done
   [ -e "$new/usr/include/stdio.h" ] && [ -e "$new/lib/ld-linux-aarch64.so.1" ] ||
     die "the unpacked sysroot has no usr/include/stdio.h or lib/ld-linux-aarch64.so.1"
-  { echo "key $(sysroot_key)"; for deb in "${debs[@]}"; do basename "$deb" .deb; done; } >"$new/.joule-sysroot"
-  rm -rf "$sysroot"; mv "$new" "$sysroot"
+  link="$(find "$new" -type l \( -lname '/*' -o -lname "*$new*" \) -print -quit)"
+  [ -z "$link" ] || die "$link -> $(readlink "$link"): an absolute link left in the sysroot (it would break when $new is renamed; report this)"
+  recipe="$key"
+  for deb in "${debs[@]}"; do recipe+=$'\n'"$(basename "$deb" .deb)"; done
+  [ "$refresh" = 1 ] && { cache_remove "$sysroot" || exit 1; }
+  cache_commit "$sysroot" "$sysroot_stamp" "$recipe" || die "could not rename $new to $sysroot"
   apt-get "${apt_opts[@]}" clean  # the .deb files: unpacked, no longer needed
   log "sysroot ready: $sysroot ($(du -sh "$sysroot" | cut -f1), $fixed absolute links made relative)"
+  cache_report "$sysroot_label" "$cache_state" "${#debs[@]} packages unpacked in $((SECONDS - t0)) s"
 }
 require_sysroot() { sysroot_ready || die "no sysroot for these packages at $sysroot: run '$0 sysroot' first"; }
 
 # --- Phase: kokkos -------------------------------------------------------------------------------------
 srcdir="$cache/src"
+src_label="trilinos sources (aarch64)"
+src_stamp=.joule-trilinos
 trilinos_sources() {  # packages/kokkos and packages/kokkos-kernels of Debian's trilinos, kept unpacked
-  if [ -f "$srcdir/.joule-trilinos" ] && [ -d "$srcdir/kokkos" ] && [ -d "$srcdir/kokkos-kernels" ]; then
-    return 0
+  local t0=$SECONDS recipe=trilinos legacy=0
+  # The stamp names the orig tarball they came from, known once apt has fetched it: a stamped folder
+  # with both packages is current (a newer trilinos is taken only when the folder is removed).
+  if [ -f "$srcdir/$src_stamp" ] && [ -d "$srcdir/kokkos" ] && [ -d "$srcdir/kokkos-kernels" ]; then
+    recipe="$(cat "$srcdir/$src_stamp")"
   fi
+  if [ -e "$cache/src.download" ]; then  # where this script fetched them before the .partial protocol
+    log "$src_label: removing $cache/src.download, left unfinished by an interrupted run"
+    cache_remove "$cache/src.download" || exit 1
+    legacy=1
+  fi
+  cache_begin "$src_label" "$srcdir" "$src_stamp" "$recipe" || return 0
+  [ "$legacy" = 1 ] && cache_state=repaired
+  host_tools 0
   [ -f "$aptdir/sources.list.d/$(sources_file)" ] && compgen -G "$aptdir/state/lists/*Sources*" >/dev/null || apt_setup
-  local dl="$cache/src.download"
-  rm -rf "$dl" "$srcdir"; mkdir -p "$dl"
+  # The download inside the unfinished folder: an interruption leaves nothing anywhere else.
+  local dl="$srcdir.partial/.download"
+  mkdir -p "$dl"
   log "fetching Debian's trilinos source package (Kokkos 3.4.1 and Kokkos-Kernels inside; about 170 MB)"
   (cd "$dl" && apt-get "${apt_opts[@]}" source --download-only trilinos >"$dl/source.log" 2>&1) ||
     { tail -20 "$dl/source.log" >&2; die "apt-get source --download-only trilinos failed: the sources need a deb-src entry (JOULE_AARCH64_SOURCES)"; }
-  local tarball; tarball="$(ls "$dl"/trilinos_*.orig.tar.*)"
+  local tarball; tarball="$(ls "$dl"/trilinos_*.orig.tar.*)" || die "apt-get source fetched no trilinos_*.orig.tar.* (log: $dl/source.log)"
   log "unpacking packages/kokkos and packages/kokkos-kernels from $(basename "$tarball")"
-  tar -xf "$tarball" -C "$dl" --wildcards '*/packages/kokkos/*' '*/packages/kokkos-kernels/*'
-  mkdir -p "$srcdir"
-  mv "$dl"/Trilinos-*/packages/kokkos "$dl"/Trilinos-*/packages/kokkos-kernels "$srcdir/"
-  basename "$tarball" >"$srcdir/.joule-trilinos"
+  tar -xf "$tarball" -C "$dl" --wildcards '*/packages/kokkos/*' '*/packages/kokkos-kernels/*' ||
+    die "unpacking $(basename "$tarball") failed"
+  mv "$dl"/Trilinos-*/packages/kokkos "$dl"/Trilinos-*/packages/kokkos-kernels "$srcdir.partial/"
   rm -rf "$dl"  # the 170 MB tarball: only the two packages are kept
+  cache_commit "$srcdir" "$src_stamp" "$(basename "$tarball")" || die "could not rename $srcdir.partial to $srcdir"
+  cache_report "$src_label" "$cache_state" "$(basename "$tarball") in $((SECONDS - t0)) s"
 }
+kokkos_label="Kokkos 3.4.1 (aarch64)"
+kokkos_stamp=.joule-complete
 kokkos_recipe() {
-  echo "joule-aarch64-kokkos v$kokkos_recipe_version: $(cat "$srcdir/.joule-trilinos" 2>/dev/null || echo trilinos)," \
+  echo "joule-aarch64-kokkos v$kokkos_recipe_version: $(cat "$srcdir/$src_stamp" 2>/dev/null || echo trilinos)," \
        "openmp+serial, kokkos-kernels blas=openblas-openmp, toolchain $(md5sum <"$toolchain" | cut -c1-16)," \
        "cpu '${JOULE_AARCH64_CPU_FLAGS:-default}' contract '${JOULE_AARCH64_FP_CONTRACT:-fast}'," \
-       "sysroot $(head -1 "$sysroot/.joule-sysroot" 2>/dev/null)"
+       "sysroot $(head -1 "$sysroot/$sysroot_stamp" 2>/dev/null)"
 }
-kokkos_ready() { [ -f "$prefix/.joule-complete" ] && [ "$(cat "$prefix/.joule-complete")" = "$(kokkos_recipe)" ]; }
+kokkos_ready() { cache_is_current "$prefix" "$kokkos_stamp" "$(kokkos_recipe)"; }
 # The toolchain file reads these from the environment too: CMake's sub-projects (FortranCInterface,
 # try_compile) do not see the cache.
 export JOULE_AARCH64_SYSROOT="$sysroot" JOULE_AARCH64_PREFIXES="$prefix"
-cross_args() {  # what every cross configure gets
+cross_args() {  # cross_args [PREFIXES]: what every cross configure gets (the prefixes: $prefix)
   printf '%s\n' -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DJOULE_AARCH64_SYSROOT="$sysroot" \
-    -DJOULE_AARCH64_PREFIXES="$prefix" -DCMAKE_BUILD_TYPE=Release
+    -DJOULE_AARCH64_PREFIXES="${1:-$prefix}" -DCMAKE_BUILD_TYPE=Release
   [ -n "${JOULE_AARCH64_CPU_FLAGS:-}" ] && printf '%s\n' -DJOULE_AARCH64_CPU_FLAGS="$JOULE_AARCH64_CPU_FLAGS"
   [ -n "${JOULE_AARCH64_FP_CONTRACT:-}" ] && printf '%s\n' -DJOULE_AARCH64_FP_CONTRACT="$JOULE_AARCH64_FP_CONTRACT"
   [ -n "${JOULE_AARCH64_QEMU_CPU:-}" ] && printf '%s\n' -DJOULE_AARCH64_QEMU_CPU="$JOULE_AARCH64_QEMU_CPU"
@@ -210,45 +262,71 @@ cross_args() {  # what every cross configure gets
 }
 phase_kokkos() {
   require_sysroot
-  if [ -f "$srcdir/.joule-trilinos" ] && kokkos_ready; then
+  trilinos_sources  # current: a look at its stamp, no network
+  local t0=$SECONDS recipe; recipe="$(kokkos_recipe)"
+  if ! cache_begin "$kokkos_label" "$prefix" "$kokkos_stamp" "$recipe"; then
     log "Kokkos + Kokkos-Kernels (aarch64) up to date: $prefix"
     return 0
   fi
   host_tools 0
-  trilinos_sources
-  if kokkos_ready; then log "Kokkos + Kokkos-Kernels (aarch64) up to date: $prefix"; return 0; fi
-  rm -rf "$prefix" "$prefix".failed-*.log
-  mkdir -p "$(dirname "$prefix")"
-  work="$(mktemp -d)"  # global: report() removes it after a failure
-  local args; mapfile -t args < <(cross_args)
+  rm -f "$prefix".failed-*.log
+  # Built and installed inside $prefix.partial: the build folders in .build, the install under
+  # .stage (DESTDIR) for the prefix $prefix, so that Kokkos' installed CMake files name the prefix
+  # the cache will have; the staged tree is moved up when both are installed.
+  local partial="$prefix.partial"
+  local stage="$partial/.stage"
+  local staged="$stage$prefix"
+  work="$partial/.build"  # global: report() removes it after a failure
+  mkdir -p "$work"
+  # Kokkos-Kernels finds the staged Kokkos: the toolchain searches for packages only below the
+  # sysroot and JOULE_AARCH64_PREFIXES, so the staged prefix is the one it names here.
+  local args; mapfile -t args < <(cross_args "$staged")
   local blas_dir="$sysroot/usr/lib/aarch64-linux-gnu/openblas-openmp"
   kbuild() {  # kbuild NAME SRC OPTIONS...: configure, build, install; the log kept on failure
     local name="$1" src="$2" t0=$SECONDS; shift 2
-    cmake -S "$src" -B "$work/build-$name" "${args[@]}" -DCMAKE_INSTALL_PREFIX="$prefix" \
+    JOULE_AARCH64_PREFIXES="$staged" cmake -S "$src" -B "$work/build-$name" "${args[@]}" -DCMAKE_INSTALL_PREFIX="$prefix" \
       -DCMAKE_CXX_STANDARD=17 -DCMAKE_CXX_EXTENSIONS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON "$@" \
       >"$work/$name.log" 2>&1 || { tail -40 "$work/$name.log" >&2; cp "$work/$name.log" "$prefix.failed-$name.log"; die "configuring $name failed (log: $prefix.failed-$name.log)"; }
-    cmake --build "$work/build-$name" -j "$jobs" >>"$work/$name.log" 2>&1 || {
+    JOULE_AARCH64_PREFIXES="$staged" cmake --build "$work/build-$name" -j "$jobs" >>"$work/$name.log" 2>&1 || {
       grep -m 20 -E 'error' "$work/$name.log" >&2 || tail -40 "$work/$name.log" >&2
       cp "$work/$name.log" "$prefix.failed-$name.log"
       die "building $name failed (log: $prefix.failed-$name.log)"; }
-    cmake --install "$work/build-$name" >>"$work/$name.log" 2>&1
+    DESTDIR="$stage" cmake --install "$work/build-$name" >>"$work/$name.log" 2>&1 || {
+      tail -40 "$work/$name.log" >&2; cp "$work/$name.log" "$prefix.failed-$name.log"
+      die "installing $name failed (log: $prefix.failed-$name.log)"; }
     log "$name (aarch64) installed in $((SECONDS - t0)) s"
   }
-  log "building Kokkos 3.4.1 (OpenMP + Serial, aarch64) into $prefix with $jobs jobs"
+  log "building Kokkos 3.4.1 (OpenMP + Serial, aarch64) for $prefix (in $partial) with $jobs jobs"
   kbuild kokkos "$srcdir/kokkos" -DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_TESTS=OFF
-  log "building Kokkos-Kernels (BLAS: the sysroot's OpenBLAS, OpenMP build; no ETI) into $prefix"
+  log "building Kokkos-Kernels (BLAS: the sysroot's OpenBLAS, OpenMP build; no ETI) for $prefix"
   # F77_BLAS_MANGLE: OpenBLAS's Fortran symbols, lower case with one underscore (GNU Fortran's; what
   # Kokkos-Kernels finds on the host). Given, so that Kokkos-Kernels does not enable Fortran to find
   # out: it would take this machine's gfortran (there is no cross gfortran here).
-  kbuild kokkos-kernels "$srcdir/kokkos-kernels" -DKokkos_ROOT="$prefix" \
+  kbuild kokkos-kernels "$srcdir/kokkos-kernels" -DKokkos_ROOT="$staged" \
     -DKokkosKernels_ENABLE_TPL_BLAS=ON -DBLAS_LIBRARIES=openblas -DBLAS_LIBRARY_DIRS="$blas_dir" \
     -DLAPACK_LIBRARIES=openblas -DLAPACK_LIBRARY_DIRS="$blas_dir" \
     -DF77_BLAS_MANGLE="(name,NAME) name ## _" "${kokkos_kernels_common_options[@]}"
   rm -rf "$work"; work=""
-  kokkos_recipe >"$prefix/.joule-complete"
+  [ -d "$staged" ] || die "the install left nothing in $staged"
+  find "$staged" -mindepth 1 -maxdepth 1 -exec mv -t "$partial" {} +
+  rm -rf "$stage"
+  # Kokkos-Kernels records where it found Kokkos (find_dependency(Kokkos HINTS <staged>/lib/cmake/
+  # Kokkos) in KokkosKernelsConfig.cmake): named by the prefix it will have. No installed file may
+  # name the staging folder after that: it is gone once the cache is renamed.
+  local file
+  while IFS= read -r -d '' file; do
+    FROM="$staged" TO="$prefix" perl -pi -e 's/\Q$ENV{FROM}\E/$ENV{TO}/g' "$file"
+  done < <(grep -rlZF --include='*.cmake' "$staged" "$partial" || true)
+  file="$(grep -rlIF "$partial" "$partial" | head -1 || true)"
+  [ -z "$file" ] || die "$file names the staging folder $partial after the install (grep -nF '$partial' '$file'): the cache would point at a folder that is renamed; report this"
+  file="$(find "$partial" -type l -lname "*$partial*" -print -quit)"
+  [ -z "$file" ] || die "$file -> $(readlink "$file"): a link into the staging folder $partial"
+  cache_commit "$prefix" "$kokkos_stamp" "$recipe" || die "could not rename $partial to $prefix"
+  log "Kokkos + Kokkos-Kernels (aarch64) ready: $prefix"
+  cache_report "$kokkos_label" "$cache_state" "built in $((SECONDS - t0)) s"
 }
 require_kokkos() {
-  [ -f "$srcdir/.joule-trilinos" ] && kokkos_ready || die "no Kokkos (aarch64) for this sysroot and toolchain at $prefix: run '$0 kokkos' first"
+  [ -f "$srcdir/$src_stamp" ] && kokkos_ready || die "no Kokkos (aarch64) for this sysroot and toolchain at $prefix: run '$0 kokkos' first"
 }
 
 # --- Phase: build --------------------------------------------------------------------------------------
