@@ -53,9 +53,10 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # shellcheck source=detail/cache_step.sh
 . "$repo/apps/scripts/detail/cache_step.sh"
 toolchain="$repo/cmake/toolchains/aarch64-linux-gnu.cmake"
-cache="${JOULE_AARCH64_CACHE:-$HOME/.cache/joule/aarch64}"
-sysroot="${JOULE_AARCH64_SYSROOT:-$cache/sysroot}"
-prefix="${JOULE_AARCH64_KOKKOS:-$HOME/.cache/joule/kokkos-3.4.1-openmp-aarch64}"
+# Absolute, without a trailing /: each cache is made in "<folder>.partial" beside its folder.
+cache="$(realpath -ms -- "${JOULE_AARCH64_CACHE:-$HOME/.cache/joule/aarch64}")"
+sysroot="$(realpath -ms -- "${JOULE_AARCH64_SYSROOT:-$cache/sysroot}")"
+prefix="$(realpath -ms -- "${JOULE_AARCH64_KOKKOS:-$HOME/.cache/joule/kokkos-3.4.1-openmp-aarch64}")"
 build="${JOULE_AARCH64_BUILD:-$repo/build-aarch64}"
 jobs="${JOBS:-$(nproc)}"
 # What matters for Grace: the host AdamW and the offload worker, the operators the host runs
