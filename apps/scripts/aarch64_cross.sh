@@ -156,9 +156,15 @@ phase_sysroot() {
     log "JOULE_AARCH64_REFRESH=1: re-resolving the packages into $new ($sysroot is replaced when that is whole)"
     [ -e "$new" ] && { log "$sysroot_label: removing $new, left unfinished by an interrupted run"; cache_remove "$new" || exit 1; }
     mkdir -p "$new"; cache_state=cold; refresh=1
-  elif ! cache_begin "$sysroot_label" "$sysroot" "$sysroot_stamp" "$recipe"; then
-    log "sysroot up to date: $sysroot ($(($(wc -l <"$sysroot/$sysroot_stamp") - 1)) packages)"
-    return 0
+  else
+    if sysroot_ready && [ -e "$new" ]; then  # a refresh interrupted: the sysroot it was to replace is whole
+      log "$sysroot_label: removing $new, left unfinished by an interrupted JOULE_AARCH64_REFRESH=1 run"
+      cache_remove "$new" || exit 1
+    fi
+    if ! cache_begin "$sysroot_label" "$sysroot" "$sysroot_stamp" "$recipe"; then
+      log "sysroot up to date: $sysroot ($(($(wc -l <"$sysroot/$sysroot_stamp") - 1)) packages)"
+      return 0
+    fi
   fi
   [ "$legacy" = 1 ] && cache_state=repaired
   host_tools 0

@@ -4,7 +4,9 @@
 # by SIGKILL of the script's whole process group or by a failing step, are made again by the next
 # run, which exits 0, says so in one line and reports "repaired" in JOULE_CACHE_REPORT; the folder
 # is then whole with its stamp, and no *.partial is left. A stamp removed, or another recipe's, is
-# remade too, and a last run finds all three warm, running no apt-get, cmake or compiler.
+# remade too; a JOULE_AARCH64_REFRESH=1 run killed midway leaves the sysroot it was to replace whole
+# (the next run removes what it left); and a last run finds all three warm, running no apt-get,
+# dpkg-deb, cmake or compiler.
 #
 # Real: the script, dpkg-deb and tar (the sysroot is unpacked from real .deb files, made here with
 # dpkg-deb -b), CMake with the aarch64 toolchain file (configure, build, install with DESTDIR, the
@@ -201,13 +203,14 @@ run() {  # run NAME [VAR=VALUE...] -- PHASES...: to its end; sets rc; output $tm
   echo "== $name: $* (exit $rc, $((SECONDS - t_start)) s into the test)"
   sed 's/^/   /' "$tmp/$name.out"
 }
-killed_at() {  # killed_at NAME POINT PHASES...: started in its own session, SIGKILLed with its whole
+killed_at() {  # killed_at NAME POINT [VAR=VALUE...] PHASES...: started in its own session, SIGKILLed with its whole
   # process group once the stand-in at POINT has written its marker (waited for up to 60 s)
-  local name="$1" point="$2" i; shift 2
+  local name="$1" point="$2" i vars=(); shift 2
+  while [[ "$1" == *=* ]]; do vars+=("$1"); shift; done
   : >"$tmp/$name.tsv"
   rm -f "$tmp/at-$point"
   setsid bash -c 'echo $$ >"$1"; shift; exec env "$@"' _ "$tmp/$name.pgid" \
-    STUB_HANG="$point" JOULE_CACHE_REPORT="$tmp/$name.tsv" bash "$script" "$@" >"$tmp/$name.out" 2>&1 </dev/null &
+    STUB_HANG="$point" JOULE_CACHE_REPORT="$tmp/$name.tsv" "${vars[@]}" bash "$script" "$@" >"$tmp/$name.out" 2>&1 </dev/null &
   local job=$!
   for ((i = 0; i < 1200; i++)); do
     [ -e "$tmp/at-$point" ] && break
@@ -321,6 +324,22 @@ one_line sysroot-no-stamp 'aarch64 sysroot: .*/sysroot has no stamp .*removing i
 reported sysroot-no-stamp "aarch64 sysroot" repaired
 sysroot_whole sysroot-no-stamp
 no_partial sysroot-no-stamp
+
+# JOULE_AARCH64_REFRESH=1 (newer packages) killed while unpacking: the sysroot it was to replace is
+# kept, whole; the next run finds it warm and removes what the refresh left.
+killed_at sysroot-refresh-killed dpkg-deb:libc6-dev JOULE_AARCH64_REFRESH=1 sysroot
+sysroot_whole sysroot-refresh-killed
+run sysroot-after-refresh -- sysroot
+expect_rc sysroot-after-refresh 0
+one_line sysroot-after-refresh 'aarch64 sysroot: removing .*/sysroot\.partial, left unfinished by an interrupted JOULE_AARCH64_REFRESH=1 run'
+reported sysroot-after-refresh "aarch64 sysroot" warm
+sysroot_whole sysroot-after-refresh
+no_partial sysroot-after-refresh
+run sysroot-refreshed JOULE_AARCH64_REFRESH=1 -- sysroot
+expect_rc sysroot-refreshed 0
+reported sysroot-refreshed "aarch64 sysroot" cold
+sysroot_whole sysroot-refreshed
+no_partial sysroot-refreshed
 
 # --- The trilinos sources -------------------------------------------------------------------------
 # Killed with the orig tarball fetched, before it is unpacked.
