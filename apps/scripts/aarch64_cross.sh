@@ -201,7 +201,7 @@ phase_sysroot() {
   [ -e "$new/usr/include/stdio.h" ] && [ -e "$new/lib/ld-linux-aarch64.so.1" ] ||
     die "the unpacked sysroot has no usr/include/stdio.h or lib/ld-linux-aarch64.so.1"
   link="$(find "$new" -type l \( -lname '/*' -o -lname "*$new*" \) -print -quit)"
-  [ -z "$link" ] || die "$link -> $(readlink "$link"): an absolute link left in the sysroot (it would break when $new is renamed; report this)"
+  [ -z "$link" ] || die "$link -> $(readlink "$link"): a link still absolute or into $new, which breaks when it is renamed to $sysroot (teach this step to make it relative); the sysroot was not made"
   recipe="$key"
   for deb in "${debs[@]}"; do recipe+=$'\n'"$(basename "$deb" .deb)"; done
   [ "$refresh" = 1 ] && { cache_remove "$sysroot" || exit 1; }
@@ -325,9 +325,9 @@ phase_kokkos() {
     FROM="$staged" TO="$prefix" perl -pi -e 's/\Q$ENV{FROM}\E/$ENV{TO}/g' "$file"
   done < <(grep -rlZF --include='*.cmake' "$staged" "$partial" || true)
   file="$(grep -rlIF "$partial" "$partial" | head -1 || true)"
-  [ -z "$file" ] || die "$file names the staging folder $partial after the install (grep -nF '$partial' '$file'): the cache would point at a folder that is renamed; report this"
+  [ -z "$file" ] || die "$file names the staging folder $partial, which is renamed to $prefix (grep -nF '$partial' '$file'; a package recording its build-time path elsewhere: teach this step to rewrite it); nothing was installed"
   file="$(find "$partial" -type l -lname "*$partial*" -print -quit)"
-  [ -z "$file" ] || die "$file -> $(readlink "$file"): a link into the staging folder $partial"
+  [ -z "$file" ] || die "$file -> $(readlink "$file"): a link into the staging folder $partial, which is renamed to $prefix (teach this step to rewrite it); nothing was installed"
   cache_commit "$prefix" "$kokkos_stamp" "$recipe" || die "could not rename $partial to $prefix"
   log "Kokkos + Kokkos-Kernels (aarch64) ready: $prefix"
   cache_report "$kokkos_label" "$cache_state" "built in $((SECONDS - t0)) s"

@@ -5,8 +5,9 @@
 # run, which exits 0, says so in one line and reports "repaired" in JOULE_CACHE_REPORT; the folder
 # is then whole with its stamp, and no *.partial is left. A stamp removed, or another recipe's, is
 # remade too; a JOULE_AARCH64_REFRESH=1 run killed midway leaves the sysroot it was to replace whole
-# (the next run removes what it left); and a last run finds all three warm, running no apt-get,
-# dpkg-deb, cmake or compiler.
+# (the next run removes what it left); a Kokkos-Kernels that records the staged Kokkos' path where
+# the rewrite does not look is refused, naming the file; and a last run finds all three warm,
+# running no apt-get, dpkg-deb, cmake or compiler.
 #
 # Real: the script, dpkg-deb and tar (the sysroot is unpacked from real .deb files, made here with
 # dpkg-deb -b), CMake with the aarch64 toolchain file (configure, build, install with DESTDIR, the
@@ -18,8 +19,8 @@
 # stand-in's code is x86-64; only the CMake side is the real one's). A wrapper around dpkg-deb and
 # the compilers stops at the point a case picks: it writes a marker and waits to be killed, or fails.
 # No network; ~/.cache/joule, /etc/apt and dpkg's state are never read or written (HOME, the cache,
-# sysroot and prefix are in a temporary folder). CPU time: about 1.5 s for the sysroot part, 3.5 s for
-# the other (on a 2-core machine busy with other work, 5 s and 10 s).
+# sysroot and prefix are in a temporary folder). CPU time: about 1.5 s for the sysroot part, 5 s for
+# the other (on a 2-core machine busy with other work, 5 s and 12 s).
 # Usage: aarch64_caches_heal.sh [sysroot|kokkos|all]  the sysroot's cases, or the trilinos sources'
 # and the Kokkos prefix's (after a plain run makes a sysroot), or both (the default); each part ends
 # with its warm run. JOULE_TEST_AARCH64_SCRIPT: another copy of the script to check, kept in
@@ -174,6 +175,10 @@ install(TARGETS kokkoskernels EXPORT KokkosKernelsTargets ARCHIVE DESTINATION li
 install(EXPORT KokkosKernelsTargets NAMESPACE Kokkos:: DESTINATION lib/cmake/KokkosKernels)
 configure_file(KokkosKernelsConfig.cmake.in KokkosKernelsConfig.cmake @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/KokkosKernelsConfig.cmake DESTINATION lib/cmake/KokkosKernels)
+if(DEFINED ENV{STANDIN_RECORD_KOKKOS_DIR})  # the build-time Kokkos path, where no rewrite looks
+  file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/build-info.txt "Kokkos_DIR=${Kokkos_DIR}\n")
+  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/build-info.txt DESTINATION share/KokkosKernels)
+endif()
 EOF
 cat >"$top/packages/kokkos-kernels/KokkosKernelsConfig.cmake.in" <<'EOF'
 include(CMakeFindDependencyMacro)
@@ -189,7 +194,7 @@ printf 'Types: deb deb-src\nURIs: http://deb.example.org/debian\nSuites: bookwor
 cache="$tmp/cache" sysroot="$tmp/cache/sysroot" prefix="$tmp/kokkos-3.4.1-openmp-aarch64"
 mkdir -p "$tmp/home"
 unset JOULE_AARCH64_REFRESH JOULE_AARCH64_CPU_FLAGS JOULE_AARCH64_FP_CONTRACT JOULE_AARCH64_QEMU_CPU \
-      JOULE_AARCH64_PREFIXES DESTDIR STUB_HANG STUB_FAIL CMAKE_PREFIX_PATH Kokkos_ROOT
+      JOULE_AARCH64_PREFIXES DESTDIR STUB_HANG STUB_FAIL STANDIN_RECORD_KOKKOS_DIR CMAKE_PREFIX_PATH Kokkos_ROOT
 export HOME="$tmp/home" PATH="$bin:$PATH" JOBS=2 JOULE_AARCH64_CACHE="$cache" \
        JOULE_AARCH64_SYSROOT="$sysroot" JOULE_AARCH64_KOKKOS="$prefix" JOULE_AARCH64_SOURCES="$tmp/sources"
 for tool in apt-get dpkg-deb aarch64-linux-gnu-g++ cmake; do
@@ -290,6 +295,7 @@ kokkos_whole() {
   local bad; bad="$(grep -rlF .partial "$prefix" || true)"
   [ -z "$bad" ] || fail "$1: files naming a .partial folder: $bad"
   [ ! -e "$prefix/.stage" ] && [ ! -e "$prefix/.build" ] || fail "$1: the staging or build folder is left in $prefix"
+  [ ! -e "$prefix/share/KokkosKernels/build-info.txt" ] || fail "$1: the prefix has the file naming the staging folder"
 }
 
 # --- The sysroot ----------------------------------------------------------------------------------
@@ -398,6 +404,21 @@ part_kokkos() {
   reported kokkos-after-kill "Kokkos 3.4.1 (aarch64)" repaired
   kokkos_whole kokkos-after-kill
   no_partial kokkos-after-kill
+
+  # Another recipe (JOULE_AARCH64_FP_CONTRACT=off), and Kokkos-Kernels records the staged Kokkos'
+  # path in a file the rewrite does not know (share/KokkosKernels/build-info.txt): the step refuses
+  # to install, naming the file; the next run (the first recipe again) makes it anew.
+  run kokkos-staging-left JOULE_AARCH64_FP_CONTRACT=off STANDIN_RECORD_KOKKOS_DIR=1 -- kokkos
+  expect_failed kokkos-staging-left
+  one_line kokkos-staging-left "Kokkos 3.4.1 \(aarch64\): .*/kokkos-3.4.1-openmp-aarch64 was made by another recipe: making it again"
+  one_line kokkos-staging-left 'ERROR: .*/share/KokkosKernels/build-info\.txt names the staging folder .*\.partial, which is renamed to .*; nothing was installed'
+  not_whole kokkos-staging-left "$prefix" .joule-complete
+  run kokkos-after-staging -- kokkos
+  expect_rc kokkos-after-staging 0
+  one_line kokkos-after-staging 'Kokkos 3.4.1 \(aarch64\): removing .*/kokkos-3.4.1-openmp-aarch64\.partial, left unfinished by an interrupted run'
+  reported kokkos-after-staging "Kokkos 3.4.1 (aarch64)" repaired
+  kokkos_whole kokkos-after-staging
+  no_partial kokkos-after-staging
 }
 
 # --- Warm: nothing to do, nothing run -------------------------------------------------------------
