@@ -3,8 +3,8 @@
 #   make run     the main job: train the tiny captioning model tuned in flight, log to HDF5 (data made on the way)
 #   make test    build and run the test suite (what CI runs)
 #   make test-catch2-v3  the same suite against Catch2 v3
-#   make test-sanitize   the suite against Catch2 v3 with AddressSanitizer + UBSan, less the mpirun
-#                        and long tests (CI runs it too)
+#   make test-sanitize   the suite against Catch2 v3 with AddressSanitizer + UBSan, less the mpirun,
+#                        long and once tests (CI runs it too)
 #   make bench-torch   operators and whole training steps next to PyTorch (installs Debian's python3-torch)
 #   make compile-check the GPU build checked without a GPU (nvcc for sm_90 against Kokkos 5.x), and
 #                      the GPU audit's resource gate on its kernels (ptxas: spills, occupancy)
@@ -15,14 +15,15 @@
 #                      command (its compiler, JOULE_HOST_TARGET, Kokkos' flags; nvcc_wrapper on a GH200)
 #                      and (with Debian's g++-aarch64-linux-gnu) for Grace (SVE instructions counted)
 #                      and NEON; fails if it stays scalar
-#   make test-kokkos45 the suite but its long and mpirun tests inside a Debian sid root (debootstrap, cached
+#   make test-kokkos45 the suite but its long, mpirun and once tests inside a Debian sid root (debootstrap, cached
 #                      in ~/.cache/joule/sid) against trilinos 16.1's Kokkos 4.5.1 + Kokkos-Kernels 4.5
 #                      with g++ 16 and cmake 4 (apps/scripts/sid_root.sh; needs root for chroot and bind mounts)
-#   make test-kokkos52 the whole suite in a root like it against Kokkos 5.2.2 without Kokkos-Kernels
-#                      (GEMMs on OpenBLAS directly)
+#   make test-kokkos52 the suite but its once tests (scripts', docs') in a root like it against Kokkos
+#                      5.2.2 without Kokkos-Kernels (GEMMs on OpenBLAS directly)
 #   make test-aarch64  joule cross-built for aarch64 (Grace's cores, Debian's g++-aarch64-linux-gnu against
 #                      an arm64 sysroot of Debian packages, Kokkos 3.4.1 cross-built) and its Grace-relevant
-#                      unit tests run under qemu-user (docs/testing.md#aarch64-under-emulation)
+#                      unit tests run under qemu-user (docs/testing.md#aarch64-under-emulation);
+#                      make build-aarch64 stops after the build
 #   make gpu-audit     the compile check with the whole GPU audit: every kernel's registers, spills
 #                      and occupancy on an H200 (ptxas), one training step of medium.json's launches
 #                      recorded on the CPU (threads each kernel exposes); fails on spills, occupancy
