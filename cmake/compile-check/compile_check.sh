@@ -392,6 +392,10 @@ for u in "${units[@]}"; do
 done
 [ "$cuda_checked" = "${#cuda_units[@]}" ] || die "only $cuda_checked of ${#cuda_units[@]} units were given to nvcc"
 [ "$host_checked" = "$host_units" ] || die "only $host_checked of $host_units units were given to g++"
+# The reused batches, for CI's table: warm when every CUDA batch came from passed-batches/.
+cuda_batches="$(grep -c '^cuda ' "$results" || true)" cuda_reused="$(grep -c '^cuda .*(reused)$' "$results" || true)"
+cache_report "nvcc batches (compile check)" "$([ "$cuda_reused" = "$cuda_batches" ] && echo warm || echo cold)" \
+  "$cuda_reused of $cuda_batches batches reused"
 [ "$(wc -l < "$results")" = "$expected" ] || die "only $(wc -l < "$results") of $expected compilations reported"
 if grep -q FAILED "$results"; then die "$(grep -c FAILED "$results") translation unit(s) do not compile (errors above)"; fi
 # The GPU audit of the kernels compiled above (ptxas' figures), before the link check.
