@@ -83,7 +83,7 @@ else
   PRESET ?= cpu
 endif
 
-.PHONY: all deps deps-ci configure build test test-catch2-v3 build-sanitize test-sanitize build-aarch64 test-aarch64 test-kokkos45 test-kokkos52 run bench bench-torch compile-check gpu-audit vec-report device-bundle clean
+.PHONY: all deps deps-ci deps-ci-more configure build test test-catch2-v3 build-sanitize test-sanitize build-aarch64 test-aarch64 test-kokkos45 test-kokkos52 run bench bench-torch compile-check gpu-audit vec-report device-bundle clean
 all: build
 
 deps:
@@ -165,7 +165,10 @@ test-kokkos52:
 # Catch2 v3 (for test-sanitize) and the Kokkos 4.5/5.x headers of compile-check, both unpacked
 # into ~/.cache/joule, never installed; the aarch64 sysroot; the sid roots of test-kokkos45 and
 # test-kokkos52.
-deps-ci: deps
+deps-ci: deps deps-ci-more
+
+# deps-ci less deps: what the plain build does not need (CI fetches it while that build compiles).
+deps-ci-more:
 	bash tests/scripts/fetch_catch2_v3.sh >/dev/null
 	bash cmake/compile-check/compile_check.sh --fetch-only
 	JOBS=$(JOBS) bash apps/scripts/aarch64_cross.sh sysroot kokkos
