@@ -809,6 +809,9 @@ def plot_regions(f, best, best_how, path, written):
                     color=[cmap(0.75 - 0.17 * min(int(d), 3)) for d in depths], zorder=2)
             ax.set_xlabel(xlabel)
             ax.grid(True, axis="x", alpha=0.3)
+            # At most 5 ticks: half the figure's width holds 9 labels like '0.0125' only
+            # overlapping (small regions' times gave matplotlib's default that many).
+            ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))
             top = np.max(vals[fin]) if fin.any() else 0.0
             for yi, v, good in zip(y, vals, fin):
                 ax.text(v if good else 0.0, yi, f" {v:.3g}" if good and abs(v) < 1000 else
