@@ -105,6 +105,24 @@ fi
 "$joule" inspect "$full" >"$work/full.report" && grep -q "Training with the chosen configuration" "$work/full.report" ||
   fail "inspect: no training section"
 bash "$repo/tests/scripts/plot_run_check.sh" "$full" "$repo/apps/scripts/plot_run.py" "$work/plots" || fail "plots"
+# The same log with every region's time and energy scaled: the axes' labels must stay apart at any
+# magnitude (9 ticks like '0.0125' on half the figure's width overlapped when a run's regions were
+# short, and failed this test at random before).
+for scale in 0.00037 0.071 53; do
+  cp "$full" "$work/scaled.h5"
+  /usr/bin/python3 - "$work/scaled.h5" "$scale" <<'PY' || fail "scaling the regions by $scale"
+import sys
+import h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    def scale(name, obj):
+        if isinstance(obj, h5py.Dataset) and name.rsplit("/", 2)[-2] in ("regions", "region_paths", "kernels") \
+                and name.rsplit("/", 1)[-1] in ("seconds", "energy_j"):
+            obj[...] = obj[...] * float(sys.argv[2])
+    f.visititems(scale)
+PY
+  bash "$repo/tests/scripts/plot_run_check.sh" "$work/scaled.h5" "$repo/apps/scripts/plot_run.py" "$work/plots-$scale" ||
+    fail "plots, regions scaled by $scale"
+done
 
 # 6. Damaged and foreign files are rejected with exit code 2 and a message naming the file.
 head -c $(( $(stat -c %s "$full") / 2 )) "$full" > "$work/truncated.h5"
