@@ -27,6 +27,7 @@
 # apps/scripts/ beside the original (the mutation check of an older version).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$repo/tests/scripts/detail/interrupt.sh"  # kill_when_held
 script="${JOULE_TEST_AARCH64_SCRIPT:-$repo/apps/scripts/aarch64_cross.sh}"
 part="${1:-all}"
 case "$part" in sysroot|kokkos|all) ;; *) echo "usage: $0 [sysroot|kokkos|all]" >&2; exit 2 ;; esac
@@ -35,12 +36,7 @@ for tool in dpkg-deb tar setsid cmake g++ gcc perl; do
 done
 real_dpkg_deb="$(command -v dpkg-deb)"
 tmp="$(mktemp -d)"
-pgid=""
-cleanup() {  # a run still in its session (a failed check before its kill): its whole group
-  [ -n "$pgid" ] && kill -9 -- "-$pgid" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+trap 'rm -rf "$tmp"' EXIT
 failures=0
 t_start=$SECONDS
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
@@ -214,33 +210,15 @@ run() {  # run NAME [VAR=VALUE...] -- PHASES...: to its end; sets rc; output $tm
   sed 's/^/   /' "$tmp/$name.out"
 }
 killed_at() {  # killed_at NAME POINT [VAR=VALUE...] PHASES...: started in its own session, SIGKILLed with its whole
-  # process group once the stand-in at POINT has written its marker (waited for up to 60 s)
-  local name="$1" point="$2" i vars=(); shift 2
+  # process group once the stand-in at POINT has written its marker; its processes gone before the next run
+  local name="$1" point="$2" vars=(); shift 2
   while [[ "$1" == *=* ]]; do vars+=("$1"); shift; done
   : >"$tmp/$name.tsv"
   rm -f "$tmp/at-$point"
-  setsid bash -c 'echo $$ >"$1"; shift; exec env "$@"' _ "$tmp/$name.pgid" \
-    STUB_HANG="$point" JOULE_CACHE_REPORT="$tmp/$name.tsv" "${vars[@]}" bash "$script" "$@" >"$tmp/$name.out" 2>&1 </dev/null &
-  local job=$!
-  for ((i = 0; i < 1200; i++)); do
-    [ -e "$tmp/at-$point" ] && break
-    kill -0 "$job" 2>/dev/null || break  # ended before the point: said below
-    sleep 0.05
-  done
-  pgid="$(cat "$tmp/$name.pgid")"
-  if [ ! -e "$tmp/at-$point" ]; then
-    kill -9 -- "-$pgid" 2>/dev/null || true; wait "$job" 2>/dev/null || true; pgid=""
-    sed 's/^/   /' "$tmp/$name.out"
-    echo "FAIL: $name: the run never reached $point"; exit 1
-  fi
-  kill -9 -- "-$pgid"
-  wait "$job" 2>/dev/null || true
-  # Its processes gone (a zombie waiting for init to reap it writes nothing) before the next run.
-  alive() { ps -eo pgid=,stat= | awk -v g="$pgid" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'; }
-  for ((i = 0; i < 200; i++)); do alive || break; sleep 0.05; done
-  alive && { echo "FAIL: $name: processes of group $pgid outlived SIGKILL"; exit 1; }
-  pgid=""
-  echo "== $name: $* SIGKILLed (whole process group) at $point, $((SECONDS - t_start)) s into the test"
+  kill_when_held "$tmp/at-$point" "$tmp/$name.out" "$tmp/$name.out" \
+    env STUB_HANG="$point" JOULE_CACHE_REPORT="$tmp/$name.tsv" "${vars[@]}" bash "$script" "$@" ||
+    { sed 's/^/   /' "$tmp/$name.out"; echo "FAIL: $name: the run was not killed at $point"; exit 1; }
+  echo "== $name: $* SIGKILLed (whole process group $KILLED_PGID) at $point, $((SECONDS - t_start)) s into the test"
   sed 's/^/   /' "$tmp/$name.out"
 }
 

@@ -16,6 +16,7 @@
 # to stop it at): the truncated and garbage files stand for what such a write could leave. ~2 s.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$repo/tests/scripts/detail/interrupt.sh"  # kill_when_held
 launcher="$repo/cmake/ccache_launcher.sh"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -64,17 +65,9 @@ echo "== cold then warm: objects identical to the uncached compile"
 
 # SIGKILL while the compiler runs under ccache.
 rm -f "$work/held"
-HOLD=1 setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$work/pgid" \
-  bash "$launcher" "$work/bin/cxx" -O1 -c killed.cpp -o killed.o 2>"$work/err-hold" &
-bg=$!
-for ((i = 0; i < 1200; i++)); do   # up to 120 s, for a loaded machine
-  [ -e "$work/held" ] && break
-  kill -0 "$bg" 2>/dev/null || { cat "$work/err-hold" >&2; fail "killed: the compile ended before the compiler held"; }
-  sleep 0.1
-done
-[ -e "$work/held" ] || fail "killed: the compiler never held"
-kill -9 -- "-$(cat "$work/pgid")"
-wait "$bg" 2>/dev/null || true
+kill_when_held "$work/held" /dev/null "$work/err-hold" \
+  env HOLD=1 bash "$launcher" "$work/bin/cxx" -O1 -c killed.cpp -o killed.o ||
+  { cat "$work/err-hold" >&2; fail "killed: the compiler never held"; }
 rm -f killed.o
 bash "$launcher" "$work/bin/cxx" -O1 -c killed.cpp -o killed.o 2>"$work/err-killed" ||
   fail "after the kill: the same compile failed: $(cat "$work/err-killed")"

@@ -17,6 +17,7 @@
 # and in every case passed-batches/ (the reused batches' logs) survives. About 3 s.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$repo/tests/scripts/detail/interrupt.sh"  # kill_when_held
 script="$repo/cmake/compile-check/compile_check.sh"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -94,19 +95,11 @@ run() {  # run NAME [VAR=VALUE...]: --fetch-only; sets rc, output in $work/out-N
   echo "== $name (exit $rc)"; sed 's/^/   /' "$work/out-$name"
 }
 interrupt() {  # interrupt NAME STEP: the script in its own process group, SIGKILLed while STEP holds
-  local name="$1" step="$2" i
-  rm -f "$work/held-$step" "$work/pgid"
-  env JOULE_COMPILE_CHECK_CACHE="$cache" STANDIN_HOLD="$step" \
-    setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$work/pgid" bash "$script" --fetch-only >"$work/out-$name" 2>&1 &
-  local bg=$!
-  for ((i = 0; i < 1200; i++)); do   # up to 120 s, for a loaded machine
-    [ -e "$work/held-$step" ] && break
-    kill -0 "$bg" 2>/dev/null || { cat "$work/out-$name" >&2; fail "$name: the script ended before $step held"; }
-    sleep 0.1
-  done
-  [ -e "$work/held-$step" ] || fail "$name: $step never held"
-  kill -9 -- "-$(cat "$work/pgid")"
-  wait "$bg" 2>/dev/null || true
+  local name="$1" step="$2"
+  rm -f "$work/held-$step"
+  kill_when_held "$work/held-$step" "$work/out-$name" "$work/out-$name" \
+    env JOULE_COMPILE_CHECK_CACHE="$cache" STANDIN_HOLD="$step" bash "$script" --fetch-only ||
+    { cat "$work/out-$name" >&2; fail "$name: the script never held in $step"; }
   echo "== $name: killed (SIGKILL to its process group) while $step held"
 }
 once() {  # once NAME TEXT: exactly one line of the run's output holds TEXT

@@ -16,6 +16,7 @@
 # Nothing outside a temp folder is read or written (JOULE_CATCH2_V3_CACHE); about 2 s.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$repo/tests/scripts/detail/interrupt.sh"  # kill_when_held
 script="$repo/tests/scripts/fetch_catch2_v3.sh"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -90,19 +91,11 @@ run() {  # run NAME [VAR=VALUE...]: sets rc; stdout in $work/out-NAME, stderr in
   echo "== $name (exit $rc)"; sed 's/^/   stdout: /' "$work/out-$name"; sed 's/^/   stderr: /' "$work/err-$name"
 }
 interrupt() {  # interrupt NAME STEP: the script in its own process group, SIGKILLed while STEP holds
-  local name="$1" step="$2" i
-  rm -f "$work/held-$step" "$work/pgid"
-  env JOULE_CATCH2_V3_CACHE="$cache" STANDIN_HOLD="$step" \
-    setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$work/pgid" bash "$script" >"$work/out-$name" 2>&1 &
-  local bg=$!
-  for ((i = 0; i < 1200; i++)); do   # up to 120 s, for a loaded machine
-    [ -e "$work/held-$step" ] && break
-    kill -0 "$bg" 2>/dev/null || { cat "$work/out-$name" >&2; fail "$name: the script ended before $step held"; }
-    sleep 0.1
-  done
-  [ -e "$work/held-$step" ] || fail "$name: $step never held"
-  kill -9 -- "-$(cat "$work/pgid")"
-  wait "$bg" 2>/dev/null || true
+  local name="$1" step="$2"
+  rm -f "$work/held-$step"
+  kill_when_held "$work/held-$step" "$work/out-$name" "$work/out-$name" \
+    env JOULE_CATCH2_V3_CACHE="$cache" STANDIN_HOLD="$step" bash "$script" ||
+    { cat "$work/out-$name" >&2; fail "$name: the script never held in $step"; }
   echo "== $name: killed (SIGKILL to its process group) while $step held"
 }
 once() {  # once NAME TEXT: exactly one line of the run's stderr holds TEXT

@@ -26,6 +26,7 @@ set -euo pipefail
 part="${1:-}"
 case "$part" in kills|stamps) ;; *) echo "usage: $0 kills|stamps" >&2; exit 2 ;; esac
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$repo/tests/scripts/detail/interrupt.sh"  # kill_when_held
 script="$repo/apps/scripts/install-deps.sh"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -126,22 +127,13 @@ run() {
 # interrupt NAME PREFIX STEP: install-deps.sh in its own process group until the stand-in STEP
 # holds, then SIGKILL of the whole group (the script, cmake, make, the step).
 interrupt() {
-  local name="$1" prefix="$2" step="$3" pgid="" i
-  rm -f "$work/held-$step" "$work/pgid"
-  env JOULE_NO_APT=1 KOKKOS_SRC="$work/src/kokkos" KOKKOS_KERNELS_SRC="$work/src/kernels" \
-    JOULE_DEPS_PREFIX="$prefix" STANDIN_HOLD="$step" \
-    setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$work/pgid" bash "$script" >"$work/out-$name" 2>&1 &
-  local bg=$!
-  for ((i = 0; i < 1200; i++)); do   # up to 120 s: generous, for a loaded machine
-    [ -e "$work/held-$step" ] && break
-    kill -0 "$bg" 2>/dev/null || { cat "$work/out-$name" >&2; fail "$name: install-deps.sh ended before $step held"; }
-    sleep 0.1
-  done
-  [ -e "$work/held-$step" ] || fail "$name: $step never held (see $work/out-$name)"
-  pgid="$(cat "$work/pgid")"
-  kill -9 -- "-$pgid"
-  wait "$bg" 2>/dev/null || true
-  echo "== $name: killed (SIGKILL to process group $pgid) while $step held"
+  local name="$1" prefix="$2" step="$3"
+  rm -f "$work/held-$step"
+  kill_when_held "$work/held-$step" "$work/out-$name" "$work/out-$name" \
+    env JOULE_NO_APT=1 KOKKOS_SRC="$work/src/kokkos" KOKKOS_KERNELS_SRC="$work/src/kernels" \
+    JOULE_DEPS_PREFIX="$prefix" STANDIN_HOLD="$step" bash "$script" ||
+    { cat "$work/out-$name" >&2; fail "$name: install-deps.sh never held in $step"; }
+  echo "== $name: killed (SIGKILL to process group $KILLED_PGID) while $step held"
 }
 expect() { grep -Eq -- "$2" "$work/out-$1" || fail "$1: no line matches '$2'"; }
 # once NAME TEXT: exactly one line of the run's output holds TEXT

@@ -30,6 +30,7 @@
 # test against, e.g. an older script)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$repo/tests/scripts/detail/interrupt.sh"  # kill_when_held
 script="${1:-$repo/apps/scripts/sid_root.sh}"
 work="$(mktemp -d)"
 work="$(cd "$work" && pwd -P)"  # the path as a mount table would name it
@@ -245,24 +246,18 @@ whole() {  # whole NAME: exit 0, the root stamped with this recipe, no partial, 
 # kill_during_apt NAME: a run (setsid: its own process group) whose apt-get install is SIGKILLed
 # half-way, with all of the run's processes; leaves what a killed CI job leaves.
 kill_during_apt() {
-  local name="$1" pid pgid mine t0
+  local name="$1" pgid mine
   : >"$calls"
   rm -f "$work/ctl/apt-middle"
   touch "$work/ctl/apt-die"
-  env "${env_for_run[@]}" setsid -w bash "$work/repo/apps/scripts/sid_root.sh" root >"$work/out-$name" 2>&1 </dev/null &
-  pid=$!
-  t0=$SECONDS
-  until [ -s "$work/ctl/apt-middle" ]; do
-    if [ $((SECONDS - t0)) -gt 90 ] || ! kill -0 "$pid" 2>/dev/null; then
-      echo "FAIL: $name: apt-get install never reached its middle" >&2; sed 's/^/   /' "$work/out-$name" >&2; exit 1
-    fi
-    sleep 0.05
-  done
+  kill_when_held "$work/ctl/apt-middle" "$work/out-$name" "$work/out-$name" \
+    env "${env_for_run[@]}" bash "$work/repo/apps/scripts/sid_root.sh" root ||
+    { echo "FAIL: $name: apt-get install was not killed in its middle" >&2; sed 's/^/   /' "$work/out-$name" >&2; exit 1; }
+  # The stand-in apt-get wrote its own process group: the one killed, never this test's.
   pgid="$(tr -d ' ' <"$work/ctl/apt-middle")"
   mine="$(awk '{ print $5 }' /proc/$$/stat)"
-  [ -n "$pgid" ] && [ "$pgid" -gt 1 ] && [ "$pgid" != "$mine" ] || { echo "FAIL: $name: process group '$pgid' is not the run's own" >&2; exit 1; }
-  kill -9 -- "-$pgid"
-  wait "$pid" 2>/dev/null || true  # (bash's "Killed" notice not shown)
+  [ "$pgid" = "$KILLED_PGID" ] && [ "$pgid" != "$mine" ] ||
+    { echo "FAIL: $name: apt-get ran in process group '$pgid', the run's is '$KILLED_PGID', this test's '$mine'" >&2; exit 1; }
   rm -f "$work/ctl/apt-die" "$work/ctl/apt-middle"
   cp "$calls" "$work/calls-$name"
   echo "== $name (SIGKILLed in apt-get install)"; sed 's/^/   /' "$work/out-$name"
