@@ -23,7 +23,11 @@ function(joule_discover_tests target)
   set(ctest_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_tests.cmake")
   # Bracket arguments keep names, paths and property values as they are.
   set(props "")
+  # A value that is itself a list (ENVIRONMENT's VAR=VALUE entries) keeps its semicolons escaped, so
+  # that it reaches set_tests_properties as one value: unescaped, ENVIRONMENT took only the first
+  # entry and the next ones became property names.
   foreach(p IN LISTS arg_PROPERTIES)
+    string(REPLACE ";" "\\;" p "${p}")
     string(APPEND props " [==[${p}]==]")
   endforeach()
   # The emulator (a command and its arguments, a list) that runs TARGET's executable, if any.

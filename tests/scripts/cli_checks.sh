@@ -12,9 +12,11 @@
 #      figures and the nearest configuration that fits; a run that fits says what it will use;
 #   7. --help is joule's (usage line first, no Kokkos options; --kokkos-help lists those), and
 #      joule caption's inputs and outputs are checked before any model is built.
-# usage: cli_checks.sh JOULE REPO_DIR WORK_DIR SMALL_MODEL_CONFIG
+#   (4, read-only folders: the part read-only-folders, run as its own test.)
+# usage: cli_checks.sh JOULE REPO_DIR WORK_DIR SMALL_MODEL_CONFIG [all|read-only-folders]
 set -euo pipefail
 joule="$1" repo="$2" work="$3" small_config="$4"  # a small model for the runs that must train
+part="${5:-all}"
 py=/usr/bin/python3
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -34,9 +36,39 @@ refused() {
 }
 unchanged() { sha256sum -c --quiet sums.txt || fail "$1: an input was changed"; }
 
+# Read-only folders (the part read-only-folders, its own ctest entry): root writes anyway, so the
+# check runs as user nobody where this is root; skipped (exit 77) only where root cannot run joule
+# as another user.
+read_only_folders() {
+  mkdir ro && chmod 555 ro
+  as_user=()
+  if [ "$(id -u)" = 0 ]; then
+    as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+    command -v setpriv >/dev/null && "${as_user[@]}" "$joule" --version >/dev/null 2>&1 || {
+      echo "SKIP: read-only folders (running as root, and joule cannot run as user nobody here)"
+      exit 77
+    }
+  fi
+  for cmd in "train --data data.h5 --steps 1 --checkpoint ro/ckpt.h5" "tune --data data.h5 --out ro/sub/run.h5" \
+             "data synth --count 8 --out ro/s.h5"; do
+    rc=0
+    # shellcheck disable=SC2086
+    "${as_user[@]}" "$joule" $cmd >out.txt 2>&1 || rc=$?
+    [ $rc != 0 ] && grep -qE "(--checkpoint ro/ckpt\.h5|--out ro/sub/run\.h5|--out ro/s\.h5): cannot write in the folder ro: cannot create a temporary folder in ro \(Permission denied\)" out.txt ||
+      fail "joule $cmd in a read-only folder: exit $rc, $(cat out.txt)"
+    grep -q "^training: " out.txt && fail "joule $cmd: training started: $(cat out.txt)"
+    echo "refused: joule $cmd -> $(head -1 out.txt)"
+  done
+  [ -z "$(ls -A ro)" ] || fail "something was written in ro: $(ls -A ro)"
+  [ -z "$(find . -name '.joule-write-probe-*')" ] || fail "probe files left behind: $(find . -name '.joule-write-probe-*')"
+  echo "PASS: read-only folders refused${as_user:+ (run as user nobody)}"
+}
+
 "$joule" data synth --out data.h5 --count 64 --image-size 32 --text-len 36 --frames 1 >/dev/null
 cp "$repo/apps/configs/tiny.json" cfg.json
 sha256sum data.h5 cfg.json >sums.txt
+[ "$part" = read-only-folders ] && { chmod 755 "$work"; read_only_folders; exit 0; }
+[ "$part" = all ] || { echo "usage: $0 JOULE REPO_DIR WORK_DIR SMALL_MODEL_CONFIG [all|read-only-folders]" >&2; exit 2; }
 mkdir adir
 
 # --- 1. command-line values -------------------------------------------------------------------
@@ -130,31 +162,6 @@ refused '^joule: error: --checkpoint adir: is a folder' train --data data.h5 --s
 refused '^joule: error: --checkpoint data\.h5/ckpt\.h5: data\.h5 is not a folder' train --data data.h5 --steps 1 --checkpoint data.h5/ckpt.h5
 refused '^joule: error: --out adir: is a folder' tune --data data.h5 --out adir
 refused '^joule: error: --out adir: is a folder' data synth --out adir --count 8
-# Read-only folders: root writes anyway, so the check runs as user nobody where this is root.
-mkdir ro && chmod 555 ro
-as_user=()
-if [ "$(id -u)" = 0 ]; then
-  if command -v setpriv >/dev/null && setpriv --reuid=nobody --regid=nogroup --clear-groups "$joule" --version >/dev/null 2>&1; then
-    as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
-  else
-    as_user=(skip)
-  fi
-fi
-if [ "${as_user[*]}" = skip ]; then
-  echo "SKIP: read-only folder (running as root and cannot run joule as user nobody)"
-else
-  for cmd in "train --data data.h5 --steps 1 --checkpoint ro/ckpt.h5" "tune --data data.h5 --out ro/sub/run.h5" \
-             "data synth --count 8 --out ro/s.h5"; do
-    rc=0
-    # shellcheck disable=SC2086
-    "${as_user[@]}" "$joule" $cmd >out.txt 2>&1 || rc=$?
-    [ $rc != 0 ] && grep -qE "(--checkpoint ro/ckpt\.h5|--out ro/sub/run\.h5|--out ro/s\.h5): cannot write in the folder ro: cannot create a temporary folder in ro \(Permission denied\)" out.txt ||
-      fail "joule $cmd in a read-only folder: exit $rc, $(cat out.txt)"
-    grep -q "^training: " out.txt && fail "joule $cmd: training started: $(cat out.txt)"
-    echo "refused: joule $cmd -> $(head -1 out.txt)"
-  done
-  [ -z "$(ls -A ro)" ] || fail "something was written in ro: $(ls -A ro)"
-fi
 [ -z "$(find . -name '.joule-write-probe-*')" ] || fail "probe files left behind: $(find . -name '.joule-write-probe-*')"
 
 # --- 5. a run log, its report when inconsistent, and its plots -----------------------------------

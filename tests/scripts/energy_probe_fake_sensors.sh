@@ -3,9 +3,43 @@
 # temporary tree and the fake NVML library. The probe must find both and choose the module total;
 # the training run's energy report must be labelled measured, not model. Then probes where
 # sources are missing, empty or unreadable: each must say what it looked for and why it is unusable.
+# The part `unreadable-rapl` (its own ctest entry) runs the probe as a user who cannot read RAPL's
+# root-only counter: as user nobody when run as root; skipped (exit 77, ctest's SKIP_RETURN_CODE)
+# only where root cannot run joule as another user.
+# Usage: energy_probe_fake_sensors.sh JOULE FAKE_NVML SMALL_CONFIG [all|unreadable-rapl]
 set -euo pipefail
 joule="$1"; fake_nvml="$2"; small_config="$3"  # a small model: only the report's labels are checked
+part="${4:-all}"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+expect() {  # expect TEXT PROBE_OUTPUT
+  grep -qF -- "$1" <<<"$2" || { echo "FAIL: the probe does not say: $1"; echo "$2"; exit 1; }
+}
+# RAPL behind a root-only file (mode 000, as since CVE-2020-8694).
+locked_powercap() {
+  mkdir -p "$work/locked-powercap/intel-rapl:0"
+  echo package-0 > "$work/locked-powercap/intel-rapl:0/name"
+  echo 123 > "$work/locked-powercap/intel-rapl:0/energy_uj"
+  chmod 000 "$work/locked-powercap/intel-rapl:0/energy_uj"
+}
+if [ "$part" = unreadable-rapl ]; then
+  locked_powercap
+  as_user=()
+  if [ "$(id -u)" = 0 ]; then
+    chmod 755 "$work"
+    as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+    "${as_user[@]}" "$joule" --version >/dev/null 2>&1 || {
+      echo "SKIP: running as root, and joule cannot run as user nobody here (setpriv): the refusal to read a root-only RAPL file is not checked"
+      exit 77
+    }
+  fi
+  probe="$(JOULE_NVML_LIBRARY=none JOULE_HWMON_ROOT="$work/no-hwmon" JOULE_POWERCAP_ROOT="$work/locked-powercap" \
+           "${as_user[@]}" "$joule" energy probe)"
+  echo "$probe"
+  expect "  rapl: $work/locked-powercap/{intel,amd}-rapl:* — permission denied reading $work/locked-powercap/intel-rapl:0/energy_uj (root-only since CVE-2020-8694" "$probe"
+  echo "PASS: RAPL's root-only counter is named as unreadable${as_user:+ (run as user nobody)}"
+  exit 0
+fi
+[ "$part" = all ] || { echo "usage: $0 JOULE FAKE_NVML SMALL_CONFIG [all|unreadable-rapl]" >&2; exit 2; }
 mkdir -p "$work/hwmon/hwmon3/device" "$work/hwmon/hwmon4" "$work/powercap"
 echo "Module Power Socket 0" > "$work/hwmon/hwmon3/device/power1_oem_info"
 echo 500000000 > "$work/hwmon/hwmon3/device/power1_average"
@@ -32,9 +66,6 @@ if grep -q "(estimate)" <<<"$train"; then echo "a modelled column appeared next 
 echo "energy probe on fake sensors: ok"
 
 # Nothing readable: every source says what it looked for and why it is not used.
-expect() {  # expect TEXT PROBE_OUTPUT
-  grep -qF -- "$1" <<<"$2" || { echo "FAIL: the probe does not say: $1"; echo "$2"; exit 1; }
-}
 mkdir -p "$work/empty-powercap"
 probe="$(JOULE_NVML_LIBRARY="$work/missing/libnvidia-ml.so.1" JOULE_HWMON_ROOT="$work/no-hwmon" \
          JOULE_POWERCAP_ROOT="$work/empty-powercap" "$joule" energy probe)"
@@ -46,13 +77,11 @@ expect "  rapl: $work/empty-powercap/{intel,amd}-rapl:* — no RAPL zones" "$pro
 expect "source model" "$probe"
 
 # A library that is not NVML; NVML whose init fails; hwmon without a Grace meter; RAPL behind
-# root-only files.
-mkdir -p "$work/plain-hwmon/hwmon0" "$work/locked-powercap/intel-rapl:0"
+# root-only files (which root reads: the part unreadable-rapl checks the refusal as another user).
+mkdir -p "$work/plain-hwmon/hwmon0"
 echo coretemp > "$work/plain-hwmon/hwmon0/name"
 echo 40000 > "$work/plain-hwmon/hwmon0/temp1_input"
-echo package-0 > "$work/locked-powercap/intel-rapl:0/name"
-echo 123 > "$work/locked-powercap/intel-rapl:0/energy_uj"
-chmod 000 "$work/locked-powercap/intel-rapl:0/energy_uj"
+locked_powercap
 probe="$(JOULE_NVML_LIBRARY=libc.so.6 JOULE_HWMON_ROOT="$work/plain-hwmon" \
          JOULE_POWERCAP_ROOT="$work/locked-powercap" "$joule" energy probe)"
 echo "$probe"
@@ -62,7 +91,6 @@ expect "found: hwmon0 (coretemp))" "$probe"
 if [ "$(id -u)" != 0 ]; then
   expect "  rapl: $work/locked-powercap/{intel,amd}-rapl:* — permission denied reading $work/locked-powercap/intel-rapl:0/energy_uj (root-only since CVE-2020-8694" "$probe"
 else
-  echo "SKIP: running as root, which reads a file of mode 000: 'permission denied' not checked here"
   expect "  rapl: $work/locked-powercap/{intel,amd}-rapl:* — found: package-0 (intel-rapl:0)" "$probe"
 fi
 probe="$(FAKE_NVML_INIT_ERROR=9 "$joule" energy probe)"

@@ -10,6 +10,17 @@
 
 #include <string>
 
+// A test case that cannot check its subject here (root writes in a read-only folder, say) says so
+// and is counted by ctest as skipped, never as passed: every Catch2 test's entry has
+// SKIP_REGULAR_EXPRESSION "joule test skipped: " (joule_add_test, tests/CMakeLists.txt). Catch2 v2
+// has no SKIP; a warning is printed under both. Only in a test case of its own, before any check:
+// the rest of the case does not run.
+#define JOULE_SKIP(reason)                      \
+  do {                                          \
+    WARN("joule test skipped: " << reason);     \
+    return;                                     \
+  } while (false)
+
 namespace joule::test {
 
 #if JOULE_CATCH2_MAJOR >= 3
