@@ -1,9 +1,8 @@
 // The tuning pieces that need the real model: the "tune" section's checks, the search space and
 // the memory model's feasibility verdicts, and trials measured on the tiny model (ok with finite
-// figures; failed with the reason when a trial cannot run).
+// figures; failed with the reason when a trial cannot run; racing, on step figures the tests set).
 #include "core/data/synth.hpp"
 #include "energy/source.hpp"
-#include "runlog/statistics.hpp"
 #include "scheduler/tune_session.hpp"
 #include "scheduler/trial_runner.hpp"
 #include "support/tiny_config.hpp"
@@ -208,37 +207,58 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
   for (auto const& g : r.regions) CHECK(path_calls[g.name] == g.calls);
   REQUIRE_FALSE(r.power.domains.empty());
 
-  // Racing: with no CI target reachable, a trial repeats to max_repeats (2 rounds) unless a leader
-  // measured before is clearly better, then it stops after one round.
+  // Racing, on step figures the test sets (the machine's own are replaced, so the verdicts do not
+  // depend on how loaded it is): every round's three steps take 0.8, 1.0 and 1.2 s at 100 J each.
+  // E·T per step 80, 100, 120: mean 100, s = 20, so after one round the 95% interval's half-width
+  // is t(0.975, 2)·20/√3 = 4.303·11.547 = 49.69, 0.4969 of the objective, which is median E ·
+  // median T = 100 · 1.0 = 100: the interval [50.31, 149.69]. After two rounds (6 steps: s² =
+  // 1600/5, t(0.975, 5) = 2.571) 2.571·17.889/√6 = 18.78: 0.1878. No CI target is reachable
+  // (ci_target 0), so a trial repeats to max_repeats (2 rounds), unless after a round its interval
+  // lies entirely above the leader's: then it stops after 3 steps.
   auto never_precise = settings;
   never_precise.ci_target = 0;
   TrialRunner racing(cfg, never_precise, e.monitor, e.regions, {}, {});
-  REQUIRE(racing.measure(k).repeats == 2);
-  // The rule applied to a trial's first round, from its recorded steps: on a loaded machine
-  // three steps can spread by more than their mean (the interval then reaches the leader's and
-  // the trial rightly goes on), and a slowed-down machine can make any trial look clearly worse.
-  auto const first_round_stops = [&](TrialRecord const& t, double leader) {
-    REQUIRE(t.step_time_s.size() >= 3);
-    std::vector<double> const t3(t.step_time_s.begin(), t.step_time_s.begin() + 3);
-    std::vector<double> const e3(t.step_energy_j.begin(), t.step_energy_j.begin() + 3);
-    std::vector<double> objectives;
-    for (int i = 0; i < 3; ++i)
-      objectives.push_back(objective_value(never_precise.objective, e3[i], t3[i], never_precise.objective.p_max_w));
-    double const first_round = objective_value(never_precise.objective, median(e3), median(t3),
-                                               never_precise.objective.p_max_w);
-    INFO("first round: objective " << first_round << ", ci " << relative_ci_half_width(objectives));
-    // ... once the round's steps cover enough updates of the energy sensor (here the sampler's
-    // 100 Hz: tiny steps of a few ms do not, and the trial goes on).
-    bool const enough_updates = t3[0] + t3[1] + t3[2] >= kMinSensorUpdates * t.energy_resolution_s;
-    return enough_updates && clearly_worse(first_round, relative_ci_half_width(objectives), leader, 0.01);
+  int rounds = 0;
+  racing.filter_measurements([&](Knobs const&, std::vector<double>& seconds, std::vector<double>& joules) {
+    ++rounds;
+    seconds = {0.8, 1.0, 1.2};
+    joules = {100, 100, 100};
+  });
+  auto const race = [&] {
+    rounds = 0;
+    auto const t = racing.measure(k);
+    INFO(t.reason);
+    REQUIRE(t.ok());
+    REQUIRE(t.objective == Approx(100));
+    REQUIRE(t.measured_steps == 3 * rounds);
+    return t;
   };
-  for (double const leader : {r.objective * 1e-3, r.objective * 1e3}) {  // far better, far worse
-    racing.set_leader(leader, 0.01);
-    auto const raced = racing.measure(k);
-    REQUIRE(raced.ok());
-    bool const stop = first_round_stops(raced, leader);
-    REQUIRE(raced.repeats == (stop ? 1 : 2));
-    REQUIRE(raced.measured_steps == (stop ? 3 : 6));
+  {
+    auto const no_leader = race();  // nothing measured before: both rounds
+    REQUIRE(no_leader.repeats == 2);
+    REQUIRE(no_leader.measured_steps == 6);
+    REQUIRE(no_leader.ci_relative == Approx(0.1878).epsilon(1e-3));
+  }
+  struct Leader {
+    double objective, ci_relative;
+    bool stops;
+  };
+  for (auto const& leader : {Leader{10, 0.01, true},      // [9.9, 10.1]: far better
+                             Leader{48, 0.04, true},      // [46.08, 49.92]: just below 50.31
+                             Leader{48, 0.06, false},     // [45.12, 50.88]: overlaps from 50.31 on
+                             Leader{90, 0.01, false},     // better, but within the interval
+                             Leader{1000, 0.01, false}}) {  // far worse
+    INFO("leader " << leader.objective << " +- " << 100 * leader.ci_relative << "%");
+    racing.set_leader(leader.objective, leader.ci_relative);
+    auto const raced = race();
+    if (leader.stops) {
+      REQUIRE(raced.repeats == 1);
+      REQUIRE(raced.measured_steps == 3);
+      REQUIRE(raced.ci_relative == Approx(0.4969).epsilon(1e-3));
+    } else {
+      REQUIRE(raced.repeats == 2);
+      REQUIRE(raced.measured_steps == 6);
+    }
   }
 
   // A trial that cannot run (here: its dataset vanished) is failed with the reason; the runner
@@ -252,6 +272,69 @@ TEST_CASE("trial runner: the space, the memory model's verdicts, and measured tr
   e.sampler.stop();
 }
 
+
+// Racing in a search: the session hands each trial's result to the runner as the bar to beat, so
+// a candidate clearly worse than the best so far costs one round, where the best and a candidate
+// worse only within the noise take every round.
+TEST_CASE("tune session: racing stops a clearly worse trial after one round; one within the noise measures on",
+          "[tune][train]") {
+  test::TempFile data(".h5");
+  auto j = test::tiny_config_json(data.path());
+  j["train"]["offload_ratio"] = 0.0;
+  Config const cfg = with_tune(j, {{"offload_ratios", {0, 0.5, 1}}, {"recompute_depths", {0}}, {"warmup_steps", 1},
+                                   {"measured_steps", 3}, {"max_repeats", 3}, {"ci_target", 0},
+                                   {"reference_every", 0}, {"confirm_rounds", 0}});
+  write_synthetic(data.path(), SynthOptions::for_model(cfg.model, 24, 3));
+  auto const settings = parse_tune_settings(cfg);
+  Energy e(5000);
+  e.sampler.start();
+  TrialRunner runner(cfg, settings, e.monitor, e.regions, {}, {});
+  // Each round's steps take 0.8, 1.0 and 1.2 s; per step offload 0 uses 100 J, 0.5 400 J, 1 120 J.
+  // Exhaustive search measures them in that order (edp; s the steps' spread of E·T, t(0.975, n−1)):
+  //   offload 0, first, has no leader: 3 rounds, E·T per step 80, 100, 120 thrice: mean 100,
+  //     s² = 2400/8, half-width 2.306·17.32/3 = 13.31: the leader is 100 +- 13.31%, up to 113.31.
+  //   offload 0.5: E·T 320, 400, 480, objective 400 +- 49.69% after one round (t(0.975, 2) = 4.303,
+  //     s = 80: 4.303·80/√3 = 198.8): from 201.2 up, entirely above 113.31: it stops.
+  //   offload 1: objective 120 +- 49.69% after one round, from 60.38; +- 18.78% after two
+  //     (t(0.975, 5) = 2.571), from 97.47: both reach below 113.31, so it takes its 3 rounds.
+  std::map<double, int> rounds;
+  runner.filter_measurements([&](Knobs const& k, std::vector<double>& seconds, std::vector<double>& joules) {
+    ++rounds[k.offload_ratio];
+    double const joules_per_step = k.offload_ratio == 0 ? 100 : k.offload_ratio == 0.5 ? 400 : 120;
+    seconds = {0.8, 1.0, 1.2};
+    joules = {joules_per_step, joules_per_step, joules_per_step};
+  });
+  TuneSession session(runner, settings, nullptr);
+  REQUIRE(session.feasible().size() == 3);
+  REQUIRE(session.strategy() == StrategyKind::exhaustive);
+  session.search(nullptr);
+  auto const& trials = session.result().trials;
+  REQUIRE(trials.size() == 3);
+  std::map<double, TrialRecord> by_offload;
+  for (auto const& t : trials) {
+    INFO(t.knobs.describe() << ": " << t.reason);
+    REQUIRE(t.ok());
+    by_offload[t.knobs.offload_ratio] = t;
+  }
+  REQUIRE(trials[0].knobs.offload_ratio == 0);  // measured first: no leader yet
+  REQUIRE(by_offload.at(0).objective == Approx(100));
+  REQUIRE(by_offload.at(0).ci_relative == Approx(0.1331).epsilon(2e-3));
+  // Clearly worse: one round
+  REQUIRE(by_offload.at(0.5).objective == Approx(400));
+  REQUIRE(by_offload.at(0.5).repeats == 1);
+  REQUIRE(by_offload.at(0.5).measured_steps == 3);
+  REQUIRE(rounds[0.5] == 1);
+  // The best and the one within the noise: every round
+  for (double const offload : {0.0, 1.0}) {
+    INFO("offload " << offload);
+    REQUIRE(by_offload.at(offload).repeats == 3);
+    REQUIRE(by_offload.at(offload).measured_steps == 9);
+    REQUIRE(rounds[offload] == 3);
+  }
+  REQUIRE(by_offload.at(1).objective == Approx(120));
+  REQUIRE(session.chosen().knobs.offload_ratio == 0);
+  e.sampler.stop();
+}
 
 TEST_CASE("in-flight tuning: the search runs on the run's own steps and ends with the untuned run's bits",
           "[tune][train][inflight][long]") {
