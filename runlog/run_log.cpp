@@ -24,8 +24,11 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <type_traits>
+#include <variant>
 
 #include "runlog/detail/run_log_file.hpp"
+#include "runlog/record_fields.hpp"
 
 // Writing a run log: a new one or the one being resumed (its header checked against this run),
 // each record committed whole (core/io/commit.hpp). run_log_read.cpp reads it.
@@ -61,6 +64,22 @@ void write_knobs(H5File& f, std::string const& group, Knobs const& k) {
     else
       f.set_attribute(group, knob.name, knob.get(k));
   }
+}
+
+// Every row of a record's table (record_fields.hpp), and nothing else of it.
+template <class Record>
+void write_fields(H5File& f, std::string const& group, Record const& r, std::vector<RecordField<Record>> const& fields) {
+  for (auto const& field : fields)
+    std::visit(
+        [&](auto member) {
+          auto const& value = r.*member;
+          using T = std::decay_t<decltype(value)>;
+          if constexpr (std::is_same_v<T, double> || std::is_same_v<T, std::string>)
+            f.set_attribute(group, field.name, value);
+          else
+            f.set_attribute(group, field.name, (long long)value);
+        },
+        field.member);
 }
 
 void write_doubles(H5File& f, std::string const& dataset, std::vector<double> const& values) {
@@ -136,28 +155,10 @@ void write_group(H5File& f, std::string const& group, Fill const& fill) {
   f.set_attribute(group, "complete", 1LL);
 }
 
+// RunLogWriter::create has filled in `created`.
 void write_header(H5File& f, RunHeader const& h, std::string const& run_id) {
   f.set_attribute("/", "format", kRunLogFormat);
-  f.set_attribute("/", "joule_version", h.joule_version);
-  f.set_attribute("/", "git_commit", h.git_commit);
-  f.set_attribute("/", "kokkos_version", h.kokkos_version);
-  f.set_attribute("/", "execution_space", h.execution_space);
-  f.set_attribute("/", "host", h.host);
-  f.set_attribute("/", "energy_source", h.energy_source);
-  f.set_attribute("/", "energy_kind", h.energy_kind);
-  f.set_attribute("/", "energy_regions", h.energy_regions);
-  f.set_attribute("/", "tuning", h.tuning);
-  f.set_attribute("/", "objective", h.objective);
-  f.set_attribute("/", "strategy", h.strategy);
-  f.set_attribute("/", "world_size", (long long)h.world_size);
-  f.set_attribute("/", "config", h.config_json);
-  f.set_attribute("/", "precision", h.precision);
-  f.set_attribute("/", "gemm_path", h.gemm_path);
-  f.set_attribute("/", "attention_path", h.attention_path);
-  f.set_attribute("/", "host_cores", h.host_cores);
-  f.set_attribute("/", "gpu", h.gpu);
-  f.set_attribute("/", "created", h.created.empty() ? now_iso() : h.created);
-  f.set_attribute("/", "device_memory_budget_bytes", h.device_memory_budget_bytes);
+  write_fields(f, "/", h, header_fields());
   f.set_attribute("/", "resumed", join(h.resumed, "\n"));
   f.set_attribute("/", "run_id", run_id);
   f.set_attribute("/", "knob_table", knob_table_json());  // how to label the knobs' values
@@ -328,6 +329,7 @@ RunLogWriter RunLogWriter::create(std::string const& path, RunHeader const& head
   check_header(path, header);
   RunHeader h = header;
   h.resumed.clear();
+  if (h.created.empty()) h.created = now_iso();
   std::string const run_id = make_run_id();
   RunLogWriter writer(path, run_id);
   writer.commit("create the run log", Start::empty, [&](H5File& f) {
@@ -419,24 +421,9 @@ void RunLogWriter::append_trial(TrialRecord const& t) {
     write_group(f, group, [&](std::string const& g) {
       write_knobs(f, g, t.knobs);
       f.set_attribute(g, "status", to_string(t.status));
-      f.set_attribute(g, "reason", t.reason);
-      f.set_attribute(g, "time_per_step_s", t.time_per_step_s);
-      f.set_attribute(g, "energy_per_step_j", t.energy_per_step_j);
-      f.set_attribute(g, "objective", t.objective);
-      f.set_attribute(g, "ci_relative", t.ci_relative);
-      f.set_attribute(g, "repeats", (long long)t.repeats);
-      f.set_attribute(g, "warmup_steps", (long long)t.warmup_steps);
-      f.set_attribute(g, "measured_steps", (long long)t.measured_steps);
-      f.set_attribute(g, "drift", t.drift);
-      f.set_attribute(g, "process_cpus", t.process_cpus);
-      f.set_attribute(g, "other_cpus", t.other_cpus);
-      f.set_attribute(g, "steal_share", t.steal_share);
-      f.set_attribute(g, "energy_resolution_s", t.energy_resolution_s);
+      write_fields(f, g, t, trial_fields());
+      // Derived, for readers of the file alone (TrialRecord computes it): not read back.
       f.set_attribute(g, "energy_below_resolution", (long long)(t.energy_below_resolution() ? 1 : 0));
-      f.set_attribute(g, "predicted_device_bytes", (long long)t.predicted_device_bytes);
-      f.set_attribute(g, "link_bytes_per_step", t.link_bytes_per_step);
-      f.set_attribute(g, "host_jobs_speculated", t.host_jobs_speculated);
-      f.set_attribute(g, "host_jobs_rolled_back", t.host_jobs_rolled_back);
       write_doubles(f, g + "/step_time_s", t.step_time_s);
       write_doubles(f, g + "/step_energy_j", t.step_energy_j);
       std::vector<std::int32_t> const on(t.measured_on.begin(), t.measured_on.end());

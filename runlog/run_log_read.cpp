@@ -24,8 +24,11 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <type_traits>
+#include <variant>
 
 #include "runlog/detail/run_log_file.hpp"
+#include "runlog/record_fields.hpp"
 
 // Reading a run log: opening it (with a message for each way it is not one), every group and
 // table, and the public read_run_log / is_run_log. run_log.cpp writes and resumes it.
@@ -148,6 +151,33 @@ int read_int(H5File const& f, std::string const& object, std::string const& name
   return int(value);
 }
 
+// Every row of a record's table (record_fields.hpp) into `r`; a kOptional row the file lacks
+// leaves its member as it is (the default).
+template <class Record>
+void read_fields(H5File const& f, std::string const& group, Record& r, std::vector<RecordField<Record>> const& fields) {
+  for (auto const& field : fields) {
+    if ((field.flags & kOptional) && !f.has_attribute(group, field.name)) continue;
+    std::visit(
+        [&](auto member) {
+          auto& value = r.*member;
+          using T = std::decay_t<decltype(value)>;
+          if constexpr (std::is_same_v<T, double>) {
+            value = f.attribute_double(group, field.name);
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            value = f.attribute_string(group, field.name);
+          } else if constexpr (std::is_same_v<T, int>) {
+            value = read_int(f, group, field.name);
+          } else {
+            long long const n = f.attribute_int(group, field.name);
+            if (n < 0 && (std::is_unsigned_v<T> || (field.flags & kCount)))
+              damaged(f, fmt::format("attribute '{}' on {} is negative ({})", field.name, group, n));
+            value = T(n);
+          }
+        },
+        field.member);
+  }
+}
+
 template <class T>
 std::vector<T> read_vector(H5File const& f, std::string const& dataset) {
   io::Dims dims;
@@ -255,29 +285,7 @@ TrialRecord read_trial(H5File const& f, std::string const& g, int index) {
   } catch (std::invalid_argument const&) {
     damaged(f, fmt::format("attribute 'status' on {} is \"{}\", expected ok, infeasible or failed", g, status));
   }
-  t.reason = f.attribute_string(g, "reason");
-  t.time_per_step_s = f.attribute_double(g, "time_per_step_s");
-  t.energy_per_step_j = f.attribute_double(g, "energy_per_step_j");
-  t.objective = f.attribute_double(g, "objective");
-  t.ci_relative = f.attribute_double(g, "ci_relative");
-  t.repeats = read_int(f, g, "repeats");
-  t.warmup_steps = read_int(f, g, "warmup_steps");
-  t.measured_steps = read_int(f, g, "measured_steps");
-  t.drift = f.attribute_double(g, "drift");
-  for (auto const& [name, value] : {std::pair{"process_cpus", &t.process_cpus}, std::pair{"other_cpus", &t.other_cpus},
-                                    std::pair{"steal_share", &t.steal_share},
-                                    std::pair{"energy_resolution_s", &t.energy_resolution_s}})
-    if (f.has_attribute(g, name)) *value = f.attribute_double(g, name);
-  long long const bytes = f.attribute_int(g, "predicted_device_bytes");
-  if (bytes < 0) damaged(f, fmt::format("attribute 'predicted_device_bytes' on {} is negative ({})", g, bytes));
-  t.predicted_device_bytes = std::size_t(bytes);
-  if (f.has_attribute(g, "link_bytes_per_step")) t.link_bytes_per_step = f.attribute_double(g, "link_bytes_per_step");
-  for (auto const& [name, value] : {std::pair{"host_jobs_speculated", &t.host_jobs_speculated},
-                                    std::pair{"host_jobs_rolled_back", &t.host_jobs_rolled_back}})
-    if (f.has_attribute(g, name)) {  // absent in logs before issue 42
-      *value = f.attribute_int(g, name);
-      if (*value < 0) damaged(f, fmt::format("attribute '{}' on {} is negative ({})", name, g, *value));
-    }
+  read_fields(f, g, t, trial_fields());
   t.step_time_s = read_vector<double>(f, g + "/step_time_s");
   t.step_energy_j = read_vector<double>(f, g + "/step_energy_j");
   if (f.exists(g + "/measured_on")) {  // logs from before in-flight tuning have none
@@ -320,35 +328,16 @@ std::vector<TrialRecord> read_trials(H5File const& f, std::vector<std::string>* 
 
 RunHeader read_header(H5File const& f) {
   RunHeader h;
-  h.joule_version = f.attribute_string("/", "joule_version");
-  h.git_commit = f.attribute_string("/", "git_commit");
-  h.kokkos_version = f.attribute_string("/", "kokkos_version");
-  h.execution_space = f.attribute_string("/", "execution_space");
-  h.host = f.attribute_string("/", "host");
-  h.energy_source = f.attribute_string("/", "energy_source");
-  h.energy_kind = f.attribute_string("/", "energy_kind");
+  read_fields(f, "/", h, header_fields());
   if (h.energy_kind != "measured" && h.energy_kind != "model")
     damaged(f, fmt::format("attribute 'energy_kind' on / is \"{}\", expected measured or model", h.energy_kind));
-  if (f.has_attribute("/", "energy_regions")) h.energy_regions = f.attribute_string("/", "energy_regions");
-  if (f.has_attribute("/", "tuning")) h.tuning = f.attribute_string("/", "tuning");
   if (h.tuning != "offline" && h.tuning != "in_flight" && h.tuning != "profile")
     damaged(f, fmt::format("attribute 'tuning' on / is \"{}\", expected offline, in_flight or profile", h.tuning));
-  h.objective = f.attribute_string("/", "objective");
-  h.strategy = f.attribute_string("/", "strategy");
-  h.world_size = read_int(f, "/", "world_size");
-  h.config_json = f.attribute_string("/", "config");
-  if (f.has_attribute("/", "precision")) h.precision = f.attribute_string("/", "precision");
-  if (f.has_attribute("/", "gemm_path")) h.gemm_path = f.attribute_string("/", "gemm_path");
-  if (f.has_attribute("/", "attention_path")) h.attention_path = f.attribute_string("/", "attention_path");
-  if (f.has_attribute("/", "host_cores")) h.host_cores = f.attribute_string("/", "host_cores");
-  if (f.has_attribute("/", "gpu")) h.gpu = f.attribute_string("/", "gpu");  // absent before issue 65
   try {  // nothing may walk a configuration nested too deeply (see check_json_limits)
     check_json_limits(h.config_json, "attribute 'config' on /");
   } catch (ConfigError const& e) {
     damaged(f, e.what());
   }
-  h.created = f.attribute_string("/", "created");
-  h.device_memory_budget_bytes = f.attribute_double("/", "device_memory_budget_bytes");
   h.resumed = split_lines(f.attribute_string("/", "resumed"));
   return h;
 }

@@ -6,6 +6,7 @@
 #include "scheduler/replay.hpp"
 #include "scheduler/report.hpp"
 #include "scheduler/significance.hpp"
+#include "runlog/record_fields.hpp"
 #include "runlog/run_log.hpp"
 #include "runlog/statistics.hpp"
 
@@ -37,6 +38,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 using Catch::Matchers::Equals;
@@ -254,13 +257,99 @@ TrainRecord make_train(Rng& rng) {
   return t;
 }
 
+// Knobs with a value of its own in every row of knob_table(), none Knobs()'s: 2, 3.25, 4, ...
+// (a named value: its last name's).
+Knobs every_knob_set() {
+  Knobs k;
+  double v = 2;
+  for (auto const& knob : knob_table()) {
+    knob.set(k, knob.value_names ? knob.value_count - 1 : knob.integer ? v : v + 0.25);
+    ++v;
+  }
+  return k;
+}
+
+// Every knob of `k` holds a value of its own: not Knobs()'s (a knob the reader skipped reads back
+// as that) and not another knob's (a knob read into another's member reads back as that one's).
+void require_own_values(Knobs const& k) {
+  Knobs const fresh;
+  std::vector<double> seen;
+  for (auto const& knob : knob_table()) {
+    INFO("knob " << knob.name);
+    CHECK_FALSE(same(knob.get(k), knob.get(fresh)));
+    CHECK(std::find(seen.begin(), seen.end(), knob.get(k)) == seen.end());
+    seen.push_back(knob.get(k));
+  }
+}
+
 void check_same(Knobs const& a, Knobs const& b) {
-  CHECK(a.offload_ratio == b.offload_ratio);
-  CHECK(a.recompute_depth == b.recompute_depth);
-  CHECK(a.seq_shards == b.seq_shards);
-  CHECK(a.micro_batch == b.micro_batch);
-  CHECK(a.host_threads == b.host_threads);
-  CHECK(a.power_limit_w == b.power_limit_w);
+  for (auto const& knob : knob_table()) {
+    INFO("knob " << knob.name);
+    CHECK(same(knob.get(a), knob.get(b)));
+  }
+}
+
+// A row of a record's table (runlog/record_fields.hpp) as exact text: a double by "%a" (-0 and 0,
+// NaN and inf differ), unless it is a whole number, which reads as an integer row of that value.
+template <class Record>
+std::string field_text(Record const& r, RecordField<Record> const& field) {
+  return std::visit(
+      [&](auto member) {
+        auto const& value = r.*member;
+        using T = std::decay_t<decltype(value)>;
+        if constexpr (std::is_same_v<T, std::string>)
+          return "\"" + value + "\"";
+        else if constexpr (std::is_same_v<T, double>)
+          return value == std::floor(value) && std::abs(value) < 1e18 && !std::signbit(value)
+                     ? std::to_string((long long)value)
+                     : printed("%a", value);
+        else
+          return std::to_string((long long)value);
+      },
+      field.member);
+}
+
+// Every row of the table holds a value of its own in `r`: not the record's default (a row the
+// writer or the reader skipped reads back as that) and not another row's (a row read into
+// another's member reads back as that one's). A row added to a table fails here until the round
+// trip below gives it a value.
+template <class Record>
+void require_own_values(Record const& r, std::vector<RecordField<Record>> const& fields) {
+  Record const fresh{};
+  std::vector<std::string> seen;
+  for (auto const& field : fields) {
+    INFO("attribute " << field.name);
+    std::string const value = field_text(r, field);
+    CHECK(value != field_text(fresh, field));
+    CHECK(std::find(seen.begin(), seen.end(), value) == seen.end());
+    seen.push_back(value);
+  }
+}
+
+template <class Record>
+void check_fields(Record const& a, Record const& b, std::vector<RecordField<Record>> const& fields) {
+  for (auto const& field : fields) {
+    INFO("attribute " << field.name);
+    CHECK(field_text(a, field) == field_text(b, field));
+  }
+}
+
+// How many members the aggregate T has: the most initializers T{...} takes, each an Any, which
+// becomes whatever its member is. A member added to a record is counted without naming it.
+struct Any {
+  template <class T>
+  operator T() const;
+};
+template <class T, class Indices, class = void>
+struct takes : std::false_type {};
+template <class T, std::size_t... I>
+struct takes<T, std::index_sequence<I...>, std::void_t<decltype(T{(void(I), Any{})...})>> : std::true_type {};
+template <class T, std::size_t N = 0>
+constexpr std::size_t member_count() {
+  if constexpr (takes<T, std::make_index_sequence<N + 1>>::value)
+    return member_count<T, N + 1>();
+  else
+    return N;
 }
 
 void check_same(std::vector<RegionMeasure> const& a, std::vector<RegionMeasure> const& b) {
@@ -282,26 +371,19 @@ void check_same(PowerTrace const& a, PowerTrace const& b) {
   CHECK(same(a.watts, b.watts));
 }
 
+// The members outside trial_fields(): the index (the group's name), the knobs (knob_table()), the
+// status (its text), the datasets and the tables of regions and of power.
+constexpr std::size_t kTrialMembersByHand = 9;
+
 void check_same(TrialRecord const& a, TrialRecord const& b) {
   INFO("trial " << b.index);
   CHECK(a.index == b.index);
   check_same(a.knobs, b.knobs);
   CHECK(a.status == b.status);
-  CHECK(a.reason == b.reason);
-  CHECK(same(a.time_per_step_s, b.time_per_step_s));
-  CHECK(same(a.energy_per_step_j, b.energy_per_step_j));
-  CHECK(same(a.objective, b.objective));
-  CHECK(same(a.ci_relative, b.ci_relative));
-  CHECK(a.repeats == b.repeats);
-  CHECK(a.warmup_steps == b.warmup_steps);
-  CHECK(a.measured_steps == b.measured_steps);
-  CHECK(same(a.drift, b.drift));
-  CHECK(a.predicted_device_bytes == b.predicted_device_bytes);
+  check_fields(a, b, trial_fields());
   CHECK(same(a.step_time_s, b.step_time_s));
   CHECK(same(a.step_energy_j, b.step_energy_j));
   CHECK(a.measured_on == b.measured_on);
-  CHECK(a.host_jobs_speculated == b.host_jobs_speculated);
-  CHECK(a.host_jobs_rolled_back == b.host_jobs_rolled_back);
   check_same(a.regions, b.regions);
   check_same(a.region_paths, b.region_paths);
   check_same(a.power, b.power);
@@ -339,24 +421,11 @@ void check_same(TrainRecord const& a, TrainRecord const& b) {
   check_same(a.power, b.power);
 }
 
-void check_same(RunHeader const& a, RunHeader const& b) {
-  CHECK(a.joule_version == b.joule_version);
-  CHECK(a.git_commit == b.git_commit);
-  CHECK(a.kokkos_version == b.kokkos_version);
-  CHECK(a.execution_space == b.execution_space);
-  CHECK(a.host == b.host);
-  CHECK(a.energy_source == b.energy_source);
-  CHECK(a.energy_kind == b.energy_kind);
-  CHECK(a.objective == b.objective);
-  CHECK(a.strategy == b.strategy);
-  CHECK(a.config_json == b.config_json);
-  CHECK(a.created == b.created);
-  CHECK(a.world_size == b.world_size);
-  CHECK(a.device_memory_budget_bytes == b.device_memory_budget_bytes);
-  CHECK(a.precision == b.precision);
-  CHECK(a.gemm_path == b.gemm_path);
-  CHECK(a.attention_path == b.attention_path);
-}
+// The member outside header_fields(): `resumed`, which the writer keeps (compared where a test
+// resumes).
+constexpr std::size_t kHeaderMembersByHand = 1;
+
+void check_same(RunHeader const& a, RunHeader const& b) { check_fields(a, b, header_fields()); }
 
 // A small valid log with three trials, for the tests that then damage it.
 std::vector<TrialRecord> write_small_log(std::string const& path, RunHeader const& header = make_header()) {
@@ -407,7 +476,15 @@ std::vector<std::string> parse_csv_line(std::string const& line) {
 TEST_CASE("run log: every field survives a round trip", "[run_log]") {
   TempPath file(".h5");
   Rng rng(2024);
-  RunHeader const header = make_header();
+  // The header and trial 0 hold a value of their own in every row of their tables (checked below).
+  RunHeader const header = [] {
+    RunHeader h = make_header();
+    h.energy_regions = "on the timeline where their work ran";
+    h.tuning = "in_flight";
+    h.host_cores = "host optimizer threads on CPUs 4-71; launching thread, Kokkos' host threads and data reader on 0-3";
+    h.gpu = "rank 0: GPU 1 (PCI 0000:02:00.0): local rank 0 of 4\nrank 1: GPU 0 (PCI 0000:01:00.0): local rank 1 of 4";
+    return h;
+  }();
   std::vector<TrialRecord> trials{
       make_ok_trial(rng, 0, 7, 13),
       make_ok_trial(rng, 1, 0, 0),  // ok but nothing recorded: empty datasets, [0, 3] power trace
@@ -416,6 +493,22 @@ TEST_CASE("run log: every field survives a round trip", "[run_log]") {
       make_ok_trial(rng, 4, 1000, 1),
   };
   trials[1].regions.clear();
+  {
+    TrialRecord& t = trials[0];
+    t.knobs = every_knob_set();
+    t.reason = "measured again: \"drift\" 1.07 ü";  // whatever its status, the text comes back
+    t.process_cpus = 1.75, t.other_cpus = 0.4375, t.steal_share = 0.015625;
+    t.energy_resolution_s = 0.05;
+    t.link_bytes_per_step = 3.5e9;
+    t.host_jobs_rolled_back = 5;
+  }
+  // Every member is written and read by its table or by hand (the counts), and the tables' rows
+  // are each given a value the round trip could not produce by leaving them out or mixing them up.
+  CHECK(member_count<TrialRecord>() == trial_fields().size() + kTrialMembersByHand);
+  CHECK(member_count<RunHeader>() == header_fields().size() + kHeaderMembersByHand);
+  require_own_values(header, header_fields());
+  require_own_values(trials[0], trial_fields());
+  require_own_values(trials[0].knobs);
   TrainRecord const train = make_train(rng);
   {
     auto writer = RunLogWriter::create(file.path(), header);
@@ -498,6 +591,27 @@ TEST_CASE("run log: every field survives a round trip", "[run_log]") {
     REQUIRE(after.trials.size() == trials.size() + 1);
     check_same(after.trials.back(), fifth);
     CHECK(after.incomplete.empty());
+  }
+  SECTION("a log older than an optional row (kOptional) reads the record's default for it") {
+    hid_t const f = H5Fopen(file.path().c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    for (auto const& field : header_fields())
+      if (field.flags & kOptional) CHECK(H5Adelete_by_name(f, "/", field.name, H5P_DEFAULT) >= 0);
+    for (auto const& field : trial_fields())
+      if (field.flags & kOptional) CHECK(H5Adelete_by_name(f, "/trials/0000", field.name, H5P_DEFAULT) >= 0);
+    REQUIRE(H5Fclose(f) >= 0);
+    auto const old = read_run_log(file.path());
+    RunHeader const fresh_header{};
+    TrialRecord const fresh_trial{};
+    for (auto const& field : header_fields()) {
+      INFO("attribute " << field.name);
+      CHECK(field_text(old.header, field) == field_text(field.flags & kOptional ? fresh_header : header, field));
+    }
+    for (auto const& field : trial_fields()) {
+      INFO("attribute " << field.name);
+      CHECK(field_text(old.trials[0], field) == field_text(field.flags & kOptional ? fresh_trial : trials[0], field));
+    }
+    check_same(old.trials[4], trials[4]);
   }
   SECTION("a log written before region parents were recorded reads every parent as the top level") {
     hid_t const f = H5Fopen(file.path().c_str(), H5F_ACC_RDWR, H5P_DEFAULT);

@@ -19,16 +19,40 @@ std::vector<bool> choose_offloaded_groups(std::vector<std::size_t> const& sizes,
   std::size_t total = 0;
   for (auto s : sizes) total += s;
   double const target = ratio * double(total);
-  std::vector<bool> chosen(sizes.size(), false);
-  double taken = 0;
-  // Backward-completion order: last group (head) first, then blocks from the last, then embed.
+  // Groups of one size are interchangeable for the share, so a choice is how many of each size
+  // go, and every count is tried (a model's blocks are one size: at most 4 (layers + 1) choices).
+  // Each size's groups in backward-completion order: last group (head) first, then blocks from
+  // the last, then embed.
+  std::vector<std::size_t> size_of;             // each distinct size
+  std::vector<std::vector<std::size_t>> order;  // its groups, the earliest ready first
   for (std::size_t k = sizes.size(); k-- > 0;) {
-    double const with = taken + double(sizes[k]);
-    if (std::abs(with - target) < std::abs(taken - target)) {
-      chosen[k] = true;
-      taken = with;
-    }
+    std::size_t const j = std::size_t(std::find(size_of.begin(), size_of.end(), sizes[k]) - size_of.begin());
+    if (j == size_of.size()) size_of.push_back(sizes[k]), order.emplace_back();
+    order[j].push_back(k);
   }
+  std::size_t choices = 1;
+  for (auto const& groups : order) {
+    choices *= groups.size() + 1;
+    require(choices <= (std::size_t(1) << 24), "choose_offloaded_groups",
+            std::to_string(sizes.size()) + " groups of too many sizes to try every choice");
+  }
+  std::vector<std::size_t> count(order.size()), best_count(order.size());
+  double best = INFINITY;
+  std::size_t best_host = 0;
+  for (std::size_t c = 0; c < choices; ++c) {
+    std::size_t rest = c, host = 0;
+    for (std::size_t j = 0; j < order.size(); ++j) {
+      count[j] = rest % (order[j].size() + 1);
+      rest /= order[j].size() + 1;
+      host += count[j] * size_of[j];
+    }
+    double const distance = std::abs(double(host) - target);
+    // Of two as close, the smaller share: less to copy over the link each step.
+    if (distance < best || (distance == best && host < best_host)) best = distance, best_host = host, best_count = count;
+  }
+  std::vector<bool> chosen(sizes.size(), false);
+  for (std::size_t j = 0; j < order.size(); ++j)
+    for (std::size_t i = 0; i < best_count[j]; ++i) chosen[order[j][i]] = true;
   return chosen;
 }
 

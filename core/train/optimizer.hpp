@@ -81,9 +81,9 @@ bool offload_on_worker();
 // Does an offloading run speculate (STV): clipping on and the jobs on a worker.
 bool offload_speculates(double grad_clip, bool speculate = true);
 
-// Which groups go to the host for a target ratio: groups are taken in the order the backward
-// pass finishes them (head, last block, ..., first block, embed: the earliest ready overlap
-// best) and each is added if that brings the offloaded share closer to the target.
+// Which groups go to the host for a target ratio: the whole groups whose share is closest to it
+// (of two as close, the smaller), and of groups of one size those the backward pass finishes
+// first (head, last block, ..., first block, embed: the earliest ready overlap best).
 std::vector<bool> choose_offloaded_groups(std::vector<std::size_t> const& group_sizes, double ratio);
 // The group the backward pass finishes last (the embeddings, Model::backward): its gradient lands
 // when the norm is all but known, so even a speculating run (STV, above) waits for the norm there
