@@ -3,9 +3,9 @@
 // limit and SIGKILL after its KillWait (`#SBATCH --signal=TERM@120` sends it two minutes early);
 // a closed terminal or launcher sends SIGHUP. The command keeps what is due — the run log's
 // finished trials, a checkpoint where train.checkpoint is set — and exits with 128 + the
-// signal's number (130, 143, 129), as a shell reports a process the signal ended. A second
-// SIGINT or SIGTERM ends the process at once (the default action): the user means it. SIGHUP never
-// does: a closed terminal delivers it twice (the shell re-sends it to its jobs, and the kernel to
+// signal's number (130, 143, 129), as a shell reports a process the signal ended. A SIGINT or
+// SIGTERM after any stop signal ends the process at once (the default action), even while it
+// writes the checkpoint it stopped for: the user means it. SIGHUP never does: a closed terminal delivers it twice (the shell re-sends it to its jobs, and the kernel to
 // the terminal's foreground group when the shell exits), so a second SIGHUP, or a SIGHUP after
 // another signal, is only noted, and the run still stops between steps and keeps what is due.
 // And every command ignores SIGXFSZ, so that a write past `ulimit -f` fails with EFBIG and is

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # A hang-up never ends a run before its checkpoint (apps/stop_signals.hpp, docs/outputs.md). A
 # closed terminal delivers SIGHUP twice: the interactive shell re-sends it to its jobs, and the
-# kernel sends it to the terminal's foreground group when the shell exits. Only a second SIGINT or
-# SIGTERM ends the process at once; a second SIGHUP is ignored.
+# kernel sends it to the terminal's foreground group when the shell exits. Only a SIGINT or
+# SIGTERM after a first stop signal ends the process at once; a second SIGHUP is ignored.
 #   double-kill: joule train --checkpoint gets two SIGHUPs that both arrive mid-run (two_hangups):
 #                exit 129, the checkpoint written and whole, no lock and no temporary left. Then
-#                SIGHUP and, once it is delivered, SIGTERM: the process ends at once (143).
+#                SIGHUP and, once the run has stopped on it and is writing its checkpoint (held
+#                there by HOLD_SYNC, tests/support/hold_sync.c), SIGTERM: the process ends at once,
+#                killed by SIGTERM (143), without finishing the checkpoint or saying it stopped.
 #   terminal:    an interactive bash in a pseudo-terminal runs joule train --checkpoint in the
-#                foreground; the terminal is closed (terminal_hangup.py): the same.
-# Every signal lands after the output shows the run has got there, and every wait is on an event
-# with a deadline of minutes, so a loaded machine only makes it slower.
-# usage: hangup.sh JOULE REPO_DIR WORK_DIR double-kill|terminal
+#                foreground; the terminal is closed (terminal_hangup.py): the same as two SIGHUPs.
+# Every signal lands after the output or a file shows the run has got there, and every wait is on
+# an event with a deadline of minutes, so a loaded machine only makes it slower.
+# usage: hangup.sh JOULE REPO_DIR WORK_DIR double-kill HOLD_SYNC | hangup.sh JOULE REPO_DIR WORK_DIR terminal
 set -euo pipefail
-joule="$1" repo="$2" work="$3" mode="$4"
+joule="$1" repo="$2" work="$3" mode="$4" hold_sync="${5:-}"
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 py=/usr/bin/python3
@@ -39,11 +41,8 @@ wait_for() {  # wait_for OUTPUT PATTERN PID
 # would be one, so the process is stopped, two of its threads are sent one each (tgkill: pending
 # per thread) and it is continued: both handlers run while the run is still going. (A process of
 # one thread gets one SIGHUP, then a second once the first is delivered.)
-# hangup_then_term PID: SIGHUP, and SIGTERM as soon as the SIGHUP is delivered.
-two_hangups() { signals "$1" HUP; }
-hangup_then_term() { signals "$1" TERM; }
-signals() {  # signals PID HUP|TERM
-  "$py" - "$1" "$2" <<'PY' || fail "could not send the signals"
+two_hangups() {  # two_hangups PID
+  "$py" - "$1" <<'PY' || fail "could not send the signals"
 import ctypes, os, platform, signal, sys, time
 pid = int(sys.argv[1])
 libc = ctypes.CDLL(None, use_errno=True)
@@ -70,9 +69,6 @@ def hangup_then(second):
         pass
     os.kill(pid, second)
 try:
-    if sys.argv[2] == "TERM":
-        hangup_then(signal.SIGTERM)
-        sys.exit(0)
     if len(threads()) < 2:
         hangup_then(signal.SIGHUP)
         print("one thread: two SIGHUPs one after the other")
@@ -122,33 +118,37 @@ if [ "$mode" = double-kill ]; then
     fail "two SIGHUPs: the run did not stop between steps (killed by the second?): $(tail -3 "$work/hup2.out")"
   check_checkpoint "two SIGHUPs"
 
-  # 2. SIGHUP, then SIGTERM: the user means it, the process ends at once (the shell reports 143),
-  # unless the run had already stopped and exited (129) by the time SIGTERM came. On a busy machine
-  # the second signal can come late, after the run stopped, kept its checkpoint and said so, while
-  # the process was ending: 143 then, and the checkpoint it named must be whole. Or the two handlers
-  # run in the other order: SIGHUP leaves the shared pending set when a thread takes it, and if that
-  # thread is preempted before its handler runs, SIGTERM (sent at that moment) can be handled first
-  # by another thread; the process then saw SIGTERM first, stops between steps as SIGTERM asks and
-  # keeps its checkpoint (143 after "interrupted by SIGTERM"), the late SIGHUP only noted. Seen in
-  # CI beside other work; the process cannot tell the two orders apart, so both are right.
-  rm -f "$work/ckpt.h5"
-  "$joule" train --config "$work/small.json" --no-energy >"$work/hupterm.out" 2>&1 &
+  # 2. SIGHUP, then SIGTERM while the run, stopped on the SIGHUP, writes its checkpoint: the user
+  # means it, the process ends at once (the signal's default action: the shell reports 143). The
+  # checkpoint's sync is held (hold_sync.so) until the test lets it go, so the SIGTERM comes after
+  # the SIGHUP was handled (the run stopped and began its checkpoint: there is none before, with
+  # checkpoint_every 0) and before the process could end by itself: one outcome, whatever the load.
+  [ -r "$hold_sync" ] || fail "no hold_sync.so given (argument 5): $hold_sync"
+  rm -f "$work/ckpt.h5" "$work/held" "$work/go"
+  LD_PRELOAD="$hold_sync" JOULE_HOLD_PATH="/.ckpt.h5.joule-" JOULE_HOLD_READY="$work/held" JOULE_HOLD_UNTIL="$work/go" \
+    "$joule" train --config "$work/small.json" --no-energy >"$work/hupterm.out" 2>&1 &
   pid=$!
   wait_for "$work/hupterm.out" "^step +2/" $pid
-  hangup_then_term $pid
-  rc=0; wait $pid || rc=$?
-  if [ $rc = 143 ] && grep -q "^interrupted by SIGHUP .* after step [0-9]*: the training state is in $work/ckpt.h5" "$work/hupterm.out"; then
-    check_checkpoint "SIGHUP, the stop and its checkpoint, then SIGTERM while ending (143)"
-  elif [ $rc = 143 ] && grep -q "^interrupted by SIGTERM .* after step [0-9]*: the training state is in $work/ckpt.h5" "$work/hupterm.out"; then
-    check_checkpoint "SIGTERM's handler ran before SIGHUP's: a stop between steps on SIGTERM (143)"
-  elif [ $rc = 143 ]; then
-    ! grep -q "^interrupted by" "$work/hupterm.out" || fail "SIGHUP then SIGTERM: exit 143 after a stop message naming no checkpoint: $(tail -3 "$work/hupterm.out")"
-    echo "ok: SIGHUP then SIGTERM: ended at once (143)"
-  else
-    [ $rc = 129 ] && grep -q "^interrupted by SIGHUP" "$work/hupterm.out" ||
-      fail "SIGHUP then SIGTERM: exit $rc: $(tail -3 "$work/hupterm.out")"
-    echo "ok: SIGHUP then SIGTERM: the run had already stopped (129)"
+  kill -HUP $pid
+  for _ in $(seq 1 6000); do
+    [ -e "$work/held" ] && break
+    kill -0 $pid 2>/dev/null || fail "SIGHUP: the run ended before writing its checkpoint: $(tail -3 "$work/hupterm.out")"
+    sleep 0.02
+  done
+  [ -e "$work/held" ] || { touch "$work/go"; fail "SIGHUP: no checkpoint begun after 120 s: $(tail -3 "$work/hupterm.out")"; }
+  kill -TERM $pid
+  for _ in $(seq 1 6000); do kill -0 $pid 2>/dev/null || break; sleep 0.02; done
+  if kill -0 $pid 2>/dev/null; then
+    touch "$work/go"  # let it finish, to say how it ended
+    rc=0; wait $pid || rc=$?
+    fail "SIGHUP then SIGTERM: SIGTERM did not end the process (120 s); let go, it exited $rc: $(tail -3 "$work/hupterm.out")"
   fi
+  rc=0; wait $pid || rc=$?
+  [ $rc = 143 ] || fail "SIGHUP then SIGTERM: exit $rc, expected 143 (killed by SIGTERM): $(tail -3 "$work/hupterm.out")"
+  ! grep -q "^interrupted by" "$work/hupterm.out" ||
+    fail "SIGHUP then SIGTERM: the run went on to its end of a stop instead of ending at once: $(tail -3 "$work/hupterm.out")"
+  [ ! -e "$work/ckpt.h5" ] || fail "SIGHUP then SIGTERM: the checkpoint was finished after SIGTERM"
+  echo "ok: SIGHUP, then SIGTERM while the checkpoint was being written: ended at once (143), no checkpoint finished"
 elif [ "$mode" = terminal ]; then
   rm -f "$work/ckpt.h5"
   "$py" "$(dirname "$0")/terminal_hangup.py" "$work/terminal.out" "$work/joule.pid" \

@@ -10,7 +10,8 @@
 #   refused    a folder others can write without the sticky bit: refused, naming it and the way to
 #              accept it; accepted with JOULE_ACCEPT_SHARED_FOLDER=1, with a warning
 #   swap       the private temporary renamed away by inotify the moment it appears, another folder
-#              put in its place holding NAME as a link: nothing is written through the link
+#              put in its place holding NAME as a link, in each of five writes (each held at its
+#              sync until the swap is reported): nothing is written through the link
 #   renamed    a folder of the user's files renamed by a third party to a temporary's shape: kept
 #   locks      a lock file that another user made in advance, and one another user holds: the
 #              victim (an unprivileged user) still runs; a holder's text is printed escaped
@@ -25,12 +26,13 @@
 #   bench-json       bench --json at a link another user planted: refused or the link replaced
 #   data-swap        a dataset's owner renames a file that crashes HDF5 over it after a reader closes
 #                    it (tests/scripts/swap_after_close.py): the reader never crashes
-# usage: shared_folder_attacks.sh JOULE SOURCE_DIR [CASE...]
+# usage: shared_folder_attacks.sh JOULE SOURCE_DIR HOLD_SYNC [CASE...]
+#   HOLD_SYNC: tests/support/hold_sync.c built (the swap case holds each write until it is swapped)
 set -euo pipefail
-joule="$1" src="$2"
+joule="$1" src="$2" hold_sync="${3:-}"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
-  echo "SKIP: needs root and setpriv to act as other users"; exit 0
+  echo "SKIP: needs root and setpriv to act as other users"; exit 77
 fi
 victim_uid=4242 attacker_uid=4343
 as() { local uid="$1"; shift; setpriv --reuid="$uid" --regid="$uid" --clear-groups -- "$@"; }
@@ -103,17 +105,33 @@ case_refused() {
   echo "ok: refused: $(grep -m1 -o 'is writable by every user[^,]*' out.txt), accepted with a warning"
 }
 # --- swap: the private temporary replaced the moment it appears ----------------------------------
+# Every write's temporary is swapped: the writer is held at its temporary's sync (hold_sync.so)
+# until the watcher reports the swap, so a watcher slowed by a loaded machine still gets there
+# while the temporary exists. A swap before joule opened its folder makes it refuse (exit 1,
+# "was replaced by another"); a later one is harmless, as joule writes through its descriptors.
 case_swap() {
   export JOULE_ACCEPT_SHARED_FOLDER=1  # the attack needs a folder where others may rename
+  [ -r "$hold_sync" ] || fail "swap: no hold_sync.so given (argument 3): $hold_sync"
   echo "root's other file" >"$base/other" && chmod 644 "$base/other"
-  as $attacker_uid $python "$base/swap_temporary.py" "$open" s.h5 "$base/other" "$base/stop" 300 \
+  as $attacker_uid $python "$base/swap_temporary.py" "$open" s.h5 "$base/other" "$base/stop" 600 \
     >"$base/watcher.txt" 2>&1 </dev/null &
   watcher=$!
-  for _ in $(seq 600); do [ -e "$open/.watching" ] && break; sleep 0.1; done
+  for _ in $(seq 1200); do [ -e "$open/.watching" ] && break; sleep 0.1; done
   [ -e "$open/.watching" ] || fail "swap: the watcher did not start: $(cat "$base/watcher.txt")"
-  ok=0 refused=0
+  swaps() { grep -c '^swapped ' "$base/watcher.txt" || true; }
+  local ok=0 refused=0 run before writer rc
   for run in 1 2 3 4 5; do
-    rc=0; synth "$open/s.h5" >out.txt 2>&1 </dev/null || rc=$?
+    before=$(swaps)
+    rm -f "$base/held" "$base/go"
+    LD_PRELOAD="$hold_sync" JOULE_HOLD_PATH="$open/." JOULE_HOLD_READY="$base/held" JOULE_HOLD_UNTIL="$base/go" \
+      "$joule" data synth --count 2 --image-size 8 --text-len 32 --out "$open/s.h5" >out.txt 2>&1 </dev/null &
+    writer=$!
+    # Held, or ended (refused a folder swapped before it opened it); then the watcher's report.
+    for _ in $(seq 1200); do { [ -e "$base/held" ] || ! kill -0 $writer 2>/dev/null; } && break; sleep 0.1; done
+    for _ in $(seq 1200); do [ "$(swaps)" -gt "$before" ] && break; sleep 0.1; done
+    touch "$base/go"
+    rc=0; wait $writer || rc=$?
+    [ "$(swaps)" -gt "$before" ] || fail "swap: run $run: no temporary of it swapped in 120 s: $(cat "$base/watcher.txt")"
     if [ $rc = 0 ]; then ok=$((ok + 1));
     elif grep -q "was replaced by another" out.txt; then refused=$((refused + 1));
     else fail "swap: run $run: exit $rc: $(tail -3 out.txt)"; fi
@@ -122,8 +140,7 @@ case_swap() {
   [ "$(cat "$base/other")" = "root's other file" ] || fail "swap: root's file was written through the planted link"
   [ ! -L "$open/s.h5" ] || fail "swap: the output is the attacker's link"
   [ $ok = 0 ] || [ -f "$open/s.h5" ] || fail "swap: $ok runs wrote, but no s.h5 is there"
-  grep -q "swaps" "$base/watcher.txt" || fail "swap: the watcher did not report: $(cat "$base/watcher.txt")"
-  echo "ok: swap: $(cat "$base/watcher.txt" | tail -1); $ok runs wrote, $refused refused the replaced folder; root's file unchanged"
+  echo "ok: swap: $(tail -1 "$base/watcher.txt"); $ok runs wrote, $refused refused the replaced folder; root's file unchanged"
 }
 # --- renamed: the user's folder renamed to a temporary's shape -----------------------------------
 case_renamed() {
@@ -357,7 +374,7 @@ case_others_file() {
 failed=()
 cases=(probe dir_link refused swap renamed locks mode library_cwd path_one_level sticky_others mid_run lock_hardlink
        others_file bench_json data_swap plot_probe plot_chmod converter_link describe_link)
-[ $# -gt 2 ] && cases=("${@:3}")  # some cases only, by name
+[ $# -gt 3 ] && cases=("${@:4}")  # some cases only, by name
 for name in "${cases[@]}"; do
   ( case_$name ) || failed+=("$name")
   stop_users

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """The attack of issue 51 on a private temporary, as another user would run it: watch FOLDER with
-inotify; the moment a folder named .NAME.joule-* appears, rename it away and put a folder of our
-own in its place holding NAME as a symbolic link to TARGET. Runs until STOP_FILE exists or the
-deadline passes; prints how many swaps it made. Standard library only (ctypes for inotify).
+inotify; the moment a folder named .NAME.joule-* of another user (joule's, not one this script
+made) appears, rename it away and put a folder of our own in its place holding NAME as a symbolic
+link to TARGET. Prints "swapped ENTRY" for each temporary swapped, at once (the test waits for it),
+and at the end how many. Runs until STOP_FILE exists or the deadline passes. Standard library only
+(ctypes for inotify).
 
 usage: swap_temporary.py FOLDER NAME TARGET STOP_FILE [SECONDS]
 """
@@ -44,15 +46,24 @@ def main():
             if not (mask & IN_ISDIR) or not entry.startswith(prefix):
                 continue
             path = os.path.join(folder, entry)
+            stolen = os.path.join(folder, ".stolen-%d" % swaps)
             try:
-                os.rename(path, os.path.join(folder, ".stolen-%d" % swaps))
+                # inotify reports the folder this script puts in a temporary's place too: only
+                # another user's folder is a temporary of joule's (it runs as root here).
+                if os.lstat(path).st_uid == os.getuid():
+                    continue
+                os.rename(path, stolen)
+            except OSError:
+                continue  # gone already: the writer was done with it
+            swaps += 1
+            print("swapped %s" % entry, flush=True)
+            try:
                 os.mkdir(path, 0o777)
                 os.symlink(target, os.path.join(path, name))
                 os.chmod(path, 0o700)
-                swaps += 1
             except OSError:
                 pass
-    print("swap_temporary: %d swaps" % swaps)
+    print("swap_temporary: %d swaps of another user's temporaries" % swaps)
     return 0
 
 
