@@ -32,7 +32,7 @@ script="${JOULE_TEST_AARCH64_SCRIPT:-$repo/apps/scripts/aarch64_cross.sh}"
 part="${1:-all}"
 case "$part" in sysroot|kokkos|all) ;; *) echo "usage: $0 [sysroot|kokkos|all]" >&2; exit 2 ;; esac
 for tool in dpkg-deb tar setsid cmake g++ gcc perl; do
-  command -v "$tool" >/dev/null || { echo "SKIP: no $tool on this machine (the test needs it)"; exit 0; }
+  command -v "$tool" >/dev/null || { echo "SKIP: no $tool on this machine (the test needs it)"; exit 77; }
 done
 real_dpkg_deb="$(command -v dpkg-deb)"
 tmp="$(mktemp -d)"
