@@ -123,6 +123,8 @@ case_swap() {
   for run in 1 2 3 4 5; do
     before=$(swaps)
     rm -f "$base/held" "$base/go"
+    # (ASan, in the sanitizer build, refuses a preloaded library ahead of its runtime unless told.)
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
     LD_PRELOAD="$hold_sync" JOULE_HOLD_PATH="$open/." JOULE_HOLD_READY="$base/held" JOULE_HOLD_UNTIL="$base/go" \
       "$joule" data synth --count 2 --image-size 8 --text-len 32 --out "$open/s.h5" >out.txt 2>&1 </dev/null &
     writer=$!
