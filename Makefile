@@ -158,8 +158,9 @@ test-kokkos45:
 
 # The same against Debian sid's Kokkos 5.2.2 (OpenMP), which comes without Kokkos-Kernels: joule's
 # GEMMs call OpenBLAS directly (JOULE_GEMM=auto); root and build folder named kokkos52. Every test
-# but the tests of scripts and docs (label once, KOKKOS52_CTEST_ARGS).
-KOKKOS52_CTEST_ARGS ?= -LE once
+# but the tests of scripts and docs (label once) and the long scenarios of joule's own process and
+# file handling (label plain-only: make test runs them; tests/CMakeLists.txt says which and why).
+KOKKOS52_CTEST_ARGS ?= -LE 'once|plain-only'
 test-kokkos52:
 	JOBS=$(JOBS) JOULE_SID_VARIANT=kokkos52 JOULE_SID_CTEST_ARGS="$(KOKKOS52_CTEST_ARGS)" bash apps/scripts/sid_root.sh all
 

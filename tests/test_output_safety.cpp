@@ -27,14 +27,14 @@ namespace io = joule::io;
 
 namespace {
 
-struct Folder {
+struct SafetyFolder {
   fs::path path;
-  Folder() {
+  SafetyFolder() {
     path = fs::temp_directory_path() / ("joule-output-safety-" + std::to_string(getpid()));
     fs::remove_all(path);
     fs::create_directories(path);
   }
-  ~Folder() {
+  ~SafetyFolder() {
     std::error_code ec;
     fs::remove_all(path, ec);
   }
@@ -63,7 +63,7 @@ std::string contents(std::string const& path) {
   return s.str();
 }
 
-void write_text(std::string const& path, std::string const& text, io::CommitChecks const& checks = {}) {
+void commit_text(std::string const& path, std::string const& text, io::CommitChecks const& checks = {}) {
   io::commit_file(path, "table", [&](std::string const& temporary) { std::ofstream(temporary) << text; }, checks);
 }
 
@@ -76,7 +76,7 @@ bool is_fifo(std::string const& path) {
 
 TEST_CASE("writers: a link planted at the old PATH.tmp or anywhere near is never written through",
           "[outputs][hostile]") {
-  Folder d;
+  SafetyFolder d;
   std::string const victim = d.write("victim.txt", "the user's own file");
   fs::create_symlink(victim, d / "out.csv.tmp");  // where every writer used to put its temporary
   bool private_folder = false;
@@ -117,7 +117,7 @@ TEST_CASE("writers: a link planted at the old PATH.tmp or anywhere near is never
 
 TEST_CASE("writers: an output that is not a regular file is refused before any work and left as it is",
           "[outputs][hostile]") {
-  Folder d;
+  SafetyFolder d;
   REQUIRE(::mkfifo((d / "pipe").c_str(), 0600) == 0);
   fs::create_symlink("/dev/null", d / "null-link");
   fs::create_directories(d / "folder");
@@ -146,7 +146,7 @@ TEST_CASE("writers: an output that is not a regular file is refused before any w
   joule::apps::FilePlan plan;
   plan.output("--out", d / "link-to-file");
   CHECK(plan.check().empty());
-  write_text(d / "link-to-file", "new");
+  commit_text(d / "link-to-file", "new");
   CHECK_FALSE(fs::is_symlink(d / "link-to-file"));
   CHECK(contents(d / "link-to-file") == "new");
   CHECK(contents(kept) == "kept");
@@ -155,7 +155,7 @@ TEST_CASE("writers: an output that is not a regular file is refused before any w
 
 TEST_CASE("writers: a failed write leaves no temporary; a writer that replaces nothing replaces nothing",
           "[outputs][hostile]") {
-  Folder d;
+  SafetyFolder d;
   std::string const old = d.write("out.csv", "old");
   CHECK_THROWS_WITH(io::commit_file(d / "out.csv", "table",
                                     [](std::string const& temporary) {
@@ -168,16 +168,16 @@ TEST_CASE("writers: a failed write leaves no temporary; a writer that replaces n
 
   io::CommitChecks no_replace;
   no_replace.replace = false;
-  CHECK_THROWS_WITH(write_text(old, "new", no_replace), Contains("replaces none"));
+  CHECK_THROWS_WITH(commit_text(old, "new", no_replace), Contains("replaces none"));
   CHECK(contents(old) == "old");
-  write_text(d / "fresh.csv", "fresh", no_replace);
+  commit_text(d / "fresh.csv", "fresh", no_replace);
   CHECK(contents(d / "fresh.csv") == "fresh");
   CHECK(d.others({"out.csv", "fresh.csv"}).empty());
 }
 
 TEST_CASE("output lock: never through a link or into a non-file; the holder removes a killed writer's temporaries",
           "[outputs][hostile]") {
-  Folder d;
+  SafetyFolder d;
   std::string const victim = d.write("victim.txt", "the user's own file");
   fs::create_symlink(victim, d / "ckpt.h5.lock");
   CHECK_THROWS_WITH(io::OutputLock("--checkpoint", d / "ckpt.h5"),
@@ -226,20 +226,20 @@ TEST_CASE("output lock: never through a link or into a non-file; the holder remo
 
 TEST_CASE("writers: a replaced file of this user's keeps its mode; another user's is refused unless accepted",
           "[outputs][hostile]") {
-  Folder d;
+  SafetyFolder d;
   std::string const old = d.write("ckpt.csv", "old");
   REQUIRE(::chmod(old.c_str(), 0600) == 0);
-  write_text(old, "new");
+  commit_text(old, "new");
   struct stat st;
   REQUIRE(::stat(old.c_str(), &st) == 0);
   CHECK(contents(old) == "new");
   CHECK((st.st_mode & 07777) == 0600);
   REQUIRE(::chmod(old.c_str(), 0640) == 0);
-  write_text(old, "newer");
+  commit_text(old, "newer");
   REQUIRE(::stat(old.c_str(), &st) == 0);
   CHECK((st.st_mode & 07777) == 0640);
   // A new file takes the umask as any file does.
-  write_text(d / "fresh.csv", "fresh");
+  commit_text(d / "fresh.csv", "fresh");
   REQUIRE(::stat((d / "fresh.csv").c_str(), &st) == 0);
   mode_t const mask = ::umask(0);
   ::umask(mask);
@@ -251,7 +251,7 @@ TEST_CASE("writers: a replaced file of this user's keeps its mode; another user'
   REQUIRE(::chown(theirs.c_str(), 65534, 65534) == 0);
   REQUIRE(::chmod(theirs.c_str(), 0666) == 0);
   ::unsetenv("JOULE_REPLACE_OTHERS_FILES");
-  CHECK_THROWS_WITH(write_text(theirs, "root's"), Contains("is a file of user 65534") &&
+  CHECK_THROWS_WITH(commit_text(theirs, "root's"), Contains("is a file of user 65534") &&
                                                       Contains("JOULE_REPLACE_OTHERS_FILES=1"));
   joule::apps::FilePlan plan;
   plan.output("--out", theirs);
@@ -262,7 +262,7 @@ TEST_CASE("writers: a replaced file of this user's keeps its mode; another user'
   // Accepted: replaced by root's own file, which the other user cannot write.
   ::setenv("JOULE_REPLACE_OTHERS_FILES", "1", 1);
   CHECK(plan.check().empty());
-  write_text(theirs, "root's");
+  commit_text(theirs, "root's");
   ::unsetenv("JOULE_REPLACE_OTHERS_FILES");
   REQUIRE(::stat(theirs.c_str(), &st) == 0);
   CHECK(contents(theirs) == "root's");
@@ -284,7 +284,7 @@ TEST_CASE("output folders: every folder on the way must be one no other user can
   CHECK(io::folder_trust_problem(041775, 0, me, true).empty());
   CHECK(io::folder_trust_problem(040755, 0, me, true).empty());
   if (me != 0) return;  // the rest makes another user's folder
-  Folder d;
+  SafetyFolder d;
   {  // A folder of root's, 0775 with an ACL letting user 65534 write (root's group is its private one).
     fs::create_directories(d.path / "acl");
     REQUIRE(::chmod((d.path / "acl").c_str(), 0755) == 0);
@@ -298,7 +298,7 @@ TEST_CASE("output folders: every folder on the way must be one no other user can
     acl.append(reinterpret_cast<char const*>(entries), sizeof entries);
     if (::setxattr((d.path / "acl").c_str(), "system.posix_acl_access", acl.data(), acl.size(), 0) == 0) {
       ::unsetenv("JOULE_ACCEPT_SHARED_FOLDER");
-      CHECK_THROWS_WITH(write_text(d / "acl/data.csv", "x"), Contains("writable by other users through its access ACL"));
+      CHECK_THROWS_WITH(commit_text(d / "acl/data.csv", "x"), Contains("writable by other users through its access ACL"));
       CHECK_FALSE(fs::exists(d / "acl/data.csv"));
     } else {
       WARN("no POSIX ACLs on " << d.path.string() << ": the ACL case is not run");
@@ -309,7 +309,7 @@ TEST_CASE("output folders: every folder on the way must be one no other user can
   fs::create_directories(d.path / "run1/sub");
   REQUIRE(::chown((d.path / "run1").c_str(), other, other) == 0);
   ::unsetenv("JOULE_ACCEPT_SHARED_FOLDER");
-  CHECK_THROWS_WITH(write_text(d / "run1/sub/data.csv", "x"),
+  CHECK_THROWS_WITH(commit_text(d / "run1/sub/data.csv", "x"),
                     Contains("the folder " + (d / "run1") + ", on the way to " + (d / "run1/sub")) &&
                         Contains("belongs to user " + std::to_string(other)) &&
                         Contains("JOULE_ACCEPT_SHARED_FOLDER=1"));
@@ -327,38 +327,38 @@ TEST_CASE("output folders: every folder on the way must be one no other user can
   // The working directory counts too: a relative path is walked from it.
   fs::path const here = fs::current_path();
   fs::current_path(d.path / "run1");
-  CHECK_THROWS_WITH(write_text("sub/data.csv", "x"), Contains("the working directory belongs to user"));
+  CHECK_THROWS_WITH(commit_text("sub/data.csv", "x"), Contains("the working directory belongs to user"));
   fs::current_path(here);
   ::setenv("JOULE_ACCEPT_SHARED_FOLDER", "1", 1);
-  write_text(d / "run1/sub/data.csv", "x");
+  commit_text(d / "run1/sub/data.csv", "x");
   ::unsetenv("JOULE_ACCEPT_SHARED_FOLDER");
   CHECK(contents(d / "run1/sub/data.csv") == "x");
 }
 
 TEST_CASE("output lock: a job's writes stay in the folder it locked, whatever is renamed on the path",
           "[outputs][hostile]") {
-  Folder d;
+  SafetyFolder d;
   fs::create_directories(d.path / "alice/run");
   fs::create_directories(d.path / "elsewhere");
   {
     io::OutputLock lock("--checkpoint", d / "alice/run/ck.csv");
-    write_text(d / "alice/run/ck.csv", "step 1");
+    commit_text(d / "alice/run/ck.csv", "step 1");
     // Mid-run, alice is renamed and a new alice/run put in its place (here a link to another folder).
     fs::rename(d.path / "alice", d.path / "alice-moved");
     fs::create_directories(d.path / "alice");
     fs::create_directory_symlink(d.path / "elsewhere", d.path / "alice/run");
-    write_text(d / "alice/run/ck.csv", "step 2");
+    commit_text(d / "alice/run/ck.csv", "step 2");
     CHECK(contents(d / "alice-moved/run/ck.csv") == "step 2");  // where the job's lock is
     CHECK(fs::exists(d / "alice-moved/run/ck.csv.lock"));
     CHECK_FALSE(fs::exists(d / "elsewhere/ck.csv"));
   }
   CHECK_FALSE(fs::exists(d / "alice-moved/run/ck.csv.lock"));
-  write_text(d / "alice/run/ck.csv", "later job");  // unpinned with the lock: walked again
+  commit_text(d / "alice/run/ck.csv", "later job");  // unpinned with the lock: walked again
   CHECK(contents(d / "elsewhere/ck.csv") == "later job");
 }
 
 TEST_CASE("output lock: a lock file with a second name is never written, truncated or chmod'ed", "[outputs][hostile]") {
-  Folder d;
+  SafetyFolder d;
   // A hard link another user made, where fs.protected_hardlinks is 0, to a file of this user's.
   std::string const secret = d.write("secret", "this user's own text");
   REQUIRE(::chmod(secret.c_str(), 0644) == 0);
@@ -372,7 +372,7 @@ TEST_CASE("output lock: a lock file with a second name is never written, truncat
 }
 
 TEST_CASE("writers: what turns up at the path during the write is left as it is", "[outputs][hostile]") {
-  Folder d;
+  SafetyFolder d;
   std::string const target = d.write("out.csv", "old");
   // A FIFO put in the file's place after the command's checks (while it wrote): refused, kept.
   CHECK_THROWS_WITH(io::commit_file(target, "table",
@@ -408,7 +408,7 @@ TEST_CASE("writers: two long names that share their first 100 bytes get temporar
 
 TEST_CASE("output folders: one that others can write without the sticky bit is refused unless accepted",
           "[outputs][hostile]") {
-  Folder d;
+  SafetyFolder d;
   fs::create_directories(d.path / "shared");
   REQUIRE(::chmod((d.path / "shared").c_str(), 0777) == 0);
   ::unsetenv("JOULE_ACCEPT_SHARED_FOLDER");
@@ -416,7 +416,7 @@ TEST_CASE("output folders: one that others can write without the sticky bit is r
   plan.output("--checkpoint", d / "shared/ckpt.h5");
   CHECK_THAT(plan.check(), Contains("--checkpoint " + (d / "shared/ckpt.h5")) && Contains("writable by every user") &&
                                Contains("no sticky bit") && Contains("JOULE_ACCEPT_SHARED_FOLDER=1"));
-  CHECK_THROWS_WITH(write_text(d / "shared/t.csv", "x"), Contains("no sticky bit"));
+  CHECK_THROWS_WITH(commit_text(d / "shared/t.csv", "x"), Contains("no sticky bit"));
   CHECK_FALSE(fs::exists(d / "shared/t.csv"));
   // Writable by its group: shared where the group is another's (nogroup here); the user's own
   // private group (named as the user, no other member: root's on Debian) is the user alone.
@@ -434,7 +434,7 @@ TEST_CASE("output folders: one that others can write without the sticky bit is r
   REQUIRE(::chmod((d.path / "shared").c_str(), 0777) == 0);
   ::setenv("JOULE_ACCEPT_SHARED_FOLDER", "1", 1);
   CHECK(plan.check().empty());
-  write_text(d / "shared/t.csv", "x");
+  commit_text(d / "shared/t.csv", "x");
   ::unsetenv("JOULE_ACCEPT_SHARED_FOLDER");
   CHECK(contents(d / "shared/t.csv") == "x");
 }
@@ -447,7 +447,7 @@ TEST_CASE("escaped_text: control characters from another's file never reach the 
 }
 
 TEST_CASE("output folders: a folder a command makes is never writable by others, whatever the umask", "[outputs]") {
-  Folder d;
+  SafetyFolder d;
   joule::apps::FilePlan plan;
   joule::apps::OutputOptions made;
   made.creates_folder = true;
