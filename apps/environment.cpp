@@ -26,6 +26,7 @@
 #include <string>
 #include <deque>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace joule::apps {
@@ -240,8 +241,12 @@ double cpus_busy_elsewhere(double seconds) {
   return energy::load_between(before, energy::read_load(cpus)).other_cpus;
 }
 
+energy::StartMeasurement measure_busy_cpus_before_start() {
+  return energy::measure_before_start([](double seconds) { return cpus_busy_elsewhere(seconds); });
+}
+
 ThreadChoice choose_kokkos_threads(UsableCpus const& cpus, int argc, char** args,
-                                   std::function<double()> const& busy_elsewhere) {
+                                   std::function<energy::StartMeasurement()> const& busy_elsewhere) {
   if (std::getenv(kKokkosNumThreads.name)) return {};
   for (int i = 1; i < argc; ++i)
     for (auto const& f : kKokkosFlags)
@@ -255,25 +260,50 @@ ThreadChoice choose_kokkos_threads(UsableCpus const& cpus, int argc, char** args
     return {usable, "OMP_NUM_THREADS=" + *omp + " asks for more threads than the " + std::to_string(usable) +
                         (usable == 1 ? " CPU" : " CPUs") + " this process may use: Kokkos gets " +
                         std::to_string(usable) + " (more would only wait for each other; KOKKOS_NUM_THREADS=" +
-                        std::to_string(*asked) + " keeps " + std::to_string(*asked) + ")"};
+                        std::to_string(*asked) + " keeps " + std::to_string(*asked) + ")",
+            ""};
   }
+  std::string record;
   if (busy_elsewhere) {
-    double const busy = busy_elsewhere();
-    long const left_to_others = std::isfinite(busy) ? long(busy + (1.0 - kBusyCpuShare)) : 0;
-    if (left_to_others >= 1 && usable > 1) {
-      long const threads = std::max(1L, usable - left_to_others);
-      char busy_text[32];
-      std::snprintf(busy_text, sizeof busy_text, "%.1f", busy);
+    auto const measured = busy_elsewhere();
+    char busy_text[64], busy_exact[64], seconds_text[32];
+    std::snprintf(busy_text, sizeof busy_text, "%.1f", measured.busy);
+    std::snprintf(busy_exact, sizeof busy_exact, "%.2f", measured.busy);
+    std::snprintf(seconds_text, sizeof seconds_text, "%.2f", measured.seconds);
+    if (measured.level >= 1 && usable > 1) {
+      long const threads = std::max(1L, usable - measured.level);
+      record = "Kokkos gets " + std::to_string(threads) + " of the " + std::to_string(usable) +
+               " CPUs this process may use: other work kept " + busy_exact +
+               " of them busy in every quarter second of " + seconds_text + " s as the run started; fixed for the run";
       return {threads, std::string("other work keeps ") + busy_text + " of the " + std::to_string(usable) +
-                           " CPUs this process may use busy: Kokkos gets " + std::to_string(threads) +
+                           " CPUs this process may use busy (at least that in every quarter second of " +
+                           seconds_text + " s): Kokkos gets " + std::to_string(threads) +
                            (threads == 1 ? " thread" : " threads") +
-                           ", one per CPU left (a thread that shares a CPU holds up every parallel region; "
-                           "JOULE_SHARE_CPUS=off, OMP_NUM_THREADS or KOKKOS_NUM_THREADS sets the count)"};
+                           ", one per CPU left (a thread that shares a CPU holds up every parallel region). "
+                           "The count is fixed for this run: joule does not change Kokkos' threads once they "
+                           "have started (JOULE_SHARE_CPUS=off, OMP_NUM_THREADS or KOKKOS_NUM_THREADS sets it)",
+              record};
     }
+    std::string const all = usable == 1 ? "the 1 CPU" : "all " + std::to_string(usable) + " CPUs";
+    record = std::isfinite(measured.busy)
+                 ? "Kokkos gets " + all + " this process may use: no sustained load from other work (" + busy_exact +
+                       " CPUs busy in the last quarter second of " + seconds_text +
+                       " s measured as the run started); fixed for the run"
+                 : "Kokkos gets " + all + " this process may use: other work could not be measured (/proc/stat unreadable)";
   }
-  if (usable >= cpus.affinity) return {};
-  return {usable, ""};
+  if (usable >= cpus.affinity) return {std::nullopt, "", record};
+  return {usable, "", record};
 }
+
+namespace {
+std::string& kept_start_thread_record() {
+  static std::string record;
+  return record;
+}
+}  // namespace
+
+void keep_start_thread_record(std::string record) { kept_start_thread_record() = std::move(record); }
+std::string const& start_thread_record() { return kept_start_thread_record(); }
 
 std::string oversubscription_warning(long threads, UsableCpus const& cpus) {
   long const usable = cpus.count();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/environment.hpp"
+#include "energy/busy_cpus.hpp"
 
 namespace joule::apps {
 
@@ -54,25 +55,33 @@ UsableCpus usable_cpus();
 //   keeps busy are left to it, one thread per CPU left (at least one), with a note. Every parallel
 //   region waits for its slowest thread, and a thread that shares its CPU with a busy process runs
 //   half the time: beside one busy loop on 2 CPUs a step took 1.98x the quiet step's time with 2
-//   threads and 1.73x with 1 (medians of 5, BENCHMARKS.md, issue 41). Measured once, as the job starts.
+//   threads and 1.73x with 1 (medians of 5, BENCHMARKS.md, issue 41). Measured as the job starts,
+//   over a window long enough to tell a sustained load from a transient (energy/busy_cpus.hpp):
+//   a compile or a copy that ends within it leaves the run all its threads.
 struct ThreadChoice {
   std::optional<long> threads;  // nullopt: Kokkos' own choice
   std::string note;             // for the user when their setting was not taken, or CPUs were left
+  std::string record;           // for the run log (/@host_threads) where the machine was measured; "" otherwise
 };
-// busy_elsewhere(): the CPUs (of those this process may use) that other work keeps busy.
+// The record of this process's thread choice, kept by the command for the run log it writes.
+void keep_start_thread_record(std::string record);
+std::string const& start_thread_record();
+// busy_elsewhere(): the CPUs (of those this process may use) that other work keeps busy, measured
+// (measure_busy_cpus_before_start()).
 ThreadChoice choose_kokkos_threads(UsableCpus const& cpus, int argc, char** args,
-                                   std::function<double()> const& busy_elsewhere = {});
-// Other work keeps at least this share of a CPU busy before joule leaves the CPU to it.
-inline constexpr double kBusyCpuShare = 0.6;
+                                   std::function<energy::StartMeasurement()> const& busy_elsewhere = {});
 // JOULE_SHARE_CPUS: whether a long job (train, tune, bench) measures the CPUs other work keeps busy.
 inline constexpr environment::Switch kShareCpus{
     "JOULE_SHARE_CPUS",
-    "whether train, tune and bench leave the CPUs that other work keeps busy to it (measured for 0.1 s as they "
-    "start, when no thread count is set): one Kokkos thread per CPU left",
+    "whether train, tune and bench leave the CPUs that other work keeps busy to it (measured as they start, "
+    "when no thread count is set: a load that lasts 1.5 s, not a shorter one): one Kokkos thread per CPU left",
     true};
 // The CPUs of this process's affinity mask that other work kept busy over `seconds` (this thread
 // sleeps meanwhile, and no other has started yet); NaN where /proc/stat cannot be read.
-double cpus_busy_elsewhere(double seconds = 0.1);
+double cpus_busy_elsewhere(double seconds);
+// Samples of cpus_busy_elsewhere() by energy::measure_before_start's rule: one quarter second on a
+// quiet machine, 1.5 s where other work keeps a CPU busy throughout.
+energy::StartMeasurement measure_busy_cpus_before_start();
 // A warning when `threads` (Kokkos' host threads) are more than the CPUs this process may use,
 // naming both numbers and what limits them; "" otherwise.
 std::string oversubscription_warning(long threads, UsableCpus const& cpus);

@@ -108,10 +108,11 @@ class KokkosStart {
         ::setenv("KOKKOS_NUM_THREADS", std::to_string(joule::core_environment::usable_cpus()).c_str(), 0);
       // No more threads than CPUs where Kokkos would take OpenMP's count (apps/environment.hpp).
       bool const long_job = command == "train" || command == "tune" || command == "bench";
-      std::function<double()> busy_elsewhere;
-      if (long_job && joule::apps::kShareCpus.value()) busy_elsewhere = [] { return joule::apps::cpus_busy_elsewhere(); };
+      std::function<joule::energy::StartMeasurement()> busy_elsewhere;
+      if (long_job && joule::apps::kShareCpus.value()) busy_elsewhere = joule::apps::measure_busy_cpus_before_start;
       auto const choice = joule::apps::choose_kokkos_threads(joule::apps::usable_cpus(), static_cast<int>(args_.size()) - 1,
                                                              args_.data(), busy_elsewhere);
+      joule::apps::keep_start_thread_record(choice.record);
       if (choice.threads) {
         ::setenv("KOKKOS_NUM_THREADS", std::to_string(*choice.threads).c_str(), 0);
         if (!choice.note.empty()) fmt::print(stderr, "joule: note: {}\n", choice.note);

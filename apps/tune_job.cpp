@@ -5,6 +5,7 @@
 #include "common/plural.hpp"
 
 #include "energy_setup.hpp"
+#include "environment.hpp"
 #include "output_paths.hpp"
 #include "run_config.hpp"
 #include "stop_signals.hpp"
@@ -135,6 +136,7 @@ scheduler::RunHeader run_header(scheduler::TrialRunner const& runner, Config con
   header.gemm_path = gemm_path(cfg.train.precision);
   header.attention_path = attention_path(cfg.train.precision);
   header.host_cores = host_cores_text();
+  header.host_threads = start_thread_record();
   header.world_size = world_size;
   header.device_memory_budget_bytes = runner.budget_bytes();
   return header;

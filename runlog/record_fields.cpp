@@ -23,6 +23,7 @@ std::vector<RecordField<RunHeader>> const& header_fields() {
       {"gemm_path", &H::gemm_path, kOptional},
       {"attention_path", &H::attention_path, kOptional},
       {"host_cores", &H::host_cores, kOptional},  // absent before issue 42
+      {"host_threads", &H::host_threads, kOptional},  // absent before issue 68
       {"gpu", &H::gpu, kOptional},                // absent before issue 65
       {"created", &H::created},
       {"device_memory_budget_bytes", &H::device_memory_budget_bytes},

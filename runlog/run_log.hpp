@@ -59,6 +59,10 @@ struct RunHeader {
   // Where the host threads ran (core/train/host_cores.hpp: host_cores_text()): "" when no CPUs were
   // set aside for the host optimizer, and in logs before issue 42.
   std::string host_cores;
+  // How many host threads Kokkos got and why, where joule measured the other work on the machine as
+  // the run started (apps/environment.hpp: ThreadChoice::record): "" where it did not (a count set,
+  // JOULE_SHARE_CPUS=off, a command that does not measure), and in logs older than /@host_threads.
+  std::string host_threads;
   // The GPU each process took (apps/device_choice.hpp), one line per rank ("rank 1: GPU 1 (PCI
   // ...): local rank 1 of 4, ..."; a single process's line alone); "" in logs older than /@gpu.
   std::string gpu;

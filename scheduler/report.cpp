@@ -102,6 +102,7 @@ void header_section(std::string& out, RunLogContents const& log) {
   if (!h.precision.empty()) out += fmt::format("  precision {}, GEMMs: {}\n", h.precision, h.gemm_path);
   if (!h.attention_path.empty()) out += fmt::format("  attention: {}\n", h.attention_path);
   if (!h.host_cores.empty()) out += fmt::format("  {}\n", h.host_cores);
+  if (!h.host_threads.empty()) out += fmt::format("  host threads: {}\n", h.host_threads);
   if (!h.gpu.empty()) {  // absent in logs before issue 65; one line per rank under MPI
     std::string gpu = h.gpu;
     for (auto at = gpu.find('\n'); at != std::string::npos; at = gpu.find('\n', at + 1)) gpu.replace(at, 1, "\n       ");

@@ -273,14 +273,26 @@ TEST_CASE("thread choice: CPUs other work keeps busy are left to it, unless a co
   char* with_flag[] = {program, train, flag, nullptr};
   int measured = 0;
   auto const busy = [&](double cpus) {
-    return std::function<double()>([&measured, cpus] { ++measured; return cpus; });
+    return std::function<joule::energy::StartMeasurement()>([&measured, cpus] {
+      ++measured;
+      return joule::energy::StartMeasurement{joule::energy::level_rising(cpus, {}), cpus, 1.5};
+    });
   };
   auto const threads = [](joule::apps::ThreadChoice const& c) { return c.threads; };
   // One busy process on 2 CPUs: one thread, and the note names the numbers and the way out.
   auto const one = choose_kokkos_threads(UsableCpus{2, 0}, 2, plain, busy(0.93));
   CHECK(threads(one) == std::optional<long>(1));
-  CHECK_THAT(one.note, Contains("other work keeps 0.9 of the 2 CPUs this process may use busy: Kokkos gets 1 thread") &&
-                           Contains("JOULE_SHARE_CPUS=off"));
+  CHECK_THAT(one.note, Contains("other work keeps 0.9 of the 2 CPUs this process may use busy (at least that in every "
+                                "quarter second of 1.50 s): Kokkos gets 1 thread") &&
+                           Contains("fixed for this run") && Contains("JOULE_SHARE_CPUS=off"));
+  // The run log's record says the same, measured or not.
+  CHECK(one.record == "Kokkos gets 1 of the 2 CPUs this process may use: other work kept 0.93 of them busy in every "
+                      "quarter second of 1.50 s as the run started; fixed for the run");
+  CHECK_THAT(choose_kokkos_threads(UsableCpus{2, 0}, 2, plain, busy(0.55)).record,
+             Contains("Kokkos gets all 2 CPUs this process may use: no sustained load from other work (0.55 CPUs busy"));
+  CHECK_THAT(choose_kokkos_threads(UsableCpus{2, 0}, 2, plain, busy(std::nan(""))).record,
+             Contains("could not be measured"));
+  CHECK(choose_kokkos_threads(UsableCpus{2, 0}, 2, plain).record.empty());  // not measured: nothing to record
   // Below the share: nothing left to others (OpenMP's own count; the quota's where there is one).
   CHECK(threads(choose_kokkos_threads(UsableCpus{2, 0}, 2, plain, busy(0.55))) == std::nullopt);
   CHECK(choose_kokkos_threads(UsableCpus{2, 0}, 2, plain, busy(0.55)).note.empty());

@@ -482,6 +482,8 @@ TEST_CASE("run log: every field survives a round trip", "[run_log]") {
     h.energy_regions = "on the timeline where their work ran";
     h.tuning = "in_flight";
     h.host_cores = "host optimizer threads on CPUs 4-71; launching thread, Kokkos' host threads and data reader on 0-3";
+    h.host_threads = "Kokkos gets 1 of the 2 CPUs this process may use: other work kept 0.93 of them busy in every "
+                     "quarter second of 1.50 s as the run started; fixed for the run";
     h.gpu = "rank 0: GPU 1 (PCI 0000:02:00.0): local rank 0 of 4\nrank 1: GPU 0 (PCI 0000:01:00.0): local rank 1 of 4";
     return h;
   }();

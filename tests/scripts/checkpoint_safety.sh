@@ -62,6 +62,9 @@ PY
   "${run[@]}" --steps 1 > "$dir/first.log" 2>&1 || { cat "$dir/first.log"; fail "first run"; }
   prev=$(check "$ckpt") || fail "the first run's checkpoint is damaged"
   for moment in step-line checkpoint-write step-line checkpoint-write; do
+    # Emptied before the run starts (its `>` truncates only once the background shell runs): the wait
+    # below must see this run's lines, never the previous one's.
+    : >"$dir/run.log"
     "${run[@]}" --steps 100000 --resume "$ckpt" > "$dir/run.log" 2>&1 &
     pid=$!
     line="^step +$((prev + 2))/"

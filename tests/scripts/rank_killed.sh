@@ -10,6 +10,10 @@ rm -rf "$work" && mkdir -p "$work" && cd "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 "$joule" data synth --out data.h5 --count 64 --image-size 32 --text-len 36 >/dev/null
 for sig in SEGV KILL; do
+  # Emptied here, before the job starts: the job's own `>` truncates it only once the background shell
+  # runs, and the wait below must not take the previous signal's "step" lines for this job's (under
+  # load it did, then found the file empty).
+  : >job.txt
   "$mpiexec" "$np_flag" 2 "$@" "$joule" train --config "$config" --data data.h5 --steps 100000 --micro-batch 4 \
     --no-energy --no-memory-check >job.txt 2>&1 &
   job=$!
