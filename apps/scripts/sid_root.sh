@@ -309,9 +309,9 @@ phase_root() {
 }
 
 # The roots' builds are unity builds (CMake's batches of 8 units): they compile the same sources
-# against heavier headers (Kokkos 4.5 and 5.x, C++20), and a cold root compiled everything once per
-# batch of headers instead of once per unit: about a fifth of a cold build saved (docs/testing.md,
-# cold and warm). Their compiler cache still hits, because the checkout is always at /joule (a
+# against heavy headers (Kokkos 4.5 and 5.x, C++20), which a unity build reads once per batch instead
+# of once per unit: about a fifth of a cold build's CPU saved (docs/testing.md, "Newer Kokkos in a
+# sid root"). Their compiler cache still hits, because the checkout is always at /joule (a
 # unity file names its units by absolute path, which is why the host builds are not unity builds).
 # A unit that clashes with another in its batch (two helpers of one name in anonymous namespaces)
 # fails here first: give the helper a name of its own.
