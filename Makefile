@@ -117,7 +117,9 @@ test-catch2-v3: deps
 # of scripts and docs, whose subject is not the build): the plain build runs those. Compiled at -Og -g1 (line tables for the reports): the sanitizers' instrumentation
 # at -O2 -g made this build take four times the plain one. Leak detection is off: OpenMPI and HDF5
 # keep allocations until exit by design; use-after-free, overflows and UB stop the test.
-SANITIZE_EXCLUDE_LABELS ?= mpirun|long|once
+# `no-build` tests run no program of the build (scripts on the host's Python): the plain phase,
+# on the same host, runs them (tests/CMakeLists.txt).
+SANITIZE_EXCLUDE_LABELS ?= mpirun|long|once|no-build
 # The attention cases run on Serial only here: on OpenMP they run the same host kernels (a team is
 # one thread) and the naive references, so the sanitizers learn nothing new, at 11-17 s a case.
 # The launch contract over the shipped configurations checks shapes the kernels state, not memory:
@@ -152,7 +154,9 @@ build-aarch64:
 # Every test but those labelled long, mpirun or once (KOKKOS45_CTEST_ARGS): the end-to-end scenarios
 # and OpenMPI 5 run against Kokkos 5.2.2 in the same sid toolchain below (and all of them in make
 # test); the tests of scripts and docs (once) in make test only.
-KOKKOS45_CTEST_ARGS ?= -LE 'long|mpirun|once'
+# Those labelled no-build or one-root (scripts on sid's Python, joule's handling of shared folders
+# and converter files) run in the Kokkos 5.2.2 root, whose userland is this root's: only Kokkos differs.
+KOKKOS45_CTEST_ARGS ?= -LE 'long|mpirun|once|no-build|one-root'
 test-kokkos45:
 	JOBS=$(JOBS) JOULE_SID_VARIANT=kokkos45 JOULE_SID_CTEST_ARGS="$(KOKKOS45_CTEST_ARGS)" bash apps/scripts/sid_root.sh all
 
