@@ -2,9 +2,10 @@
 # joule's suite at run time against a newer Kokkos than Debian 12 has, inside a Debian sid root made
 # with debootstrap from Debian's archive (issue 52; docs/testing.md, "Newer Kokkos in a sid root").
 #   sid_root.sh [PHASE...]   phases, in this order for `all` (the default):
-#     root   the root in the cache: `debootstrap --variant=minbase trixie`, its sources pointed at
-#            sid, joule's build packages installed (the variant's Kokkos among them); remade when
-#            the package list or this recipe changes, otherwise no network is used
+#     root   the root in the cache: a copy of the base root (`debootstrap --variant=minbase
+#            trixie`, its sources pointed at sid, the build packages both variants share), then the
+#            variant's Kokkos installed; each remade when its package list or this recipe
+#            changes, otherwise no network is used
 #     build  joule built inside the root with its toolchain (the checkout bind-mounted at /joule,
 #            the build folder build-sid-<variant> in the checkout)
 #     test   the whole suite run by ctest inside the root
@@ -15,7 +16,9 @@
 #   kokkos45  trilinos 16.1's Kokkos 4.5.1 (Serial device only) + Kokkos-Kernels 4.5, g++ 16 (default)
 #   kokkos52  Debian's Kokkos 5.2.2 (OpenMP), no Kokkos-Kernels: joule's GEMMs call OpenBLAS directly
 # Settings:
-#   JOULE_SID_CACHE   where the roots live (~/.cache/joule/sid); each variant has its own
+#   JOULE_SID_CACHE   where the roots live (~/.cache/joule/sid); each variant has its own, and
+#                     base/ is what both are copied from (made once: one debootstrap and one install
+#                     of the shared packages, about 200 s of a cold CI run, for two roots)
 #   JOULE_SID_MIRROR  the Debian mirror (default: the host's first deb.debian.org-style URI, else
 #                     http://deb.debian.org/debian)
 #   JOULE_SID_REFRESH=1  re-resolve the packages (a newer sid) even if the root is current
@@ -27,14 +30,18 @@
 # Every mount this script makes is undone when it ends, also on failure or interruption; one left by
 # a run that could not undo it (SIGKILL) is undone before any phase touches the root, said in one
 # line. A root with anything still mounted below it is never removed. One run per variant at a time
-# (a lock, $JOULE_SID_CACHE/<variant>.lock; a second run waits).
+# (a lock, $JOULE_SID_CACHE/<variant>.lock; a second run waits), and one at a time makes or copies
+# the base root (base.lock, taken while the variant's is held, never the other way round).
 # An interrupted root (issue 66): the root is made whole or not at all. It is made in
-# <variant>.partial beside it (debootstrap, then the packages), its stamp (.joule-stamp, the
-# recipe) written last, and renamed to <variant> only then. The next run, finding:
+# <variant>.partial beside it (a copy of the base root, then the packages), its stamp (.joule-stamp,
+# the recipe) written last, and renamed to <variant> only then. The base root is made the same way
+# (base.partial: debootstrap, then the shared packages), and heals the same way. The next run,
+# finding (for <variant> read base too):
 #   - <variant>.partial whose debootstrap had finished (an interrupted apt-get install: "dpkg was
 #     interrupted"): repairs it, `dpkg --configure -a` then the install again; if that fails, removes
 #     it and makes it again from debootstrap;
-#   - <variant>.partial whose debootstrap had not finished: removes it and makes it again;
+#   - <variant>.partial whose debootstrap (or copy of the base) had not finished: removes it and
+#     makes it again;
 #   - <variant> made by another recipe (package list changed, or JOULE_SID_REFRESH=1): moves it to
 #     <variant>.partial (stamp removed), installs there, stamps it and renames it back, so that its
 #     compiler cache (/var/cache/ccache) is kept;
@@ -50,8 +57,6 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 . "$repo/apps/scripts/detail/cache_step.sh"
 variant="${JOULE_SID_VARIANT:-kokkos45}"
 cache="${JOULE_SID_CACHE:-$HOME/.cache/joule/sid}"
-root="$cache/$variant"
-partial="$root.partial"  # where the root is made, renamed to $root when whole
 # Written into $partial once debootstrap has finished: an unfinished root with it can be repaired
 # (its packages installed again), one without it is removed and made again.
 debootstrapped=.joule-debootstrapped
@@ -60,18 +65,30 @@ jobs="${JOBS:-$(nproc)}"
 build_dir="build-sid-$variant"
 
 # The root's packages: joule's build and test dependencies (as install-deps.sh installs them on the
-# host) and the variant's Kokkos.
+# host), in the base root, and the variant's Kokkos.
 common=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libhdf5-dev catch2
         libopenblas-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev
         python3 python3-numpy python3-h5py python3-pil python3-matplotlib procps file ccache)
 case "$variant" in
-  kokkos45) packages=("${common[@]}" libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev) ;;
-  kokkos52) packages=("${common[@]}" libkokkos-dev) ;;
+  kokkos45 | kokkos52) ;;
   *) die "unknown JOULE_SID_VARIANT '$variant' (allowed: kokkos45, kokkos52)" ;;
 esac
 # Bump when the way the root is made changes, so that it is remade.
 recipe_version=3
-stamp_text="recipe $recipe_version; packages ${packages[*]}"
+
+# target NAME: the root the next steps make or use: the variant's, or base (the shared part). Sets
+# root, partial (where it is made, renamed to $root when whole), its packages, stamp and logs.
+target() {
+  name="$1" root="$cache/$1" partial="$cache/$1.partial" apt_log="$cache/$1.apt.log"
+  case "$1" in
+    base) packages=("${common[@]}") ;;
+    kokkos45) packages=("${common[@]}" libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev) ;;
+    kokkos52) packages=("${common[@]}" libkokkos-dev) ;;
+  esac
+  stamp_text="recipe $recipe_version; packages ${packages[*]}"
+  at="$root"
+}
+target "$variant"
 
 # --- Checks -------------------------------------------------------------------------------------------
 need_root_tools() {
@@ -95,7 +112,6 @@ mirror() {
 
 # --- Mounts, always undone ----------------------------------------------------------------------------
 # at: the root the mounts and in_root work on ($root, or $partial while the root is made).
-at="$root"
 mounted=()
 unmount_all() {
   local i
@@ -124,7 +140,7 @@ mounts_below() {
 # clear_stale_mounts: undo what a run that could not clean up (SIGKILL) left mounted below $root or
 # $partial, before this run touches them: the root's own mounts would be mounted twice, and a root
 # cannot be removed safely with the host's /dev or the checkout bound below it. The lock (below)
-# makes sure no other run of this variant is using them.
+# makes sure no other run of this variant (or of the base root) is using them.
 clear_stale_mounts() {
   local d m left
   local -a found
@@ -232,27 +248,51 @@ install_steps() {
     done' || { why="could not mend the Kokkos CMake targets' missing archives in the root"; return 1; }
 }
 
-# debootstrap_partial URL: a fresh minimal trixie in $partial, marked as debootstrapped when done.
-debootstrap_partial() {
-  local url="$1"
-  log "debootstrap --variant=minbase trixie $partial from $url (a few minutes)"
-  mkdir -p "$partial"
-  debootstrap --variant=minbase trixie "$partial" "$url" >"$cache/$variant.debootstrap.log" 2>&1 ||
-    die "debootstrap failed (is $url reachable? log: $cache/$variant.debootstrap.log)"
+# start_partial URL: $partial begun, marked as debootstrapped when done: for base a fresh minimal
+# trixie; for a variant a copy of the base root (made first if it is not whole and current), which
+# has every package but the variant's Kokkos.
+start_partial() {
+  local url="$1" mine="$name"
+  if [ "$name" = base ]; then
+    log "debootstrap --variant=minbase trixie $partial from $url (a few minutes)"
+    mkdir -p "$partial"
+    debootstrap --variant=minbase trixie "$partial" "$url" >"$cache/base.debootstrap.log" 2>&1 ||
+      die "debootstrap failed (is $url reachable? log: $cache/base.debootstrap.log)"
+    : >"$partial/$debootstrapped"
+    return
+  fi
+  # The base root's lock, held from its check to the end of the copy: no other run changes it meanwhile.
+  exec 8>>"$cache/base.lock"
+  if ! flock -n 8; then
+    log "another sid_root.sh run is making the base root: waiting for it (lock $cache/base.lock)"
+    flock 8 || die "could not lock $cache/base.lock"
+  fi
+  target base
+  make_root
+  target "$mine"
+  log "copying the base root $cache/base to $partial (then only the variant's packages are installed)"
+  mkdir -p "$partial" && cp -a "$cache/base/." "$partial/" && rm -f "$partial/.joule-stamp" ||
+    die "could not copy the base root $cache/base to $partial (is the disk full?)"
+  exec 8>&-
   : >"$partial/$debootstrapped"
 }
 
 phase_root() {
   need_root_tools
+  make_root
+}
+# make_root: the root $name whole and current (made, repaired or left as it is), said and reported.
+make_root() {
   clear_stale_mounts
-  local label="sid root $variant" url state=cold detail="made from debootstrap" rc=0
+  local label="sid root $name" url state=cold detail rc=0 from="debootstrap"
+  [ "$name" = base ] || from="the base root"
+  detail="made from $from"
   if [ "${JOULE_SID_REFRESH:-0}" != 1 ] && cache_is_current "$root" .joule-stamp "$stamp_text"; then
     log "root $root is current"
     cache_report "$label" warm
     return
   fi
   url="$(mirror)"
-  apt_log="$cache/$variant.apt.log"
   : >"$apt_log"
   if [ -e "$root" ] || [ -L "$root" ]; then
     # A whole root ($partial beside it can only be an older leftover) or one left without a stamp.
@@ -290,16 +330,16 @@ phase_root() {
     case "$rc" in
       0) installed=1 detail="dpkg repaired" ;;
       2) die "$why; $partial is kept, for the next run to repair" ;;
-      *) log "the repair failed ($why): removing $partial and making it again from debootstrap"
+      *) log "the repair failed ($why): removing $partial and making it again from $from"
          remove_root "$partial"
          detail="remade after a failed repair" ;;
     esac
   elif [ -e "$partial" ] && [ ! -f "$partial/$debootstrapped" ]; then
-    log "removing $partial, left by an interrupted debootstrap: making it again"
+    log "removing $partial, left by an interrupted $([ "$name" = base ] && echo debootstrap || echo "copy of the base root"): making it again"
     remove_root "$partial"
-    state=repaired detail="remade after an interrupted debootstrap"
+    state=repaired detail="remade after an interrupted $([ "$name" = base ] && echo debootstrap || echo copy)"
   fi
-  [ -e "$partial" ] || debootstrap_partial "$url"
+  [ -e "$partial" ] || start_partial "$url"
   if [ "$installed" = 0 ]; then install_packages 0 "$url" || die "$why"; fi
   # The stamp last, then the rename: $root is whole or not there.
   cache_commit "$root" .joule-stamp "$stamp_text" || die "could not stamp $partial and rename it to $root"

@@ -3,14 +3,18 @@
 # half-way is recovered by the next run, with one line saying how, the root whole at the end
 # (<variant> stamped with the recipe, no <variant>.partial) and the step's line in
 # JOULE_CACHE_REPORT. Cases:
-#   clean        a first make (cold); a second run does nothing (warm: no apt-get, no mount);
-#   killed-apt   apt-get install SIGKILLed half-way with the whole run (its process group): the next
-#                run undoes the mounts left behind, repairs (dpkg --configure -a, the install
-#                again: repaired) and does not debootstrap again;
+#   clean        a first make (cold): the base root from debootstrap and the shared packages, the
+#                variant's root a copy of it plus its Kokkos; a second run does nothing (warm: no
+#                apt-get, no mount); the other variant then only copies the base (no debootstrap);
+#   killed-apt   the variant's apt-get install SIGKILLed half-way with the whole run (its process
+#                group): the next run undoes the mounts left behind, repairs (dpkg --configure -a,
+#                the install again: repaired) and does not debootstrap or copy again;
+#   killed-base  the same in the base root's install: the base is repaired, then copied;
 #   repair-fails the same, but dpkg --configure -a fails: the root is removed and made again from
-#                debootstrap, said;
-#   debootstrap  debootstrap stopped half-way (it fails): the next run removes what it left and
-#                makes the root again;
+#                the base root, said;
+#   debootstrap  debootstrap stopped half-way (it fails): the next run removes what it left of the
+#                base and makes it again;
+#   copy         a variant's copy of the base left half-way: removed and copied again;
 #   recipe       the cached root's stamp names another recipe: the packages are installed again in
 #                the moved-aside root, whose compiler cache (a marker in /var/cache/ccache)
 #                survives; also when that install is SIGKILLed and the next run repairs it;
@@ -151,7 +155,7 @@ for p; do
   case "$p" in -*) continue ;; esac
   echo "$p" >>"$R/var/lib/fake/installed"
   i=$((i + 1))
-  if [ "$i" = $((n / 2)) ] && [ -e "@W@/ctl/apt-die" ]; then
+  if [ "$i" = $((n / 2)) ] && [ -e "@W@/ctl/apt-die" ] && printf ' %s ' "$*" | grep -qF " $(cat "@W@/ctl/apt-die") "; then
     # Half-way: say so with this process group (the whole run), for the test to SIGKILL it, and
     # wait for that (bounded, should the test not come).
     awk '{ print $5 }' "/proc/$$/stat" >"@W@/ctl/apt-middle.tmp" && mv "@W@/ctl/apt-middle.tmp" "@W@/ctl/apt-middle"
@@ -229,9 +233,9 @@ before() {  # before NAME REGEX1 REGEX2: the first call matching REGEX1 comes be
   b="$(grep -nE -- "$3" "$work/calls-$1" | head -1 | cut -d: -f1 || true)"
   [ -n "$a" ] && [ -n "$b" ] && [ "$a" -lt "$b" ] || bad "$1: '$2' is not called before '$3'"
 }
-reported() {  # reported NAME STATE DETAIL-REGEX: run NAME's report line for the sid root
-  grep -Eq "^sid root kokkos45	$2	$3\$" "$work/report-$1" 2>/dev/null ||
-    bad "$1: report is not 'sid root kokkos45 $2 $3': $(tr '\t\n' ' ;' <"$work/report-$1" 2>/dev/null)"
+reported() {  # reported NAME STATE DETAIL-REGEX [ROOT]: run NAME's report line for the sid root (kokkos45)
+  grep -Eq "^sid root ${4:-kokkos45}	$2	$3\$" "$work/report-$1" 2>/dev/null ||
+    bad "$1: report is not 'sid root ${4:-kokkos45} $2 $3': $(tr '\t\n' ' ;' <"$work/report-$1" 2>/dev/null)"
 }
 whole() {  # whole NAME: exit 0, the root stamped with this recipe, no partial, no mount left, nothing of the host run
   [ "$rc" = 0 ] || bad "$1: exit $rc"
@@ -243,13 +247,14 @@ whole() {  # whole NAME: exit 0, the root stamped with this recipe, no partial, 
   not_called "$1" '^(HOST|REFUSED)'
 }
 
-# kill_during_apt NAME: a run (setsid: its own process group) whose apt-get install is SIGKILLed
-# half-way, with all of the run's processes; leaves what a killed CI job leaves.
+# kill_during_apt NAME PACKAGE: a run (setsid: its own process group) whose apt-get install is
+# SIGKILLed half-way, with all of the run's processes; leaves what a killed CI job leaves. The install
+# killed is the first to name PACKAGE: the variant's Kokkos for its root, a shared one for the base.
 kill_during_apt() {
   local name="$1" pgid mine
   : >"$calls"
   rm -f "$work/ctl/apt-middle"
-  touch "$work/ctl/apt-die"
+  echo "$2" >"$work/ctl/apt-die"
   kill_when_held "$work/ctl/apt-middle" "$work/out-$name" "$work/out-$name" \
     env "${env_for_run[@]}" bash "$work/repo/apps/scripts/sid_root.sh" root ||
     { echo "FAIL: $name: apt-get install was not killed in its middle" >&2; sed 's/^/   /' "$work/out-$name" >&2; exit 1; }
@@ -278,12 +283,20 @@ stamp="$(cat "$root/.joule-stamp" 2>/dev/null || true)"
 [[ "$stamp" == "recipe 3; packages g++ cmake make pkg-config "*" ccache libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev" ]] ||
   bad "clean: the stamp '$stamp' is not recipe 3's text"
 whole clean
-called clean '^debootstrap --variant=minbase trixie '
+called clean '^debootstrap --variant=minbase trixie .*/base\.partial '
 called clean '^apt-get install .*libtrilinos-kokkos-dev'
 called clean '^update-alternatives --quiet --set libblas.so.3'
 called clean '^umount -R '
+before clean '^debootstrap' '^apt-get install .*libtrilinos-kokkos-dev'
 grep -qx libtrilinos-kokkos-kernels-dev "$root/var/lib/fake/installed" 2>/dev/null || bad "clean: the packages are not installed in the root"
-reported clean cold 'made from debootstrap'
+grep -qx procps "$cache/base/var/lib/fake/installed" 2>/dev/null && ! grep -q kokkos "$cache/base/var/lib/fake/installed" ||
+  bad "clean: the base root should have the shared packages and no Kokkos"
+[[ "$(cat "$cache/base/.joule-stamp" 2>/dev/null)" == "recipe 3; packages g++ "*" ccache" ]] ||
+  bad "clean: the base root's stamp is '$(cat "$cache/base/.joule-stamp" 2>/dev/null)', not the shared packages' recipe"
+[ ! -e "$cache/base.partial" ] || bad "clean: base.partial is left"
+expect clean 'copying the base root .*/base to .*kokkos45\.partial'
+reported clean cold 'made from the base root'
+reported clean cold 'made from debootstrap' base
 
 run warm
 whole warm
@@ -291,9 +304,19 @@ expect warm 'root .* is current'
 not_called warm '^(debootstrap|apt-get|dpkg|mount)'
 reported warm warm ''
 
+# The other variant: a copy of the base root and its own Kokkos, no debootstrap.
+run other-variant JOULE_SID_VARIANT=kokkos52
+[ "$rc" = 0 ] && [ -f "$cache/kokkos52/.joule-stamp" ] || bad "other-variant: exit $rc, or no stamped kokkos52 root"
+not_called other-variant '^debootstrap'
+called other-variant '^apt-get install .*libkokkos-dev'
+not_called other-variant '^(HOST|REFUSED)'
+! grep -q trilinos "$cache/kokkos52/var/lib/fake/installed" || bad "other-variant: kokkos52 got kokkos45's packages"
+reported other-variant warm '' base
+reported other-variant cold 'made from the base root' kokkos52
+
 # --- apt-get install killed, then repaired -----------------------------------------------------------
 rm -rf --one-file-system "$cache"; : >"$mounts"
-kill_during_apt killed-apt
+kill_during_apt killed-apt libtrilinos-kokkos-dev
 [ ! -f "$root/.joule-stamp" ] || bad "killed-apt: a killed install left $root stamped"
 [ -e "$partial/var/lib/dpkg/updates/0000" ] || [ -e "$root/var/lib/dpkg/updates/0000" ] ||
   bad "killed-apt: the killed apt-get did not leave dpkg interrupted (the test's stand-in is wrong)"
@@ -307,18 +330,34 @@ before repair '^dpkg --configure -a' '^apt-get install'
 called repair '^apt-get install .*--fix-broken'
 not_called repair '^debootstrap'
 reported repair repaired 'dpkg repaired'
+! grep -q '^sid root base' "$work/report-repair" || bad "repair: the base root was looked at, though nothing was copied from it"
+
+# --- the base root's apt-get install killed, then repaired, then copied -------------------------------
+rm -rf --one-file-system "$cache"; : >"$mounts"
+kill_during_apt killed-base procps
+[ ! -e "$root" ] && [ ! -e "$partial" ] || bad "killed-base: the variant's root was begun before the base was whole"
+[ -e "$cache/base.partial/var/lib/dpkg/updates/0000" ] || bad "killed-base: the killed apt-get did not leave dpkg interrupted in base.partial"
+run repair-base
+whole repair-base
+expect repair-base "undoing [0-9]+ mount\(s\) left below .*base\.partial by an interrupted run"
+expect repair-base 'repairing .*base\.partial, left unfinished by an interrupted run'
+before repair-base '^dpkg --configure -a' '^apt-get install .*libtrilinos-kokkos-dev'
+not_called repair-base '^debootstrap'
+[ ! -e "$cache/base.partial" ] && [ -f "$cache/base/.joule-stamp" ] || bad "repair-base: the base root is not whole"
+reported repair-base repaired 'dpkg repaired' base
+reported repair-base cold 'made from the base root'
 
 # --- the repair fails: remade from debootstrap --------------------------------------------------------
 rm -rf --one-file-system "$cache"; : >"$mounts"
-kill_during_apt killed-apt-2
+kill_during_apt killed-apt-2 libtrilinos-kokkos-dev
 touch "$work/ctl/dpkg-fail"
 run repair-fails
 rm -f "$work/ctl/dpkg-fail"
 whole repair-fails
 expect repair-fails 'dpkg --configure -a failed'
-expect repair-fails 'the repair failed \(apt-get install in the root failed .*\): removing .*kokkos45\.partial and making it again from debootstrap'
-before repair-fails '^dpkg --configure -a' '^debootstrap'
-called repair-fails '^debootstrap --variant=minbase'
+expect repair-fails 'the repair failed \(apt-get install in the root failed .*\): removing .*kokkos45\.partial and making it again from the base root'
+expect repair-fails 'copying the base root'
+not_called repair-fails '^debootstrap'
 grep -q "E: dpkg was interrupted, you must manually run 'dpkg --configure -a' to correct the problem." "$cache/kokkos45.apt.log" ||
   bad "repair-fails: apt's 'dpkg was interrupted' is not in the apt log"
 reported repair-fails repaired 'remade after a failed repair'
@@ -330,12 +369,25 @@ run debootstrap-stops
 rm -f "$work/ctl/debootstrap-fail"
 [ "$rc" != 0 ] || bad "debootstrap-stops: exit 0 when debootstrap failed"
 expect debootstrap-stops 'ERROR: debootstrap failed'
-[ -d "$partial" ] && [ ! -e "$root" ] || bad "debootstrap-stops: expected only $partial to be left"
+[ -d "$cache/base.partial" ] && [ ! -e "$cache/base" ] && [ ! -e "$root" ] && [ ! -e "$partial" ] ||
+  bad "debootstrap-stops: expected only base.partial to be left"
 run debootstrap-remade
 whole debootstrap-remade
-expect debootstrap-remade 'removing .*kokkos45\.partial, left by an interrupted debootstrap: making it again'
+expect debootstrap-remade 'removing .*base\.partial, left by an interrupted debootstrap: making it again'
 called debootstrap-remade '^debootstrap --variant=minbase'
-reported debootstrap-remade repaired 'remade after an interrupted debootstrap'
+reported debootstrap-remade repaired 'remade after an interrupted debootstrap' base
+reported debootstrap-remade cold 'made from the base root'
+
+# --- a copy of the base root left half-way (the run killed in cp) --------------------------------------
+rm -rf --one-file-system "$root"
+mkdir -p "$partial/usr/bin" "$partial/var/lib"  # part of the copy: no debootstrapped mark yet
+cp "$cache/base/usr/bin/apt-get" "$partial/usr/bin/"
+run copy-remade
+whole copy-remade
+expect copy-remade 'removing .*kokkos45\.partial, left by an interrupted copy of the base root: making it again'
+not_called copy-remade '^debootstrap'
+reported copy-remade repaired 'remade after an interrupted copy'
+reported copy-remade warm '' base
 
 # --- another recipe: installed again in the moved-aside root, its compiler cache kept ------------------
 fresh_root recipe
@@ -350,7 +402,7 @@ called recipe '^apt-get install'
 reported recipe cold 'recipe changed.*compiler cache kept'
 # ... and that install killed half-way: repaired, the compiler cache still there.
 sed -i 's/^recipe 3;/recipe 2;/' "$root/.joule-stamp"
-kill_during_apt recipe-killed
+kill_during_apt recipe-killed libtrilinos-kokkos-dev
 run recipe-repair
 whole recipe-repair
 expect recipe-repair 'repairing .*: dpkg --configure -a'
@@ -391,7 +443,7 @@ not_called stuck-mount '^debootstrap'
 run stuck-mount-undone
 whole stuck-mount-undone
 expect stuck-mount-undone 'undoing 1 mount\(s\) left below .*kokkos45\.partial'
-reported stuck-mount-undone repaired 'remade after an interrupted debootstrap'
+reported stuck-mount-undone repaired 'remade after an interrupted copy'
 
 # --- one run per variant: a second run waits for the first (here, a holder of its lock) -------------
 wait_for() {  # wait_for WHAT COMMAND...: until COMMAND succeeds (polled; 90 s at most)
@@ -431,4 +483,4 @@ if [ "$failures" != 0 ]; then
   echo "FAIL: $failures check(s) failed (see above)" >&2
   exit 1
 fi
-echo "PASS: sid_root.sh's root heals after an interrupted apt-get, dpkg repair, debootstrap, recipe change and stale mounts ($SECONDS s)"
+echo "PASS: sid_root.sh's root heals after an interrupted apt-get (in the variant's root and in the base root), dpkg repair, debootstrap, copy of the base, recipe change and stale mounts ($SECONDS s)"
