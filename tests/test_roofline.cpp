@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -206,6 +207,145 @@ TEST_CASE("roofline: the offloaded optimizer's timeline, by hand", "[roofline]")
   CHECK(none.link_bytes == 0);
   CHECK_THROWS(perf::estimate_offload(t, perf::OffloadPlan{}, step));
   CHECK_THROWS_WITH(perf::target_named("a100"), Contains("h200") && Contains("gh200"));
+}
+
+// The energy MODEL (issue 69): each launch's FLOPs at its unit's energy and its bytes at HBM's; a
+// step's energy by device, the offloaded optimizer's link and host traffic and the static power
+// over the step's time; worked out by hand from the target's coefficients.
+TEST_CASE("roofline energy: a copy, GEMMs on each unit and an element-wise kernel, by hand", "[roofline][energy]") {
+  auto const& t = h200();
+  auto const copy = perf::estimate_launch(t, detail::moved_work(1e6, 4), 1'000'000);
+  CHECK(copy.compute_j == 0);
+  CHECK(copy.memory_j == Approx(8e6 * t.hbm_energy.value));
+  KernelWork const bf16 = detail::gemm_work(4096, 1024, 512, 3, 2, 2, 2, false, true);
+  auto const on_tensor = perf::estimate_launch(t, bf16, 0);
+  CHECK(on_tensor.compute_j == Approx(2.0 * 4096 * 1024 * 512 * 3 * t.bf16_tensor_energy.value));
+  CHECK(on_tensor.memory_j == Approx(3.0 * (4096.0 * 512 * 2 + 512.0 * 1024 * 2 + 4096.0 * 1024 * 2) * t.hbm_energy.value));
+  KernelWork const fp32 = detail::gemm_work(300, 200, 100, 1, 4, 4, 4, true, false);
+  CHECK(perf::estimate_launch(t, fp32, 0, /*tf32=*/true).compute_j == Approx(2.0 * 300 * 200 * 100 * t.tf32_tensor_energy.value));
+  CHECK(perf::estimate_launch(t, fp32, 0, /*tf32=*/false).compute_j == Approx(2.0 * 300 * 200 * 100 * t.fp32_simt_energy.value));
+  CHECK(perf::estimate_launch(t, fp32, 0).memory_j == Approx((300.0 * 100 + 100.0 * 200 + 2 * 300.0 * 200) * 4 * t.hbm_energy.value));
+  auto const gelu = perf::estimate_launch(t, detail::streaming_work(1e6, 8, 4, 3, 4), 1'000'000);
+  CHECK(gelu.compute_j == Approx(3e6 * t.fp32_simt_energy.value));
+  CHECK(gelu.memory_j == Approx(12e6 * t.hbm_energy.value));
+  // Every coefficient is there and says where it comes from.
+  for (auto const* target : {&h200(), &perf::target_named("gh200")})
+    for (auto f : {&perf::Target::bf16_tensor_energy, &perf::Target::tf32_tensor_energy, &perf::Target::fp32_simt_energy,
+                   &perf::Target::hbm_energy, &perf::Target::link_energy, &perf::Target::host_memory_energy,
+                   &perf::Target::host_flop_energy, &perf::Target::device_static_power,
+                   &perf::Target::host_static_power, &perf::Target::device_power_limit}) {
+      CHECK((target->*f).value > 0);
+      CHECK((target->*f).source.size() > 10);
+    }
+}
+
+TEST_CASE("roofline energy: a step by device, the offloaded optimizer and the static power, by hand", "[roofline][energy]") {
+  auto const& t = perf::target_named("gh200");
+  perf::StepLayout layout;
+  layout.layers = 6, layout.layers_recorded = 2, layout.micro_batches = 2;
+  layout.parameters = 1000, layout.parameters_recorded = 500;
+  KernelWork const gelu = detail::streaming_work(1e6, 2, 2, 12, 2);
+  KernelWork const matmul = detail::gemm_work(512, 512, 512, 1, 2, 2, 2, false, true);
+  std::vector<detail::RecordedLaunch> const launches = {
+      launch("gelu_forward", gelu, 1'000'000, StepPart::forward, 1),          // block 0: 1 of 6 blocks, x2 micro-batches
+      launch("gemm_bf16", matmul, 0, StepPart::backward, 2),                  // block 1: 5 of 6, x2
+      launch("adamw_update_runs", detail::adamw_work(500), 500, StepPart::update, -1)};  // x2 parameters
+  auto const s = perf::estimate_step(t, launches, layout);
+  auto const at = [&](KernelWork const& w, long threads) { return perf::estimate_launch(t, w, threads); };
+  double const gemm_flop_j = 10 * at(matmul, 0).compute_j, gemm_byte_j = 10 * at(matmul, 0).memory_j;
+  CHECK(s.kind_compute_j[int(WorkKind::gemm)] == Approx(gemm_flop_j));
+  CHECK(s.kind_memory_j[int(WorkKind::gemm)] == Approx(gemm_byte_j));
+  CHECK(s.kind_compute_j[int(WorkKind::elementwise)] == Approx(2 * 12e6 * t.fp32_simt_energy.value));
+  CHECK(s.kind_memory_j[int(WorkKind::elementwise)] == Approx(2 * 4e6 * t.hbm_energy.value));
+  CHECK(s.kind_memory_j[int(WorkKind::optimizer)] == Approx(detail::adamw_work(1000).bytes * t.hbm_energy.value));
+  // Without offload: the device's launches and the static power of both sides over the step.
+  auto const alone = perf::estimate_energy(t, s);
+  double const dynamic = gemm_flop_j + gemm_byte_j + 2 * 12e6 * t.fp32_simt_energy.value + 2 * 4e6 * t.hbm_energy.value +
+                         (detail::adamw_work(1000).flops * t.fp32_simt_energy.value + detail::adamw_work(1000).bytes * t.hbm_energy.value);
+  CHECK(alone.seconds == Approx(s.seconds));
+  CHECK(alone.device_compute_j + alone.device_memory_j == Approx(dynamic));
+  CHECK(alone.device_static_j == Approx(t.device_static_power.value * s.seconds));
+  CHECK(alone.host_static_j == Approx(t.host_static_power.value * s.seconds));
+  CHECK(alone.link_j == 0);
+  CHECK(alone.host_memory_j == 0);
+  CHECK(alone.host_compute_j == 0);
+  CHECK(alone.joules() == Approx(dynamic + (t.device_static_power.value + t.host_static_power.value) * s.seconds));
+  CHECK(alone.device_watts() == Approx(alone.device_j() / s.seconds));
+  // With the optimizer offloaded: 1e9 bytes over the link (read and written at both ends), 2e9
+  // through the host's memory, 3e8 host FLOPs, 10 ms exposed.
+  perf::OffloadEstimate o;
+  o.link_bytes = 1e9, o.host_bytes = 2e9, o.host_flops = 3e8, o.exposed_s = 0.01;
+  auto const e = perf::estimate_energy(t, s, o);
+  CHECK(e.seconds == Approx(s.seconds + 0.01));
+  CHECK(e.device_memory_j == Approx(alone.device_memory_j + 1e9 * t.hbm_energy.value));
+  CHECK(e.link_j == Approx(1e9 * 10.4e-12));  // NVLink-C2C: 1.3 pJ/bit
+  CHECK(e.host_memory_j == Approx(3e9 * t.host_memory_energy.value));
+  CHECK(e.host_compute_j == Approx(3e8 * t.host_flop_energy.value));
+  CHECK(e.device_static_j == Approx(t.device_static_power.value * (s.seconds + 0.01)));
+  CHECK(e.host_static_j == Approx(t.host_static_power.value * (s.seconds + 0.01)));
+  // estimate_offload counts the host's FLOPs per offloaded parameter.
+  perf::StepEstimate three;
+  three.forward_s = three.backward_s = three.update_s = {1e-3, 1e-3, 1e-3};
+  perf::OffloadPlan plan;
+  plan.group_parameters = {10, 20, 30};
+  plan.offloaded = {false, true, true};
+  plan.to_host_bytes = plan.to_device_bytes = 4, plan.host_bytes = 28, plan.host_flops = 17;
+  CHECK(perf::estimate_offload(t, plan, three).host_flops == Approx(50 * 17));
+}
+
+TEST_CASE("roofline energy: more bytes or FLOPs never predict less, and energy is not time times a constant",
+          "[roofline][energy]") {
+  std::mt19937 rng(69);
+  std::uniform_real_distribution<double> size(1e4, 1e8);
+  std::uniform_int_distribution<int> pick(0, 2);
+  for (auto const* target : {&h200(), &perf::target_named("gh200")}) {
+    perf::StepLayout layout;
+    layout.layers = 4, layout.layers_recorded = 2, layout.micro_batches = 2;
+    layout.parameters = layout.parameters_recorded = 1e6;
+    std::vector<detail::RecordedLaunch> launches;
+    for (int i = 0; i < 24; ++i) {
+      int const kind = pick(rng);
+      KernelWork const w = kind == 0   ? detail::moved_work(size(rng), 2)
+                           : kind == 1 ? detail::streaming_work(size(rng), 4, 4, 20 * pick(rng), 4)
+                                       : detail::gemm_work(long(size(rng)) % 4000 + 1, 777, 129, 1, 2, 2, 4, pick(rng) == 1, true);
+      launches.push_back(launch("k", w, 1'000'000, i % 2 ? StepPart::forward : StepPart::backward, 1 + i % 2));
+    }
+    perf::OffloadEstimate offload;
+    offload.link_bytes = 1e8, offload.host_bytes = 3e8, offload.host_flops = 1e8, offload.exposed_s = 1e-3;
+    double const before = perf::estimate_energy(*target, perf::estimate_step(*target, launches, layout), offload).joules();
+    for (std::size_t i = 0; i < launches.size(); ++i)
+      for (bool bytes : {true, false}) {
+        auto more = launches;
+        (bytes ? more[i].note.work.bytes : more[i].note.work.flops) *= 1.5;
+        double const after = perf::estimate_energy(*target, perf::estimate_step(*target, more, layout), offload).joules();
+        INFO(target->name << ", launch " << i << (bytes ? ": 1.5x the bytes" : ": 1.5x the FLOPs"));
+        CHECK(after >= before);
+      }
+    for (auto grown : {&perf::OffloadEstimate::link_bytes, &perf::OffloadEstimate::host_bytes,
+                       &perf::OffloadEstimate::host_flops, &perf::OffloadEstimate::exposed_s}) {
+      perf::OffloadEstimate more = offload;
+      more.*grown *= 2;
+      CHECK(perf::estimate_energy(*target, perf::estimate_step(*target, launches, layout), more).joules() > before);
+    }
+  }
+  // Two steps of the same time, one moving more bytes (a compute-bound GEMM reading a wider C):
+  // the same MODEL time, more energy.
+  auto const& t = h200();
+  KernelWork narrow = detail::gemm_work(8192, 8192, 8192, 1, 2, 2, 2, false, true), wide = narrow;
+  wide.bytes *= 3;
+  auto const a = perf::estimate_launch(t, narrow, 0), b = perf::estimate_launch(t, wide, 0);
+  REQUIRE_FALSE(b.memory_bound());
+  CHECK(a.seconds() == b.seconds());
+  CHECK(b.compute_j + b.memory_j > a.compute_j + a.memory_j);
+  // An average power over the GPU's limit is said, naming both.
+  perf::Target tight = t;
+  tight.device_power_limit.value = 1;
+  perf::StepEstimate busy;
+  busy.seconds = 1e-3;
+  busy.kind_compute_j[0] = 1;  // 1 J in 1 ms: 1 kW
+  auto const hot = perf::estimate_energy(tight, busy);
+  CHECK_THAT(perf::power_limit_warning(tight, hot), Contains("exceeds the h200's 1 W limit"));
+  CHECK(perf::power_limit_warning(t, perf::estimate_energy(t, perf::StepEstimate{})).empty());
 }
 
 TEST_CASE("roofline: every launch of a recorded step states its work, as CUDA would run it", "[roofline]") {

@@ -49,12 +49,23 @@ constexpr FigureRow kFigureRows[] = {
     {"link to host", "link_to_host_bytes_per_s", &perf::Target::link_to_host, 1e-9, "GB/s"},
     {"link to device", "link_to_device_bytes_per_s", &perf::Target::link_to_device, 1e-9, "GB/s"},
     {"host memory", "host_bytes_per_s", &perf::Target::host_bandwidth, 1e-9, "GB/s"},
+    {"bf16 tensor-core FLOP", "bf16_tensor_joules_per_flop", &perf::Target::bf16_tensor_energy, 1e12, "pJ"},
+    {"TF32 tensor-core FLOP", "tf32_tensor_joules_per_flop", &perf::Target::tf32_tensor_energy, 1e12, "pJ"},
+    {"fp32 SIMT FLOP", "fp32_simt_joules_per_flop", &perf::Target::fp32_simt_energy, 1e12, "pJ"},
+    {"HBM byte", "hbm_joules_per_byte", &perf::Target::hbm_energy, 1e12, "pJ"},
+    {"link byte", "link_joules_per_byte", &perf::Target::link_energy, 1e12, "pJ"},
+    {"host memory byte", "host_memory_joules_per_byte", &perf::Target::host_memory_energy, 1e12, "pJ"},
+    {"host FLOP", "host_joules_per_flop", &perf::Target::host_flop_energy, 1e12, "pJ"},
+    {"GPU static power", "device_static_watts", &perf::Target::device_static_power, 1, "W"},
+    {"host static power", "host_static_watts", &perf::Target::host_static_power, 1, "W"},
+    {"GPU power limit", "device_power_limit_watts", &perf::Target::device_power_limit, 1, "W"},
 };
 
 struct OffloadRow {
   double ratio = 0, achieved = 0;
   perf::StepEstimate step;
   perf::OffloadEstimate offload, waiting;  // as configured; with the jobs waiting for the norm
+  perf::StepEnergy energy;                 // of the step as configured
   double seconds() const { return step.seconds + offload.exposed_s; }
 };
 
@@ -122,6 +133,7 @@ int run_roofline_bench(RooflineBenchOptions const& options) {
     row.achieved = layout.offloaded_parameters / base.parameters;
     plan.to_host_bytes = double(link.to_host), plan.to_device_bytes = double(link.to_device);
     plan.host_bytes = host_bytes;
+    plan.host_flops = detail::adamw_work(1).flops;
     plan.clipping = cfg.train.grad_clip > 0;
     row.step = perf::estimate_step(target, launches, layout, cfg.train.tf32);
     row.waiting = perf::estimate_offload(target, plan, row.step);  // the jobs wait for the norm
@@ -129,6 +141,7 @@ int run_roofline_bench(RooflineBenchOptions const& options) {
     plan.speculative_host_bytes = 3 * sizeof(float);
     plan.last_ready_group = kLastReadyGroup;
     row.offload = perf::estimate_offload(target, plan, row.step);
+    row.energy = perf::estimate_energy(target, row.step, row.offload);
     rows.push_back(row);
   }
   OffloadRow const& none = rows.front();
@@ -192,12 +205,42 @@ int run_roofline_bench(RooflineBenchOptions const& options) {
                        {"exposed_seconds", r.offload.exposed_s}, {"step_seconds", r.seconds()}, {"mfu", mfu},
                        {"speculative", speculative}, {"exposed_seconds_waiting", r.waiting.exposed_s}});
   }
+  // The energy MODEL of the same steps (core/perf/roofline.hpp; each coefficient's source above).
+  fmt::print("MODEL energy per step (J; GPU: FLOPs, HBM bytes, static power over the step; link; host: memory bytes, "
+             "FLOPs, static power):\n");
+  fmt::print("  {:>6} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}\n", "ratio", "GPU FLOP", "GPU HBM",
+             "GPU stat", "link", "host mem", "host FLOP", "host stat", "total J", "step ms", "GPU W", "all W");
+  nlohmann::json energy = nlohmann::json::array();
+  std::string warnings;
+  for (auto const& r : rows) {
+    auto const& e = r.energy;
+    fmt::print("  {:>6.2f} {:>9.3g} {:>9.3g} {:>9.3g} {:>8.3g} {:>9.3g} {:>9.3g} {:>9.3g} {:>9.3g} {:>9.1f} {:>8.0f} {:>8.0f}\n",
+               r.ratio, e.device_compute_j, e.device_memory_j, e.device_static_j, e.link_j, e.host_memory_j,
+               e.host_compute_j, e.host_static_j, e.joules(), e.seconds * 1e3, e.device_watts(), e.watts());
+    if (auto const w = perf::power_limit_warning(target, e); !w.empty() && warnings.empty()) warnings = w;
+    energy.push_back({{"ratio", r.ratio}, {"seconds", e.seconds}, {"device_compute_joules", e.device_compute_j},
+                      {"device_memory_joules", e.device_memory_j}, {"device_static_joules", e.device_static_j},
+                      {"link_joules", e.link_j}, {"host_memory_joules", e.host_memory_j},
+                      {"host_compute_joules", e.host_compute_j}, {"host_static_joules", e.host_static_j},
+                      {"joules", e.joules()}, {"device_watts", e.device_watts()}, {"watts", e.watts()},
+                      {"over_power_limit", !perf::power_limit_warning(target, e).empty()}});
+  }
+  fmt::print("MODEL GPU dynamic energy by kind, ratio {:.2f} (FLOPs + HBM bytes, J per step):", none.ratio);
+  for (int k = 0; k < detail::kWorkKinds; ++k)
+    fmt::print(" {} {:.3g} |", detail::kWorkKindNames[k], step.kind_compute_j[k] + step.kind_memory_j[k]);
+  fmt::print("\n");
+  if (!warnings.empty()) fmt::print("warning: {}\n", warnings);
   fmt::print("(MODEL: core/perf/roofline.hpp; {:.0f} launches recorded in {:.1f} s here; docs/roofline.md says what it "
              "leaves out)\n",
              double(launches.size()), recording_s);
   if (!options.json_path.empty()) {
     nlohmann::json by_kind = nlohmann::json::object();
-    for (int k = 0; k < detail::kWorkKinds; ++k) by_kind[detail::kWorkKindNames[k]] = step.kind_seconds[k];
+    nlohmann::json energy_by_kind = nlohmann::json::object();
+    for (int k = 0; k < detail::kWorkKinds; ++k) {
+      by_kind[detail::kWorkKindNames[k]] = step.kind_seconds[k];
+      energy_by_kind[detail::kWorkKindNames[k]] = {{"compute_joules", step.kind_compute_j[k]},
+                                                   {"memory_joules", step.kind_memory_j[k]}};
+    }
     nlohmann::json figures = nlohmann::json::object();
     for (auto const& f : kFigureRows)
       figures[f.key] = {{"value", (target.*f.figure).value}, {"source", (target.*f.figure).source}};
@@ -218,7 +261,11 @@ int run_roofline_bench(RooflineBenchOptions const& options) {
                         {"gap_seconds", step.gap_seconds},
                         {"kind_seconds", by_kind},
                         {"kernels", kernels},
-                        {"offload", offload}};
+                        {"offload", offload},
+                        {"energy_source", "MODEL: energy from the step's FLOPs, bytes and time (core/perf/roofline.hpp), "
+                                          "not a measurement"},
+                        {"energy", energy},
+                        {"energy_by_kind", energy_by_kind}};
     write_bench_json(options.json_path, j.dump(1) + "\n");
   }
   return 0;

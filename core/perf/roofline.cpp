@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <stdexcept>
 
@@ -26,12 +27,39 @@ std::vector<Target> const& targets() {
     h200.link_to_host = {55e9, "assumed: PCIe Gen5 x16, pinned copies"};
     h200.link_to_device = {55e9, "assumed: PCIe Gen5 x16, pinned copies"};
     h200.host_bandwidth = {200e9, "assumed: a two-socket DDR5 server's streaming bandwidth"};
+    // The energy MODEL's coefficients. No joule run has measured them; each says where it comes from.
+    h200.bf16_tensor_energy = {0.35e-12, "assumed: half of the 0.71 pJ/FLOP that 700 W at the 989 TFLOP/s bf16 peak "
+                                         "allows (the rest: static power, SRAM and HBM traffic)"};
+    h200.tf32_tensor_energy = {0.7e-12, "assumed: half of the 1.41 pJ/FLOP that 700 W at the 495 TFLOP/s TF32 peak allows"};
+    h200.fp32_simt_energy = {1.5e-12, "assumed: Horowitz (ISSCC 2014, 45 nm): an fp32 multiply-add 4.6 pJ, 2.3 pJ per "
+                                      "FLOP; about a third of that at 4 nm, twice it with the register file's operands"};
+    h200.hbm_energy = {28e-12, "assumed: 3.5 pJ/bit; HBM2 is 3.9 pJ/bit (O'Connor et al., MICRO 2017), HBM3e somewhat less"};
+    h200.link_energy = {260e-12, "NVIDIA: NVLink-C2C (1.3 pJ/bit) is up to 25x as energy-efficient as PCIe Gen5: "
+                                 "32.5 pJ/bit for PCIe"};
+    h200.host_memory_energy = {128e-12, "assumed: 8x Grace's LPDDR5X figure (NVIDIA: LPDDR5X at one-eighth the power "
+                                        "per GB/s of an eight-channel DDR5 design)"};
+    h200.host_flop_energy = {10e-12, "assumed: 10 pJ per fp32 FLOP on an x86 server core's AVX-512 units with their "
+                                     "caches and instruction overhead"};
+    h200.device_static_power = {100, "assumed: Hopper SXM GPUs idle at 60-90 W with clocks up (published nvidia-smi "
+                                     "readings); leakage grows with load"};
+    h200.host_static_power = {50, "assumed: an eight-GPU x86 server's CPUs and DRAM near idle, ~400 W, shared over "
+                                  "its GPUs"};
+    h200.device_power_limit = {700, "H200 datasheet: up to 700 W (SXM)"};
     Target gh200 = h200;
     gh200.name = "gh200";
     gh200.what = "NVIDIA GH200 (the H200's GPU taken as its Hopper) with Grace over NVLink-C2C";
     gh200.link_to_host = {297e9, "NVLink-C2C copies measured on GH200, 297 GB/s (issue 40; direction assumed)"};
     gh200.link_to_device = {375e9, "NVLink-C2C copies measured on GH200, 375 GB/s (issue 40; direction assumed)"};
     gh200.host_bandwidth = {450e9, "Grace LPDDR5X streaming, ~450 GB/s (issue 40)"};
+    gh200.link_energy = {10.4e-12, "NVIDIA: NVLink-C2C 1.3 pJ/bit"};
+    gh200.host_memory_energy = {16e-12, "assumed: 2 pJ/bit for LPDDR5X's array and I/O (published LPDDR5X "
+                                        "figures 1.5-3 pJ/bit)"};
+    gh200.host_flop_energy = {5e-12, "assumed: 5 pJ per fp32 FLOP on a Neoverse V2 core's SVE2 units with their "
+                                     "caches and instruction overhead"};
+    gh200.host_static_power = {100, "assumed: Grace's 72 cores and LPDDR5X at low load (its share of a GH200 "
+                                    "module's 450-1000 W)"};
+    gh200.device_power_limit = {700, "assumed: the H200's 700 W for the GH200's GPU (the module's limit is set for "
+                                     "CPU, GPU and memory together, 450-1000 W)"};
     return std::vector<Target>{h200, gh200};
   }();
   return all;
@@ -57,8 +85,13 @@ LaunchEstimate estimate_launch(Target const& t, detail::KernelWork const& w, lon
     e.wave_efficiency = tiles > 0 ? tiles / (waves * t.sms) : 1;
     e.compute_s = w.flops / (rate * e.wave_efficiency);
     e.memory_s = w.bytes / hbm;
+    e.compute_j = w.flops * (w.tensor_cores ? t.bf16_tensor_energy.value : tf32 ? t.tf32_tensor_energy.value
+                                                                                : t.fp32_simt_energy.value);
+    e.memory_j = w.bytes * t.hbm_energy.value;
     return e;
   }
+  e.compute_j = w.flops * (w.tensor_cores ? t.bf16_tensor_energy.value : t.fp32_simt_energy.value);
+  e.memory_j = w.bytes * t.hbm_energy.value;
   double const rate = w.tensor_cores ? t.bf16_tensor_peak.value : t.fp32_simt.value;
   e.compute_s = w.flops / rate;
   // Little's law: the bytes in flight the resident threads keep, against what the bandwidth needs.
@@ -137,6 +170,8 @@ StepEstimate estimate_step(Target const& t, std::vector<detail::RecordedLaunch> 
     s.launches += weight;
     s.gap_seconds += e.gap_s * weight;
     s.kind_seconds[int(l.note.work.kind)] += (one - e.gap_s) * weight;
+    s.kind_compute_j[int(l.note.work.kind)] += e.compute_j * weight;
+    s.kind_memory_j[int(l.note.work.kind)] += e.memory_j * weight;
     KernelRow& row = rows[l.label];
     row.label = l.label;
     row.kind = l.note.work.kind;
@@ -198,6 +233,7 @@ OffloadEstimate estimate_offload(Target const& t, OffloadPlan const& plan, StepE
     weights_back[g] = std::max(to_device_free, host_free) + seconds;
     to_device_free = weights_back[g];
     o.host_bytes += host_bytes, o.host_s += host_seconds;
+    o.host_flops += plan.group_parameters[g] * plan.host_flops;
     o.link_bytes += bytes, o.link_s += seconds;
   }
   double device = backward_end + device_update, device_alone = device;
@@ -208,6 +244,33 @@ OffloadEstimate estimate_offload(Target const& t, OffloadPlan const& plan, StepE
   }
   o.exposed_s = device - device_alone;
   return o;
+}
+
+StepEnergy estimate_energy(Target const& t, StepEstimate const& step, OffloadEstimate const& offload) {
+  StepEnergy e;
+  e.seconds = step.seconds + offload.exposed_s;
+  for (int k = 0; k < detail::kWorkKinds; ++k) {
+    e.device_compute_j += step.kind_compute_j[k];
+    e.device_memory_j += step.kind_memory_j[k];
+  }
+  e.device_memory_j += offload.link_bytes * t.hbm_energy.value;  // read or written there by the copies
+  e.device_static_j = t.device_static_power.value * e.seconds;
+  e.link_j = offload.link_bytes * t.link_energy.value;
+  e.host_memory_j = (offload.host_bytes + offload.link_bytes) * t.host_memory_energy.value;
+  e.host_compute_j = offload.host_flops * t.host_flop_energy.value;
+  e.host_static_j = t.host_static_power.value * e.seconds;
+  return e;
+}
+
+std::string power_limit_warning(Target const& t, StepEnergy const& e) {
+  double const watts = e.device_watts(), limit = t.device_power_limit.value;
+  if (!(watts > limit)) return "";
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "the MODEL's GPU power, %.0f W on average, exceeds the %s's %.0f W limit: a real GPU would slow "
+                "down instead, so the energy coefficients or the time model are wrong for this step",
+                watts, t.name.c_str(), limit);
+  return text;
 }
 
 }  // namespace joule::perf

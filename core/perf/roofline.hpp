@@ -16,6 +16,13 @@
 // in targets(); none of them is measured on this machine, and nothing here is a measurement:
 // printed and stored, it says MODEL. Only CUDA-event times on a GPU can correct it
 // (docs/roofline.md says what it leaves out).
+//
+// From the same record, an energy MODEL of the step (issue 69): each launch's FLOPs times the
+// energy of a FLOP on its unit and precision, its bytes times the energy of an HBM byte; a byte
+// over the link costs the link's energy and a read and a write in the memories at both ends; the
+// offloaded optimizer's host bytes and FLOPs theirs; and each side's static power over the step's
+// time. So a configuration that moves fewer bytes in the same time costs less energy, as it does
+// in hardware, and energy is not time times a constant.
 #include "core/detail/launch_log.hpp"
 
 #include <array>
@@ -45,6 +52,17 @@ struct Target {
   Figure link_to_host;       // bytes/s device -> host
   Figure link_to_device;     // bytes/s host -> device
   Figure host_bandwidth;     // bytes/s the host's cores stream (the offloaded AdamW)
+  // The energy MODEL's coefficients (dynamic energy per FLOP or byte; static power while a step runs).
+  Figure bf16_tensor_energy;  // J per FLOP on bf16 tensor cores
+  Figure tf32_tensor_energy;  // J per FLOP on TF32 tensor cores (fp32 GEMMs with train.tf32)
+  Figure fp32_simt_energy;    // J per fp32 FLOP on the SIMT cores (Kokkos kernels, SGEMM)
+  Figure hbm_energy;          // J per byte read or written in HBM
+  Figure link_energy;         // J per byte over the link between device and host
+  Figure host_memory_energy;  // J per byte read or written in the host's memory
+  Figure host_flop_energy;    // J per FLOP on the host's cores (the offloaded AdamW)
+  Figure device_static_power; // W the GPU draws while a step runs, beyond its FLOPs and bytes
+  Figure host_static_power;   // W the host's CPU and memory draw meanwhile, beyond the same
+  Figure device_power_limit;  // W, the GPU's board power limit (TDP)
   long wave_threads() const { return long(sms) * threads_per_sm; }
 };
 
@@ -59,6 +77,7 @@ struct LaunchEstimate {
   double compute_s = 0, memory_s = 0, gap_s = 0;
   double wave_efficiency = 1;  // library GEMMs: tiles / (waves x SMs)
   double memory_parallelism = 1;  // Little's law factor on the bandwidth, in (0, 1]
+  double compute_j = 0, memory_j = 0;  // MODEL dynamic energy: its FLOPs on their unit, its HBM bytes
   double seconds() const { return (compute_s > memory_s ? compute_s : memory_s) + gap_s; }
   bool memory_bound() const { return memory_s >= compute_s; }
 };
@@ -100,6 +119,8 @@ struct StepEstimate {
   double model_flops = 0;  // the model's FLOPs (recomputation not counted)
   double launches = 0, gap_seconds = 0;
   std::array<double, detail::kWorkKinds> kind_seconds{};  // launch gaps not included
+  // MODEL dynamic energy of the device's launches, J per step, by kind: FLOPs and HBM bytes.
+  std::array<double, detail::kWorkKinds> kind_compute_j{}, kind_memory_j{};
   std::vector<KernelRow> kernels;                         // by predicted time, largest first
   // Per group of the configuration: one forward and one backward pass of the group (one
   // micro-batch), and its update.
@@ -128,12 +149,32 @@ struct OffloadPlan {
   bool speculative = false;
   double speculative_host_bytes = 0;
   int last_ready_group = 0;  // the group that waits for the norm even then (kLastReadyGroup)
+  double host_flops = 0;     // per offloaded parameter, on the host's cores (the energy MODEL's)
 };
 struct OffloadEstimate {
-  double link_bytes = 0, host_bytes = 0;
+  double link_bytes = 0, host_bytes = 0, host_flops = 0;
   double link_s = 0, host_s = 0;  // busy time of the link (both ways) and of the host's update
   double exposed_s = 0;           // the step's time added on the device
 };
 OffloadEstimate estimate_offload(Target const& t, OffloadPlan const& plan, StepEstimate const& step);
+
+// The energy MODEL of a step, J per step, by device. A byte over the link is read in one memory and
+// written in the other: it counts in the link, in HBM and in the host's memory. Static power runs
+// over the step's time (the device's, plus what the offload exposes), on both sides.
+struct StepEnergy {
+  double seconds = 0;  // the step's MODEL time
+  double device_compute_j = 0, device_memory_j = 0, device_static_j = 0;
+  double link_j = 0;
+  double host_memory_j = 0, host_compute_j = 0, host_static_j = 0;
+  double device_j() const { return device_compute_j + device_memory_j + device_static_j; }
+  double host_j() const { return host_memory_j + host_compute_j + host_static_j; }
+  double joules() const { return device_j() + link_j + host_j(); }
+  double device_watts() const { return seconds > 0 ? device_j() / seconds : 0; }
+  double watts() const { return seconds > 0 ? joules() / seconds : 0; }
+};
+StepEnergy estimate_energy(Target const& t, StepEstimate const& step, OffloadEstimate const& offload = {});
+// Where the GPU's MODEL average power exceeds its power limit: a sentence saying so (the
+// coefficients or the time model are then wrong, as a real GPU would slow down instead); "" where not.
+std::string power_limit_warning(Target const& t, StepEnergy const& e);
 
 }  // namespace joule::perf
