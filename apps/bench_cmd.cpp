@@ -50,6 +50,11 @@ std::function<int()> add_bench_command(CLI::App& app) {
     target_names.push_back(t.name);
   }
   cmd->add_option("--target", o->roofline.target, target_help)->check(CLI::IsMember(target_names));
+  cmd->add_option("--power-limit", o->roofline.power_limits,
+                  "--suite roofline: also the energy MODEL under these GPU power limits, in W (repeat, or "
+                  "comma-separated: 300,250); each above the target's static power")
+      ->delimiter(',')
+      ->check(CLI::Range(1.0, 100000.0));
   std::string preset_help = "operator shapes:";
   std::vector<std::string> preset_names;
   for (auto const& p : bench_presets()) {

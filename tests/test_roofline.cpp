@@ -348,6 +348,48 @@ TEST_CASE("roofline energy: more bytes or FLOPs never predict less, and energy i
   CHECK(perf::power_limit_warning(t, perf::estimate_energy(t, perf::StepEstimate{})).empty());
 }
 
+TEST_CASE("roofline energy: a power limit lowers the clock by the stated rule, and never shortens the step",
+          "[roofline][energy]") {
+  auto const& t = perf::target_named("gh200");
+  // 10 ms of launches with 4 J of dynamic energy (400 W) and 100 W static: 500 W unlimited.
+  perf::StepEstimate step;
+  step.seconds = 0.01;
+  step.kind_compute_j[int(WorkKind::gemm)] = 3;
+  step.kind_memory_j[int(WorkKind::elementwise)] = 1;
+  perf::OffloadEstimate offload;
+  offload.link_bytes = 1e8, offload.host_bytes = 1e8, offload.exposed_s = 0.002;
+  auto const free = perf::estimate_energy(t, step, offload);
+  REQUIRE(t.device_static_power.value == 100);
+  // At or above 500 W nothing changes.
+  for (double limit : {0.0, 500.0, 700.0}) {
+    auto const e = perf::estimate_energy(t, step, offload, limit);
+    CHECK(e.clock_scale == 1);
+    CHECK(e.seconds == free.seconds);
+    CHECK(e.joules() == Approx(free.joules()));
+  }
+  // At 150 W: s = cbrt(50 / 400) = 0.5: the launches take 20 ms, their dynamic energy a quarter.
+  auto const half = perf::estimate_energy(t, step, offload, 150);
+  CHECK(half.clock_scale == Approx(0.5));
+  CHECK(half.seconds == Approx(0.02 + 0.002));
+  CHECK(half.device_compute_j + half.device_memory_j == Approx(1.0 + 1e8 * t.hbm_energy.value));
+  CHECK(half.device_static_j == Approx(100 * 0.022));
+  CHECK(half.host_static_j == Approx(t.host_static_power.value * 0.022));
+  CHECK(half.link_j == Approx(free.link_j));
+  CHECK((1.0 + 100 * 0.02) / 0.02 == Approx(150));  // the launches draw the limit
+  // A lower limit never predicts a shorter step, nor a faster clock.
+  double last_seconds = 0, last_scale = 2;
+  for (double limit = 600; limit > 100.5; limit -= 12.5) {
+    auto const e = perf::estimate_energy(t, step, offload, limit);
+    INFO("limit " << limit << " W");
+    CHECK(e.seconds >= last_seconds);
+    CHECK(e.clock_scale <= last_scale);
+    last_seconds = e.seconds, last_scale = e.clock_scale;
+  }
+  CHECK_THROWS_WITH(perf::estimate_energy(t, step, offload, 100),
+                    Contains("100 W is not above the gh200's static power, 100 W"));
+  CHECK_THROWS_AS(perf::estimate_energy(t, step, offload, 50), std::invalid_argument);
+}
+
 TEST_CASE("roofline: every launch of a recorded step states its work, as CUDA would run it", "[roofline]") {
   ModelConfig const m = tiny_model();
   for (Precision precision : {Precision::fp32, Precision::bf16}) {

@@ -65,7 +65,7 @@ struct OffloadRow {
   double ratio = 0, achieved = 0;
   perf::StepEstimate step;
   perf::OffloadEstimate offload, waiting;  // as configured; with the jobs waiting for the norm
-  perf::StepEnergy energy;                 // of the step as configured
+  std::vector<perf::StepEnergy> energy;    // of the step as configured: unlimited, then under each power limit
   double seconds() const { return step.seconds + offload.exposed_s; }
 };
 
@@ -76,6 +76,7 @@ int run_roofline_bench(RooflineBenchOptions const& options) {
     if (!options.precision.empty()) j["train"]["precision"] = options.precision;
   });
   perf::Target const& target = perf::target_named(options.target);
+  for (double limit : options.power_limits) perf::estimate_energy(target, {}, {}, limit);  // a bad one refused before the recording
   ModelConfig const& m = cfg.model;
   int const micro = cfg.train.micro_batch, per_step = cfg.train.batch / std::max(1, micro);
   Precision const precision = cfg.train.precision;
@@ -141,7 +142,8 @@ int run_roofline_bench(RooflineBenchOptions const& options) {
     plan.speculative_host_bytes = 3 * sizeof(float);
     plan.last_ready_group = kLastReadyGroup;
     row.offload = perf::estimate_offload(target, plan, row.step);
-    row.energy = perf::estimate_energy(target, row.step, row.offload);
+    row.energy.push_back(perf::estimate_energy(target, row.step, row.offload));
+    for (double limit : options.power_limits) row.energy.push_back(perf::estimate_energy(target, row.step, row.offload, limit));
     rows.push_back(row);
   }
   OffloadRow const& none = rows.front();
@@ -208,17 +210,23 @@ int run_roofline_bench(RooflineBenchOptions const& options) {
   // The energy MODEL of the same steps (core/perf/roofline.hpp; each coefficient's source above).
   fmt::print("MODEL energy per step (J; GPU: FLOPs, HBM bytes, static power over the step; link; host: memory bytes, "
              "FLOPs, static power):\n");
-  fmt::print("  {:>6} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}\n", "ratio", "GPU FLOP", "GPU HBM",
-             "GPU stat", "link", "host mem", "host FLOP", "host stat", "total J", "step ms", "GPU W", "all W");
+  if (!options.power_limits.empty())
+    fmt::print("  (under a GPU power limit the clock drops to the share in 'clock', the launches' time divides by it "
+               "and their dynamic energy falls by its square: docs/roofline.md)\n");
+  fmt::print("  {:>6} {:>7} {:>5} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}\n", "ratio", "limit W",
+             "clock", "GPU FLOP", "GPU HBM", "GPU stat", "link", "host mem", "host FLOP", "host stat", "total J", "step ms",
+             "GPU W", "all W");
   nlohmann::json energy = nlohmann::json::array();
   std::string warnings;
-  for (auto const& r : rows) {
-    auto const& e = r.energy;
-    fmt::print("  {:>6.2f} {:>9.3g} {:>9.3g} {:>9.3g} {:>8.3g} {:>9.3g} {:>9.3g} {:>9.3g} {:>9.3g} {:>9.1f} {:>8.0f} {:>8.0f}\n",
-               r.ratio, e.device_compute_j, e.device_memory_j, e.device_static_j, e.link_j, e.host_memory_j,
-               e.host_compute_j, e.host_static_j, e.joules(), e.seconds * 1e3, e.device_watts(), e.watts());
+  for (auto const& r : rows) for (auto const& e : r.energy) {
+    fmt::print("  {:>6.2f} {:>7} {:>5.2f} {:>9.3g} {:>9.3g} {:>9.3g} {:>8.3g} {:>9.3g} {:>9.3g} {:>9.3g} {:>9.3g} {:>9.1f} "
+               "{:>8.0f} {:>8.0f}\n",
+               r.ratio, e.power_limit_w > 0 ? fmt::format("{:.0f}", e.power_limit_w) : std::string("-"), e.clock_scale,
+               e.device_compute_j, e.device_memory_j, e.device_static_j, e.link_j, e.host_memory_j, e.host_compute_j,
+               e.host_static_j, e.joules(), e.seconds * 1e3, e.device_watts(), e.watts());
     if (auto const w = perf::power_limit_warning(target, e); !w.empty() && warnings.empty()) warnings = w;
-    energy.push_back({{"ratio", r.ratio}, {"seconds", e.seconds}, {"device_compute_joules", e.device_compute_j},
+    energy.push_back({{"ratio", r.ratio}, {"power_limit_watts", e.power_limit_w}, {"clock_scale", e.clock_scale},
+                      {"seconds", e.seconds}, {"device_compute_joules", e.device_compute_j},
                       {"device_memory_joules", e.device_memory_j}, {"device_static_joules", e.device_static_j},
                       {"link_joules", e.link_j}, {"host_memory_joules", e.host_memory_j},
                       {"host_compute_joules", e.host_compute_j}, {"host_static_joules", e.host_static_j},

@@ -262,6 +262,33 @@ StepEnergy estimate_energy(Target const& t, StepEstimate const& step, OffloadEst
   return e;
 }
 
+StepEnergy estimate_energy(Target const& t, StepEstimate const& step, OffloadEstimate const& offload,
+                           double power_limit_w) {
+  StepEnergy e = estimate_energy(t, step, offload);
+  e.power_limit_w = power_limit_w;
+  if (power_limit_w <= 0) return e;
+  double const static_w = t.device_static_power.value;
+  if (power_limit_w <= static_w) {
+    char text[200];
+    std::snprintf(text, sizeof text, "a GPU power limit of %.0f W is not above the %s's static power, %.0f W: no clock fits it",
+                  power_limit_w, t.name.c_str(), static_w);
+    throw std::invalid_argument(text);
+  }
+  double dynamic_j = 0;
+  for (int k = 0; k < detail::kWorkKinds; ++k) dynamic_j += step.kind_compute_j[k] + step.kind_memory_j[k];
+  if (step.seconds <= 0 || dynamic_j <= 0) return e;
+  double const dynamic_w = dynamic_j / step.seconds;
+  if (dynamic_w + static_w <= power_limit_w) return e;
+  double const s = std::cbrt((power_limit_w - static_w) / dynamic_w);
+  StepEstimate slower = step;
+  slower.seconds = step.seconds / s;
+  for (int k = 0; k < detail::kWorkKinds; ++k) slower.kind_compute_j[k] *= s * s, slower.kind_memory_j[k] *= s * s;
+  e = estimate_energy(t, slower, offload);
+  e.power_limit_w = power_limit_w;
+  e.clock_scale = s;
+  return e;
+}
+
 std::string power_limit_warning(Target const& t, StepEnergy const& e) {
   double const watts = e.device_watts(), limit = t.device_power_limit.value;
   if (!(watts > limit)) return "";

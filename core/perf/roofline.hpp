@@ -163,6 +163,8 @@ OffloadEstimate estimate_offload(Target const& t, OffloadPlan const& plan, StepE
 // over the step's time (the device's, plus what the offload exposes), on both sides.
 struct StepEnergy {
   double seconds = 0;  // the step's MODEL time
+  double power_limit_w = 0;  // the GPU's power limit it was held to (0: none)
+  double clock_scale = 1;    // the GPU's clock under that limit, as a share of the unlimited one
   double device_compute_j = 0, device_memory_j = 0, device_static_j = 0;
   double link_j = 0;
   double host_memory_j = 0, host_compute_j = 0, host_static_j = 0;
@@ -173,6 +175,15 @@ struct StepEnergy {
   double watts() const { return seconds > 0 ? joules() / seconds : 0; }
 };
 StepEnergy estimate_energy(Target const& t, StepEstimate const& step, OffloadEstimate const& offload = {});
+// The same under a GPU power limit, a bound on the GPU's average power over its launches. Where the
+// unlimited step would draw more, the MODEL's rule (a first one, stated): the GPU's clock drops to a
+// share s of its own, every launch's time divides by s (memory-bound ones too), the dynamic energy
+// of every operation falls by s^2 (the voltage follows the clock: dynamic power ~ f V^2 ~ f^3),
+// static power stays; s = cbrt((limit - static power) / dynamic power), so the launches draw the
+// limit on average. The offload's copies and exposed time do not change. A limit at or below the
+// GPU's static power is refused (std::invalid_argument naming both); 0 is no limit.
+StepEnergy estimate_energy(Target const& t, StepEstimate const& step, OffloadEstimate const& offload,
+                           double power_limit_w);
 // Where the GPU's MODEL average power exceeds its power limit: a sentence saying so (the
 // coefficients or the time model are then wrong, as a real GPU would slow down instead); "" where not.
 std::string power_limit_warning(Target const& t, StepEnergy const& e);
