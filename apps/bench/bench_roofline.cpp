@@ -224,14 +224,15 @@ int run_roofline_bench(RooflineBenchOptions const& options) {
                r.ratio, e.power_limit_w > 0 ? fmt::format("{:.0f}", e.power_limit_w) : std::string("-"), e.clock_scale,
                e.device_compute_j, e.device_memory_j, e.device_static_j, e.link_j, e.host_memory_j, e.host_compute_j,
                e.host_static_j, e.joules(), e.seconds * 1e3, e.device_watts(), e.watts());
-    if (auto const w = perf::power_limit_warning(target, e); !w.empty() && warnings.empty()) warnings = w;
+    std::string const over_limit = perf::power_limit_warning(target, e);
+    if (!over_limit.empty() && warnings.empty()) warnings = over_limit;
     energy.push_back({{"ratio", r.ratio}, {"power_limit_watts", e.power_limit_w}, {"clock_scale", e.clock_scale},
                       {"seconds", e.seconds}, {"device_compute_joules", e.device_compute_j},
                       {"device_memory_joules", e.device_memory_j}, {"device_static_joules", e.device_static_j},
                       {"link_joules", e.link_j}, {"host_memory_joules", e.host_memory_j},
                       {"host_compute_joules", e.host_compute_j}, {"host_static_joules", e.host_static_j},
                       {"joules", e.joules()}, {"device_watts", e.device_watts()}, {"watts", e.watts()},
-                      {"over_power_limit", !perf::power_limit_warning(target, e).empty()}});
+                      {"over_power_limit", !over_limit.empty()}});
   }
   fmt::print("MODEL GPU dynamic energy by kind, ratio {:.2f} (FLOPs + HBM bytes, J per step):", none.ratio);
   for (int k = 0; k < detail::kWorkKinds; ++k)
